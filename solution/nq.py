@@ -1,0 +1,367 @@
+"""Read Kaggle simplified Natural Questions JSON lines, validated, as a stream.
+
+One example per line (`.jsonl` or `.jsonl.gz`). The files reach 17 GB, so
+nothing here holds more than one line at a time, except the set of
+`example_id`s seen so far (for duplicate detection).
+
+Every problem with a line raises `NQFormatError` naming the file, the line
+number (1-based) and the field; with `on_error="skip"` the line is counted
+under its reason in `ReadStats` instead, and the caller reports the counts.
+Nothing is dropped silently.
+
+This module is pure Python (no torch, no accelerate) so that `submission/`
+can use it in an offline Kaggle kernel.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+YES_NO_VALUES = ("NONE", "YES", "NO")
+
+# An HTML token of the simplified format: `<P>`, `</Table>`, `<Td_colspan="2">`.
+_HTML_TAG = re.compile(r"^</?[A-Za-z][A-Za-z0-9]*(_\S*)?>$")
+
+
+def is_html_token(token: str) -> bool:
+    return bool(_HTML_TAG.match(token))
+
+
+class NQFormatError(ValueError):
+    """A line that is not valid simplified-NQ. `str()` names file, line and field."""
+
+    def __init__(self, path: str, line: int, field: str, message: str):
+        self.path, self.line, self.field, self.reason = str(path), line, field, message
+        super().__init__(f"{path}:{line}: field '{field}': {message}")
+
+
+@dataclass(frozen=True)
+class Span:
+    start_token: int  # first NQ whitespace token, inclusive
+    end_token: int  # exclusive
+
+    def contains(self, other: "Span") -> bool:
+        return self.start_token <= other.start_token and other.end_token <= self.end_token
+
+    def as_prediction(self) -> str:
+        return f"{self.start_token}:{self.end_token}"
+
+
+@dataclass(frozen=True)
+class Candidate(Span):
+    top_level: bool = True
+
+
+@dataclass(frozen=True)
+class Annotation:
+    long_answer: Optional[Span]  # None when the annotator chose no long answer
+    candidate_index: int  # -1 when long_answer is None
+    short_answers: tuple  # tuple[Span, ...]
+    yes_no_answer: str  # NONE / YES / NO
+
+    @property
+    def answer_type(self) -> str:
+        """The coarse class used for stratification and reporting."""
+        if self.yes_no_answer != "NONE":
+            return self.yes_no_answer
+        if self.short_answers:
+            return "SHORT"
+        if self.long_answer is not None:
+            return "LONG"
+        return "NONE"
+
+
+@dataclass
+class Example:
+    example_id: str  # kept as text: 64-bit, may be negative, JSON int or string
+    question_text: str
+    document_text: str
+    document_url: Optional[str]
+    candidates: list  # list[Candidate]
+    annotations: Optional[list]  # list[Annotation]; None in test files
+
+    _tokens: Optional[list] = field(default=None, repr=False, compare=False)
+
+    @property
+    def tokens(self) -> list:
+        if self._tokens is None:
+            self._tokens = self.document_text.split()
+        return self._tokens
+
+    @property
+    def answer_type(self) -> str:
+        """Answer type of the training label (see `label_annotation`)."""
+        ann = label_annotation(self)
+        return ann.answer_type if ann is not None else "NONE"
+
+
+def label_annotation(example: Example) -> Optional[Annotation]:
+    """The annotation that training labels come from.
+
+    Training files carry one annotation; five-way dev files carry several.
+    We take the first annotation that has any answer, so a dev file used for
+    training is not labelled "no answer" because one annotator of five
+    abstained.
+    """
+    if not example.annotations:
+        return None
+    for ann in example.annotations:
+        if ann.answer_type != "NONE":
+            return ann
+    return example.annotations[0]
+
+
+@dataclass
+class ReadStats:
+    """What a reader saw: lines read, examples returned, skips by reason."""
+
+    path: str = ""
+    lines: int = 0
+    examples: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    first_errors: list = field(default_factory=list)  # a few messages, for the report
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def record(self, err: NQFormatError) -> None:
+        self.skipped[f"{err.field}: {_reason_kind(err.reason)}"] += 1
+        if len(self.first_errors) < 5:
+            self.first_errors.append(str(err))
+
+    def report(self) -> str:
+        if not self.num_skipped:
+            return f"{self.path}: {self.examples} examples, none skipped"
+        reasons = ", ".join(f"{k} x{v}" for k, v in self.skipped.most_common())
+        return (
+            f"{self.path}: {self.examples} examples, SKIPPED {self.num_skipped} bad lines ({reasons}); first: "
+            + " | ".join(self.first_errors)
+        )
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "lines": self.lines, "examples": self.examples,
+                "skipped": self.num_skipped, "skipped_by_reason": dict(self.skipped)}
+
+
+def _reason_kind(reason: str) -> str:
+    # Group messages by their wording before any number, so counts aggregate.
+    return re.split(r"[0-9(]", reason, maxsplit=1)[0].strip()
+
+
+def open_text(path) -> io.TextIOBase:
+    """Open `.jsonl` or `.jsonl.gz` as a UTF-8 text stream (strict decoding)."""
+    path = str(path)
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
+    return open(path, "r", encoding="utf-8", errors="strict", newline="\n")
+
+
+def iter_lines(path) -> Iterator[tuple]:
+    """Yield (line_number, text) with I/O and decoding faults turned into NQFormatError.
+
+    A truncated `.gz` or bytes that are not UTF-8 stop the file: nothing after
+    that point can be trusted to be where it claims, so this is never skipped.
+    """
+    path = str(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    line_no = 0
+    with open_text(path) as f:
+        while True:
+            try:
+                text = f.readline()
+            except UnicodeDecodeError as e:
+                raise NQFormatError(path, line_no + 1, "<bytes>", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+            except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
+                raise NQFormatError(path, line_no + 1, "<gzip>", f"compressed stream is damaged or truncated ({e})") from None
+            if not text:
+                break
+            line_no += 1
+            yield line_no, text
+
+
+def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
+                  require_annotations: bool = False, limit: Optional[int] = None) -> Iterator[Example]:
+    """Stream validated examples from a simplified-NQ file.
+
+    on_error: "raise" (default) stops at the first bad line with an error
+    naming file, line and field; "skip" counts it in `stats` and goes on.
+    require_annotations: training and gold files must carry `annotations`.
+    """
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    stats = stats if stats is not None else ReadStats()
+    stats.path = str(path)
+    seen_ids: set = set()
+    for line_no, text in iter_lines(path):
+        stats.lines += 1
+        if not text.strip():
+            continue  # a blank line (often the last one) is not an example
+        try:
+            ex = parse_example(text, str(path), line_no, require_annotations)
+            if ex.example_id in seen_ids:
+                raise NQFormatError(path, line_no, "example_id", f"duplicate example_id {ex.example_id}")
+            seen_ids.add(ex.example_id)
+        except NQFormatError as err:
+            if on_error == "raise":
+                raise
+            stats.record(err)
+            continue
+        stats.examples += 1
+        yield ex
+        if limit is not None and stats.examples >= limit:
+            return
+    if stats.examples == 0 and stats.num_skipped == 0:
+        raise NQFormatError(path, stats.lines, "<file>", "the file holds no examples")
+
+
+def parse_example(text: str, path: str = "<string>", line: int = 1, require_annotations: bool = False) -> Example:
+    """Parse and validate one JSON line."""
+    def fail(fld: str, msg: str):
+        raise NQFormatError(path, line, fld, msg)
+
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        fail("<json>", f"malformed JSON ({e.msg} at column {e.colno})")
+    except RecursionError:
+        fail("<json>", "malformed JSON (nested too deeply)")
+    if not isinstance(obj, dict):
+        fail("<json>", f"expected a JSON object, got {type(obj).__name__}")
+
+    example_id = _example_id(obj, fail)
+    question = _required(obj, "question_text", str, fail)
+    if not question.strip():
+        fail("question_text", "empty question")
+    document = _required(obj, "document_text", str, fail)
+    tokens = document.split()
+    if not tokens:
+        fail("document_text", "empty document")
+    num_tokens = len(tokens)
+    url = obj.get("document_url")
+    if url is not None and not isinstance(url, str):
+        fail("document_url", f"expected a string, got {type(url).__name__}")
+
+    raw_cands = _required(obj, "long_answer_candidates", list, fail)
+    candidates = []
+    for i, c in enumerate(raw_cands):
+        where = f"long_answer_candidates[{i}]"
+        if not isinstance(c, dict):
+            fail(where, f"expected an object, got {type(c).__name__}")
+        span = _span(c, where, num_tokens, fail)
+        top = c.get("top_level", True)
+        if not isinstance(top, bool):
+            fail(f"{where}.top_level", f"expected true/false, got {top!r}")
+        candidates.append(Candidate(span.start_token, span.end_token, top))
+
+    annotations = None
+    if "annotations" in obj:
+        raw_anns = obj["annotations"]
+        if not isinstance(raw_anns, list):
+            fail("annotations", f"expected a list, got {type(raw_anns).__name__}")
+        annotations = [_annotation(a, f"annotations[{i}]", candidates, num_tokens, fail)
+                       for i, a in enumerate(raw_anns)]
+    elif require_annotations:
+        fail("annotations", "missing (training and gold files need annotations)")
+
+    ex = Example(example_id, question, document, url, candidates, annotations)
+    ex._tokens = tokens
+    return ex
+
+
+def _example_id(obj: dict, fail) -> str:
+    if "example_id" not in obj:
+        fail("example_id", "missing")
+    raw = obj["example_id"]
+    # bool is an int subclass in Python; `true` is not an id.
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+        fail("example_id", f"expected a 64-bit integer (number or string), got {type(raw).__name__}")
+    text = str(raw).strip()
+    if not re.fullmatch(r"-?[0-9]+", text):
+        fail("example_id", f"expected a 64-bit integer, got {raw!r}")
+    if not -(2 ** 63) <= int(text) < 2 ** 64:
+        fail("example_id", f"out of the 64-bit range: {text}")
+    return text
+
+
+def _required(obj: dict, name: str, typ, fail):
+    if name not in obj:
+        fail(name, "missing")
+    value = obj[name]
+    if not isinstance(value, typ):
+        fail(name, f"expected {typ.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _int(d: dict, key: str, where: str, fail) -> int:
+    if key not in d:
+        fail(f"{where}.{key}", "missing")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int):
+        fail(f"{where}.{key}", f"expected an integer, got {v!r}")
+    return v
+
+
+def _span(d: dict, where: str, num_tokens: int, fail) -> Span:
+    start, end = _int(d, "start_token", where, fail), _int(d, "end_token", where, fail)
+    if start < 0 or end > num_tokens:
+        fail(where, f"span {start}:{end} outside the document (0:{num_tokens})")
+    if start >= end:
+        fail(where, f"span {start}:{end} has start_token >= end_token")
+    return Span(start, end)
+
+
+def _annotation(a, where: str, candidates: list, num_tokens: int, fail) -> Annotation:
+    if not isinstance(a, dict):
+        fail(where, f"expected an object, got {type(a).__name__}")
+    la = a.get("long_answer")
+    if not isinstance(la, dict):
+        fail(f"{where}.long_answer", "missing or not an object")
+    idx = _int(la, "candidate_index", f"{where}.long_answer", fail)
+    start = _int(la, "start_token", f"{where}.long_answer", fail)
+    end = _int(la, "end_token", f"{where}.long_answer", fail)
+    if idx == -1:
+        if (start, end) != (-1, -1):
+            fail(f"{where}.long_answer", f"candidate_index is -1 but the span is {start}:{end}")
+        long_answer = None
+    else:
+        if not 0 <= idx < len(candidates):
+            fail(f"{where}.long_answer.candidate_index",
+                 f"{idx} is not a candidate index (the document has {len(candidates)})")
+        long_answer = _span(la, f"{where}.long_answer", num_tokens, fail)
+        cand = candidates[idx]
+        if (cand.start_token, cand.end_token) != (start, end):
+            fail(f"{where}.long_answer.candidate_index",
+                 f"candidate {idx} is {cand.start_token}:{cand.end_token} but the long answer is {start}:{end}")
+
+    shorts_raw = a.get("short_answers", [])
+    if not isinstance(shorts_raw, list):
+        fail(f"{where}.short_answers", f"expected a list, got {type(shorts_raw).__name__}")
+    shorts = []
+    for j, s in enumerate(shorts_raw):
+        sw = f"{where}.short_answers[{j}]"
+        if not isinstance(s, dict):
+            fail(sw, f"expected an object, got {type(s).__name__}")
+        span = _span(s, sw, num_tokens, fail)
+        if long_answer is None:
+            fail(sw, "a short answer without a long answer")
+        if not long_answer.contains(span):
+            fail(sw, f"span {span.start_token}:{span.end_token} lies outside its long answer "
+                     f"{long_answer.start_token}:{long_answer.end_token}")
+        shorts.append(span)
+
+    yes_no = a.get("yes_no_answer", "NONE")
+    if yes_no not in YES_NO_VALUES:
+        fail(f"{where}.yes_no_answer", f"expected one of {', '.join(YES_NO_VALUES)}, got {yes_no!r}")
+    if yes_no != "NONE" and long_answer is None:
+        fail(f"{where}.yes_no_answer", f"{yes_no} without a long answer")
+    return Annotation(long_answer, idx, tuple(shorts), yes_no)
