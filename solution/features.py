@@ -1,0 +1,288 @@
+"""Training windows as a cached `datasets` Arrow dataset, and the dummy source.
+
+The cache key covers everything that changes the windows: the input file
+(path, size, modification time), the tokenizer's vocabulary, the window
+settings, the negative down-sampling rate and seed, the example limit and
+the code version. A second run with the same key loads the Arrow files
+instead of featurising again.
+
+With `num_proc` > 1 each worker takes every num_proc-th line (raw lines are
+cheap to skip; only a worker's own lines are parsed), and duplicate
+example ids are checked across workers once all are done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from solution.inference import candidate_array
+from solution.nq import NQFormatError, ReadStats, iter_lines, label_annotation, parse_example
+from solution.postprocess import containing_candidate
+from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, keep_window
+
+FEATURES_VERSION = 1  # bump when windows or labels change meaning
+
+
+def _features():
+    import datasets
+
+    return datasets.Features({
+        "example_id": datasets.Value("string"),
+        "window_index": datasets.Value("int32"),
+        "input_ids": datasets.Sequence(datasets.Value("int32")),
+        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
+        "nq_token_index": datasets.Sequence(datasets.Value("int32")),
+        "start_positions": datasets.Value("int32"),
+        "end_positions": datasets.Value("int32"),
+        "answer_type": datasets.Value("int8"),
+    })
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    extra = json.dumps([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None)])
+    return hashlib.sha256((vocab + extra).encode()).hexdigest()[:16]
+
+
+def cache_key(path: str, tokenizer, window: WindowConfig, negative_keep_rate: float, seed: int,
+              limit: Optional[int], on_error: str) -> str:
+    st = os.stat(path)
+    blob = json.dumps({"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
+                       "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
+                       "negative_keep_rate": negative_keep_rate, "seed": seed, "limit": limit,
+                       "on_error": on_error, "version": FEATURES_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def recovered_answers(example, windows) -> tuple:
+    """(short span, long span) that the window labels point back to, as NQ (start, end); None if none.
+
+    Short: the labelled positions mapped through `nq_token_index`. Long: the
+    candidate that post-processing would pick from those labels (the
+    container of a short span; for LONG/YES/NO labels the first candidate
+    whose text begins and ends at the labelled tokens).
+    """
+    cands = candidate_array(example)
+    short = long = None
+    for w in windows:
+        if w.answer_type == TYPE_ID["UNKNOWN"]:
+            continue
+        s, e = int(w.nq_token_index[w.start_position]), int(w.nq_token_index[w.end_position])
+        if w.answer_type == TYPE_ID["SHORT"]:
+            short = (s, e + 1)
+            idx = containing_candidate(cands, s, e + 1)
+        else:
+            match = np.nonzero((cands[:, 3] == s) & (cands[:, 4] == e))[0] if len(cands) else []
+            idx = int(match[0]) if len(match) else -1
+        if idx >= 0:
+            long = (int(cands[idx, 0]), int(cands[idx, 1]))
+    return short, long
+
+
+class _Summary:
+    """Counts for the `prepare` report, added up across workers."""
+
+    KEYS = ("documents", "windows", "windows_kept", "answerable_short", "recovered_short",
+            "answerable_long", "recovered_long")
+
+    def __init__(self):
+        self.counts = Counter({k: 0 for k in self.KEYS})
+        self.by_type = Counter()
+        self.misses: list = []
+
+    def add(self, example, windows, kept):
+        c = self.counts
+        c["documents"] += 1
+        c["windows"] += len(windows)
+        c["windows_kept"] += len(kept)
+        self.by_type.update(ANSWER_TYPES[w.answer_type] for w in kept)
+        ann = label_annotation(example)
+        if ann is None:
+            return
+        short, long = recovered_answers(example, windows)
+        if ann.answer_type == "SHORT":
+            c["answerable_short"] += 1
+            gold = ann.short_answers[0]
+            if short == (gold.start_token, gold.end_token):
+                c["recovered_short"] += 1
+            elif len(self.misses) < 20:
+                self.misses.append(f"{example.example_id}: short {gold.start_token}:{gold.end_token} -> {short}")
+        if ann.long_answer is not None:
+            c["answerable_long"] += 1
+            gold = ann.long_answer
+            if long == (gold.start_token, gold.end_token):
+                c["recovered_long"] += 1
+            elif len(self.misses) < 20:
+                self.misses.append(f"{example.example_id}: long {gold.start_token}:{gold.end_token} -> {long}")
+
+    def to_dict(self) -> dict:
+        return {**dict(self.counts), "windows_per_type": {t: self.by_type.get(t, 0) for t in ANSWER_TYPES},
+                "misses": self.misses}
+
+
+def _shard_examples(path: str, shard: int, num_shards: int, on_error: str, stats: ReadStats,
+                    limit: Optional[int], ids_out: list):
+    for line_no, text in iter_lines(path):
+        if limit is not None and line_no > limit:
+            # `limit` counts lines, so every worker stops at the same place.
+            return
+        stats.lines += 1
+        if (line_no - 1) % num_shards != shard or not text.strip():
+            continue
+        try:
+            ex = parse_example(text, path, line_no, require_annotations=True)
+        except NQFormatError as err:
+            if on_error == "raise":
+                raise
+            stats.record(err)
+            continue
+        stats.examples += 1
+        ids_out.append((ex.example_id, line_no))
+        yield ex
+
+
+def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_error, limit, num_shards, side_dir):
+    """datasets.Dataset.from_generator worker: windows of this worker's lines."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, use_fast=True)
+    featurizer = Featurizer(tokenizer, WindowConfig(**window))
+    for shard in shards:
+        stats, ids, summary = ReadStats(path=path), [], _Summary()
+        examples = _shard_examples(path, shard, num_shards, on_error, stats, limit, ids)
+        for ex, windows in featurizer.featurize(examples, with_labels=True):
+            kept = [w for w in windows if keep_window(w, negative_keep_rate, seed)]
+            summary.add(ex, windows, kept)
+            for w in kept:
+                yield w.as_dict()
+        side = {"stats": {**stats.as_dict(), "skipped_by_reason": dict(stats.skipped),
+                          "first_errors": stats.first_errors},
+                "summary": summary.to_dict(), "ids": ids}
+        Path(side_dir, f"shard-{shard}.json").write_text(json.dumps(side))
+
+
+def build_train_features(path: str, tokenizer, window: WindowConfig, negative_keep_rate: float = 1.0,
+                         seed: int = 0, cache_dir: str = "cache/features", num_proc: int = 1,
+                         on_error: str = "raise", limit: Optional[int] = None, log=print):
+    """(datasets.Dataset of labelled windows, summary dict), from the cache when possible."""
+    import datasets
+
+    datasets.disable_progress_bars()  # our own log lines say what is happening
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    key = cache_key(path, tokenizer, window, negative_keep_rate, seed, limit, on_error)
+    final = Path(cache_dir) / f"{Path(path).name}-{key}"
+    if (final / "summary.json").is_file():
+        summary = json.loads((final / "summary.json").read_text())
+        log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
+        return datasets.load_from_disk(str(final / "arrow")), summary
+
+    tmp = Path(cache_dir) / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "side").mkdir(parents=True)
+    tok_dir = tmp / "tokenizer"
+    tokenizer.save_pretrained(tok_dir)
+    log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
+    if num_proc > 1:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers already use the cores
+    try:
+        ds = datasets.Dataset.from_generator(
+            _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
+            gen_kwargs={"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
+                        "window": asdict(window), "negative_keep_rate": negative_keep_rate, "seed": seed,
+                        "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")})
+    except datasets.exceptions.DatasetGenerationError as e:
+        # The worker's own error (an NQFormatError naming file, line, field) is the one to show.
+        cause = e.__cause__ or e.__context__
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(cause, (NQFormatError, FileNotFoundError)):
+            raise cause from None
+        raise
+    summary = _merge_sides(tmp / "side", num_proc, path)
+    if summary["examples"] == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise NQFormatError(path, summary["lines"], "<file>", "the file holds no usable examples")
+    ds.save_to_disk(str(tmp / "arrow"))
+    (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+    shutil.rmtree(tmp / "hf", ignore_errors=True)
+    shutil.rmtree(tok_dir, ignore_errors=True)
+    if final.exists():  # another process finished first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    return datasets.load_from_disk(str(final / "arrow")), summary
+
+
+def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:
+    merged = _Summary()
+    skipped = Counter()
+    first_errors: list = []
+    examples = 0
+    lines = 0
+    seen: dict = {}
+    for shard in range(num_shards):
+        side = json.loads((side_dir / f"shard-{shard}.json").read_text())
+        lines = max(lines, side["stats"]["lines"])
+        examples += side["stats"]["examples"]
+        skipped.update(side["stats"]["skipped_by_reason"])
+        first_errors += side["stats"]["first_errors"]
+        for k in _Summary.KEYS:
+            merged.counts[k] += side["summary"][k]
+        merged.by_type.update(side["summary"]["windows_per_type"])
+        merged.misses += side["summary"]["misses"]
+        for example_id, line_no in side["ids"]:
+            if example_id in seen:
+                raise NQFormatError(path, line_no, "example_id",
+                                    f"duplicate example_id {example_id} (first on line {seen[example_id]})")
+            seen[example_id] = line_no
+    out = merged.to_dict()
+    out.update(path=path, lines=lines, examples=examples, skipped=sum(skipped.values()),
+               skipped_by_reason=dict(skipped), first_errors=first_errors[:5])
+    return out
+
+
+class WindowDataset(torch.utils.data.Dataset):
+    """Arrow windows as dicts of numpy arrays, for `inference.collate`."""
+
+    def __init__(self, ds):
+        self.ds = ds.with_format("numpy")
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        return self.ds[int(i)]
+
+
+class DummyWindows(torch.utils.data.Dataset):
+    """Random full-length windows made on the fly: no files, no tokenizer (isolates compute and communication)."""
+
+    def __init__(self, num_windows: int, seq_len: int, vocab_size: int, seed: int = 0,
+                 cls_token_id: int = 101, sep_token_id: int = 102):
+        self.num_windows, self.seq_len, self.vocab_size, self.seed = num_windows, seq_len, vocab_size, seed
+        self.cls_token_id, self.sep_token_id = cls_token_id, sep_token_id
+
+    def __len__(self):
+        return self.num_windows
+
+    def __getitem__(self, i):
+        rng = np.random.default_rng([self.seed, int(i)])
+        ids = rng.integers(0, self.vocab_size, self.seq_len, dtype=np.int32)
+        ids[0], ids[-1] = self.cls_token_id, self.sep_token_id
+        answer_type = int(rng.integers(0, len(ANSWER_TYPES)))
+        start = int(rng.integers(1, self.seq_len - 1)) if answer_type else 0
+        end = min(start + int(rng.integers(0, 5)), self.seq_len - 2) if answer_type else 0
+        types = np.zeros(self.seq_len, dtype=np.int8)
+        types[self.seq_len // 8:] = 1
+        return {"input_ids": ids, "token_type_ids": types, "start_positions": start,
+                "end_positions": end, "answer_type": answer_type}

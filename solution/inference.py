@@ -1,0 +1,131 @@
+"""Run a QA model over documents and post-process them, as a stream.
+
+Used by `submission.predict` (the Kaggle path) and by dev evaluation during
+training, so both score the same way. Only torch, numpy and the tokenizer:
+no accelerate, no deepspeed, no network.
+
+Memory stays flat in the size of the input: documents are read, cut into
+windows, scored and answered `docs_per_chunk` at a time.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Callable, Iterable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from solution.nq import Example, is_html_token
+from solution.postprocess import DocumentPrediction, PostprocessConfig, postprocess_document
+from solution.windows import Featurizer
+
+
+def candidate_array(example: Example) -> np.ndarray:
+    """int [num_candidates, 5]: start, end, top_level, first text token, last text token (-1 if none)."""
+    toks = example.tokens
+    rows = []
+    for c in example.candidates:
+        first = next((i for i in range(c.start_token, c.end_token) if not is_html_token(toks[i])), -1)
+        last = -1
+        if first >= 0:
+            last = next(i for i in range(c.end_token - 1, first - 1, -1) if not is_html_token(toks[i]))
+        rows.append((c.start_token, c.end_token, int(c.top_level), first, last))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
+    """Pad a list of windows (dicts or `Window`s) into a batch of tensors."""
+    rows = [w if isinstance(w, dict) else w.as_dict() for w in windows]
+    length = pad_to or max(len(r["input_ids"]) for r in rows)
+    n = len(rows)
+    input_ids = np.full((n, length), pad_token_id, dtype=np.int64)
+    token_type_ids = np.zeros((n, length), dtype=np.int64)
+    attention_mask = np.zeros((n, length), dtype=np.int64)
+    for i, r in enumerate(rows):
+        k = len(r["input_ids"])
+        input_ids[i, :k] = r["input_ids"]
+        token_type_ids[i, :k] = r["token_type_ids"]
+        attention_mask[i, :k] = 1
+    batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
+             "attention_mask": torch.from_numpy(attention_mask)}
+    if "start_positions" in rows[0] and rows[0].get("start_positions") is not None:
+        for key in ("start_positions", "end_positions", "answer_type"):
+            batch[key] = torch.tensor([int(r[key]) for r in rows], dtype=torch.long)
+    return batch
+
+
+def model_runner(model: torch.nn.Module, device="cpu", autocast_dtype: Optional[torch.dtype] = None) -> Callable:
+    """A function batch -> (start, end, type) float32 numpy logits, under inference mode."""
+    device = torch.device(device)
+
+    def run(batch: dict):
+        inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
+        with torch.inference_mode(), ctx:
+            out = model(**inputs)
+        return tuple(out[k].float().cpu().numpy() for k in ("start_logits", "end_logits", "type_logits"))
+
+    return run
+
+
+def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[Example],
+                      cfg: PostprocessConfig, batch_size: int = 32, docs_per_chunk: int = 64,
+                      progress: Optional[Callable[[int, int], None]] = None) -> Iterator[DocumentPrediction]:
+    """Yield one prediction per example, in input order.
+
+    `run` maps a collated batch to logits (see `model_runner`); `progress`, if
+    given, is called with (documents done, windows done) after each chunk.
+    """
+    pad_id = featurizer.tokenizer.pad_token_id or 0
+    docs_done = windows_done = 0
+    chunk: list = []
+
+    def flush():
+        nonlocal docs_done, windows_done
+        windows = [w for _, ws in chunk for w in ws]
+        # Longest windows first, so each batch pads little.
+        order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
+        logits = [None] * len(windows)
+        for b in range(0, len(order), batch_size):
+            idx = order[b:b + batch_size]
+            s, e, t = run(collate([windows[i] for i in idx], pad_id))
+            for row, i in enumerate(idx):
+                n = len(windows[i].input_ids)
+                logits[i] = (s[row, :n], e[row, :n], t[row])
+        pos = 0
+        for ex, ws in chunk:
+            yield _answer(ex, ws, logits[pos:pos + len(ws)], cfg)
+            pos += len(ws)
+        docs_done += len(chunk)
+        windows_done += len(windows)
+        if progress:
+            progress(docs_done, windows_done)
+        chunk.clear()
+
+    for ex, ws in featurizer.featurize(examples, with_labels=False):
+        chunk.append((ex, ws))
+        if len(chunk) >= docs_per_chunk:
+            yield from flush()
+    if chunk:
+        yield from flush()
+
+
+def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
+    seq = max(len(w.input_ids) for w in windows)
+    n = len(windows)
+    start = np.full((n, seq), -1e4, dtype=np.float32)
+    end = np.full((n, seq), -1e4, dtype=np.float32)
+    nq_idx = np.full((n, seq), -1, dtype=np.int64)
+    types = np.zeros((n, logits[0][2].shape[-1]), dtype=np.float32)
+    for i, (w, (s, e, t)) in enumerate(zip(windows, logits)):
+        k = len(w.input_ids)
+        start[i, :k], end[i, :k], nq_idx[i, :k], types[i] = s, e, w.nq_token_index, t
+    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg)
+
+
+def submission_rows(predictions: Iterable[DocumentPrediction]) -> Iterator[tuple]:
+    """(row id, prediction string): `<id>_long` then `<id>_short` for each document."""
+    for p in predictions:
+        yield f"{p.example_id}_long", p.long
+        yield f"{p.example_id}_short", p.short

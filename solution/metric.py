@@ -1,0 +1,248 @@
+"""The Kaggle "TensorFlow 2.0 Question Answering" metric: micro-F1 over long and short rows.
+
+A submission holds, for every gold example, two rows `<example_id>_long` and
+`<example_id>_short`. Each row's PredictionString is blank or `start:end` (NQ
+whitespace tokens, end exclusive); a short row may also say `YES` or `NO`.
+
+Gold comes from a five-way-annotated simplified-NQ file. The valid answers of
+an example are the union over its annotations:
+  long:  every annotation's long-answer span;
+  short: every single short span of every annotation (a multi-span answer is
+         NOT merged into first-start:last-end), plus YES / NO where an
+         annotation's yes_no_answer says so.
+
+Counting, per row:
+  non-blank and one of the valid answers    -> TP
+  non-blank and none of them (or none exist) -> FP
+  blank while a valid answer exists          -> FN
+  blank and no valid answer                  -> nothing
+micro-F1 = 2TP / (2TP + FP + FN), pooled over long and short rows.
+
+Pure Python (no torch, accelerate, deepspeed or pandas): `score` runs inside
+the trainer on dev predictions and in the offline Kaggle kernel.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from solution.nq import ReadStats, read_examples
+
+HEADER = ("example_id", "PredictionString")
+ROW_KINDS = ("long", "short")
+MAX_IDS_IN_MESSAGE = 10
+
+_ROW_ID = re.compile(r"(-?[0-9]+)_(long|short)")
+_SPAN = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
+
+
+class SubmissionError(ValueError):
+    """A submission that cannot be scored. `str()` names file and line when known."""
+
+    def __init__(self, message: str, path: Optional[str] = None, line: Optional[int] = None):
+        self.path, self.line, self.reason = (str(path) if path is not None else None), line, message
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
+        super().__init__(where + message)
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Valid prediction strings of one example, in the canonical form of `parse_prediction`."""
+
+    long: frozenset  # frozenset[str]: "start:end"
+    short: frozenset  # frozenset[str]: "start:end", "YES", "NO"
+
+
+# ---------------------------------------------------------------------------
+# Gold
+
+
+def gold_from_annotations(annotations) -> Gold:
+    """The valid answers of one example, from its `nq.Annotation`s (None or [] -> no answer)."""
+    long, short = set(), set()
+    for ann in annotations or ():
+        if ann.long_answer is not None:
+            long.add(ann.long_answer.as_prediction())
+        # Each span separately: a prediction equal to any one span counts.
+        short.update(span.as_prediction() for span in ann.short_answers)
+        if ann.yes_no_answer != "NONE":
+            short.add(ann.yes_no_answer)
+    return Gold(frozenset(long), frozenset(short))
+
+
+def load_gold(path, on_error: str = "raise", stats: Optional[ReadStats] = None) -> dict:
+    """Read a gold simplified-NQ file (`.jsonl` or `.jsonl.gz`) -> {example_id: Gold}, in file order.
+
+    Streams through `nq.read_examples(require_annotations=True)`; only the
+    answer strings are kept. With on_error="skip", bad lines are counted in
+    `stats` (pass a `ReadStats` to see them) and their examples are absent.
+    """
+    gold = {}
+    for ex in read_examples(path, on_error=on_error, stats=stats, require_annotations=True):
+        gold[ex.example_id] = gold_from_annotations(ex.annotations)
+    return gold
+
+
+# ---------------------------------------------------------------------------
+# Submission
+
+
+def parse_prediction(text: str) -> str:
+    """Canonical form of a PredictionString: "", "YES", "NO" or "start:end".
+
+    Surrounding whitespace is ignored and integers are normalised ("007:12" ->
+    "7:12"). Anything else raises ValueError. Whether a well-formed string can
+    match (YES in a long row, a negative or empty span) is for `score`: it is
+    simply a false positive.
+    """
+    text = text.strip()
+    if text in ("", "YES", "NO"):
+        return text
+    m = _SPAN.fullmatch(text)
+    if m is None:
+        raise ValueError(f"malformed PredictionString {text!r}: expected blank, start:end, YES or NO")
+    return f"{int(m.group(1))}:{int(m.group(2))}"
+
+
+def read_submission(path) -> dict:
+    """Read a submission CSV -> {row_id: canonical PredictionString}, in file order.
+
+    Checks, each raising `SubmissionError` (a ValueError) naming file and line:
+    the header is `example_id,PredictionString`; every row has 2 fields; row
+    ids are `<int>_long` or `<int>_short` and unique; predictions are
+    well-formed. Missing and extra rows need the gold, so `score` checks them.
+    A missing file raises FileNotFoundError, as `nq.read_examples` does.
+    """
+    path = str(path)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    predictions: dict = {}
+    first_line: dict = {}  # row id -> CSV line, for duplicate messages
+    with open(path, "rb") as f:
+        reader = csv.reader(_decoded_lines(f, path), strict=True)
+        rows = _csv_rows(reader, path)
+        header = next(rows, None)
+        if header is None:
+            raise SubmissionError(f"empty file; expected the header {','.join(HEADER)}", path)
+        line, fields = header
+        if tuple(c.strip() for c in fields) != HEADER:
+            raise SubmissionError(f"expected the header {','.join(HEADER)}, got {','.join(fields)!r}", path, line)
+        for line, fields in rows:
+            if len(fields) != 2:
+                raise SubmissionError(f"expected 2 fields (example_id,PredictionString), got {len(fields)}: "
+                                      f"{','.join(fields)[:80]!r}", path, line)
+            row_id = fields[0].strip()
+            if not _ROW_ID.fullmatch(row_id):
+                raise SubmissionError(f"row id {row_id!r} is not <example_id>_long or <example_id>_short",
+                                      path, line)
+            if row_id in first_line:
+                raise SubmissionError(f"duplicate row id {row_id} (first on line {first_line[row_id]})", path, line)
+            try:
+                predictions[row_id] = parse_prediction(fields[1])
+            except ValueError as e:
+                raise SubmissionError(f"row {row_id}: {e}", path, line) from None
+            first_line[row_id] = line
+    return predictions
+
+
+def _decoded_lines(binary, path: str):
+    """Decode line by line, so a byte that is not UTF-8 is reported on its own line.
+
+    Lines keep their endings ("\r\n" or "\n"), as csv wants from a file opened
+    with newline=""; a leading UTF-8 BOM (Excel) is dropped.
+    """
+    for line_no, raw in enumerate(binary, 1):
+        if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SubmissionError(f"not UTF-8 ({e.reason} at byte {e.start} of the line)", path, line_no) from None
+
+
+def _csv_rows(reader, path: str):
+    """Yield (first CSV line of the record, fields), skipping blank lines; csv faults -> SubmissionError."""
+    while True:
+        start = reader.line_num + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise SubmissionError(f"malformed CSV ({e})", path, reader.line_num) from None
+        if fields:
+            yield start, fields
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+
+
+def score(predictions: dict, gold: dict, source: Optional[str] = None) -> dict:
+    """Score {row_id: PredictionString} against {example_id: Gold}. No I/O.
+
+    Returns {"micro_f1", "precision", "recall", "tp", "fp", "fn",
+    "long": {same keys}, "short": {same keys}, "num_examples"}.
+    Raises SubmissionError when rows are missing or extra, or a prediction is
+    malformed; `source` (a file name) prefixes those messages.
+    """
+    expected = [f"{eid}_{kind}" for eid in gold for kind in ROW_KINDS]
+    expected_set = set(expected)
+    missing = [r for r in expected if r not in predictions]
+    extra = [r for r in predictions if r not in expected_set]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing row(s): {_some(missing)}")
+    if extra:
+        problems.append(f"{len(extra)} extra row(s) whose example_id is not in the gold: {_some(extra)}")
+    if problems:
+        raise SubmissionError("; ".join(problems), source)
+
+    counts = {kind: [0, 0, 0] for kind in ROW_KINDS}  # tp, fp, fn
+    for eid, g in gold.items():
+        for kind, valid in (("long", g.long), ("short", g.short)):
+            row_id = f"{eid}_{kind}"
+            try:
+                pred = parse_prediction(predictions[row_id])
+            except ValueError as e:
+                raise SubmissionError(f"row {row_id}: {e}", source) from None
+            c = counts[kind]
+            if pred:
+                c[0 if pred in valid else 1] += 1
+            elif valid:
+                c[2] += 1
+    tp, fp, fn = (counts["long"][i] + counts["short"][i] for i in range(3))
+    result = _figures(tp, fp, fn)
+    result["long"] = _figures(*counts["long"])
+    result["short"] = _figures(*counts["short"])
+    result["num_examples"] = len(gold)
+    return result
+
+
+def _figures(tp: int, fp: int, fn: int) -> dict:
+    def ratio(num: int, den: int) -> float:
+        return num / den if den else 0.0
+
+    return {"micro_f1": ratio(2 * tp, 2 * tp + fp + fn), "precision": ratio(tp, tp + fp),
+            "recall": ratio(tp, tp + fn), "tp": tp, "fp": fp, "fn": fn}
+
+
+def _some(ids: list) -> str:
+    shown = ", ".join(ids[:MAX_IDS_IN_MESSAGE])
+    return shown + (f", ... ({len(ids) - MAX_IDS_IN_MESSAGE} more)" if len(ids) > MAX_IDS_IN_MESSAGE else "")
+
+
+def format_report(result: dict) -> str:
+    """A small table of the `score` result: F1, P, R, TP, FP, FN for overall, long and short rows."""
+    lines = [f"examples: {result['num_examples']} ({2 * result['num_examples']} rows)",
+             f"{'':8} {'F1':>7} {'P':>7} {'R':>7} {'TP':>7} {'FP':>7} {'FN':>7}"]
+    for name, r in (("overall", result), ("long", result["long"]), ("short", result["short"])):
+        lines.append(f"{name:8} {r['micro_f1']:7.4f} {r['precision']:7.4f} {r['recall']:7.4f} "
+                     f"{r['tp']:7d} {r['fp']:7d} {r['fn']:7d}")
+    return "\n".join(lines)

