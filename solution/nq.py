@@ -16,7 +16,6 @@ can use it in an offline Kaggle kernel.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import re
 import zlib
@@ -157,35 +156,36 @@ def _reason_kind(reason: str) -> str:
     return re.split(r"[0-9(]", reason, maxsplit=1)[0].strip()
 
 
-def open_text(path) -> io.TextIOBase:
-    """Open `.jsonl` or `.jsonl.gz` as a UTF-8 text stream (strict decoding)."""
+def open_binary(path):
+    """Open `.jsonl` or `.jsonl.gz` as a stream of bytes."""
     path = str(path)
-    if path.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict", newline="\n")
-    return open(path, "r", encoding="utf-8", errors="strict", newline="\n")
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
 def iter_lines(path) -> Iterator[tuple]:
     """Yield (line_number, text) with I/O and decoding faults turned into NQFormatError.
 
-    A truncated `.gz` or bytes that are not UTF-8 stop the file: nothing after
-    that point can be trusted to be where it claims, so this is never skipped.
+    Lines are decoded one at a time, so a bad byte is reported on its own
+    line. A truncated `.gz` or bytes that are not UTF-8 stop the file:
+    nothing after that point can be trusted, so this is never skipped.
     """
     path = str(path)
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     line_no = 0
-    with open_text(path) as f:
+    with open_binary(path) as f:
         while True:
             try:
-                text = f.readline()
-            except UnicodeDecodeError as e:
-                raise NQFormatError(path, line_no + 1, "<bytes>", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+                raw = f.readline()
             except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
                 raise NQFormatError(path, line_no + 1, "<gzip>", f"compressed stream is damaged or truncated ({e})") from None
-            if not text:
+            if not raw:
                 break
             line_no += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise NQFormatError(path, line_no, "<bytes>", f"not UTF-8 ({e.reason} at byte {e.start})") from None
             yield line_no, text
 
 

@@ -13,8 +13,8 @@ Per document:
     - null (training labels LONG, YES and NO answers with exactly that span);
   * the window holding the best score of either kind gives the answer type
     (argmax over YES/NO/SHORT/LONG of the type head);
-  * below `long_threshold` both rows stay blank. SHORT: short = the best
-    span (if its score reaches `short_threshold`), long = the top-level
+  * unless the best score is above `long_threshold`, both rows stay blank. SHORT: short = the best
+    span (if its score is above `short_threshold`), long = the top-level
     candidate containing it. LONG: long = the best candidate. YES/NO: long =
     the best candidate, short = YES/NO.
 """
@@ -38,9 +38,9 @@ class PostprocessConfig:
     max_answer_length: int = 30
     """Longest short answer, in word pieces."""
     long_threshold: float = 0.0
-    """Best score (logit units over the [CLS] null score) under which both rows stay blank."""
+    """Both rows stay blank unless the best score (logits over the [CLS] null score) is above this."""
     short_threshold: float = 0.0
-    """Short-span score under which the short row stays blank."""
+    """The short row stays blank unless the best short span's score is above this."""
 
     def __post_init__(self):
         if self.top_k < 1:
@@ -87,7 +87,7 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     best_window = short[1] if short_score >= cand_score else cand[1]
     score = max(short_score, cand_score)
     answer_type = ANSWER_TYPES[1 + int(np.argmax(type_logits[best_window, 1:]))]
-    if score < cfg.long_threshold:
+    if score <= cfg.long_threshold:
         return DocumentPrediction(example_id, "", "", answer_type, score, short_score, -1)
 
     long_idx, short_text = -1, ""
@@ -95,7 +95,7 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
         _, w, s, e = short
         span = (int(nq_token_index[w, s]), int(nq_token_index[w, e]) + 1)
         long_idx = containing_candidate(candidates, *span)
-        if short_score >= cfg.short_threshold:
+        if short_score > cfg.short_threshold:
             short_text = f"{span[0]}:{span[1]}"
     else:
         if cand is not None:

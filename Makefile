@@ -1,0 +1,25 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+# Reinstall only when requirements.txt changes.
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) scripts/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf runs cache data/synth

@@ -1,0 +1,54 @@
+"""The demo behind `make demo`: synthetic data -> train -> predict -> score, on CPU in minutes.
+
+Runs the same four commands a user would type (see README), each as its own
+process, and prints how long each took. The result lands in runs/demo/:
+submission.csv and score.json (`solution.evaluate --json`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+CONFIG = "configs/train/demo.yaml"
+OUT = Path("runs/demo")
+
+
+def step(title: str, args: list, stdout=None) -> float:
+    print(f"\n=== {title}\n$ {' '.join(['python'] + args)}", flush=True)
+    t0 = time.perf_counter()
+    result = subprocess.run([PY] + args, cwd=ROOT, stdout=stdout)
+    if result.returncode != 0:
+        sys.exit(f"demo: '{title}' failed with exit code {result.returncode}")
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    times = {}
+    times["synth"] = step("1/4 make the synthetic corpus", ["-m", "solution.synth", "--out", "data/synth"])
+    times["train"] = step("2/4 fine-tune MiniLM, scoring dev each epoch", ["-m", "solution.train", "--config", CONFIG])
+    times["predict"] = step("3/4 write the submission", [
+        "-m", "submission.predict", "--model", str(OUT / "model"), "--input", "data/synth/simplified-nq-test.jsonl",
+        "--output", str(OUT / "submission.csv")])
+    with open(ROOT / OUT / "score.json", "w") as f:
+        times["score"] = step("4/4 score it with the competition metric", [
+            "-m", "solution.evaluate", "--submission", str(OUT / "submission.csv"),
+            "--gold", "data/synth/simplified-nq-test-gold.jsonl", "--json"], stdout=f)
+    result = json.loads((ROOT / OUT / "score.json").read_text())
+    sys.path.insert(0, str(ROOT))
+    from solution.metric import format_report
+
+    print("\n" + format_report(result))
+    total = sum(times.values())
+    print("\ntimes: " + ", ".join(f"{k} {v:.0f}s" for k, v in times.items()) + f", total {total:.0f}s")
+    print(f"synthetic test micro-F1: {result['micro_f1']:.4f}  ({OUT / 'submission.csv'}, {OUT / 'score.json'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,543 @@
+"""Synthetic Natural Questions in the exact Kaggle simplified-NQ format.
+
+The project's embedded default corpus: the demo, the tests and CI train and
+score on it with no download. Each document is a made-up Wikipedia article
+about one fictional country (`Vemoria - wikipedia <H1> Vemoria </H1> ...`)
+with an infobox table, sections, filler paragraphs, lists and tables, so
+candidates nest (Tr in Table, Li in Ul) as in real NQ.
+
+Learnable by design, so a small BERT fine-tuned for minutes can score well:
+every stated attribute appears exactly once (`The capital of Vemoria is Tarsk
+.`, an infobox row, or a list item) and its question shares the attribute's
+words (`what is the capital of vemoria`); a no-answer question asks for an
+attribute or topic the document never states, while it states others in the
+same sentence shapes. Long answers are always top-level candidates.
+
+    python -m solution.synth --out data/synth [--seed 0] [--num-train 1000] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+ANSWER_TYPES = ("NONE", "SHORT", "LONG", "YES", "NO")
+# Shares of Natural Questions training: half unanswerable, a third short, ~1.5% yes/no.
+ANSWER_MIX = {"NONE": 0.50, "SHORT": 0.33, "LONG": 0.155, "YES": 0.01, "NO": 0.005}
+NUM_ANNOTATORS = 5  # dev and test gold are five-way annotated, as NQ dev
+ANNOTATOR_RECALL = 0.8  # chance one annotator of an answerable example gives its answer
+NONE_ASKS_ATTRIBUTE = 0.68  # no-answer questions split like SHORT:LONG, so neither form gives it away
+
+# key: (value kind, infobox label, statements with {E}/{V}, questions with {e}/{v}, yes/no question)
+ATTRIBUTES = {
+    "capital": ("city", "Capital", ("The capital of {E} is {V} .", "{V} is the capital of {E} .",
+                "{E} 's capital city is {V} ."), ("what is the capital of {e}", "what is the capital city of {e}"),
+                "is {v} the capital of {e}"),
+    "largest_city": ("city", "Largest city", ("The largest city in {E} is {V} .", "{V} is the largest city of {E} ."),
+                     ("what is the largest city in {e}", "which is the biggest city in {e}"),
+                     "is {v} the largest city in {e}"),
+    "port": ("city", "Main port", ("The main port of {E} is {V} .", "Most sea trade of {E} passes through its main port , {V} ."),
+             ("what is the main port of {e}",), "is {v} the main port of {e}"),
+    "founder": ("person", "Founder", ("{E} was founded by {V} .", "The founder of {E} was {V} ."),
+                ("who founded {e}", "who was the founder of {e}"), "was {e} founded by {v}"),
+    "year_founded": ("year", "Founded", ("{E} was founded in {V} .", "The state of {E} was founded in the year {V} ."),
+                     ("when was {e} founded", "what year was {e} founded"), "was {e} founded in {v}"),
+    "independence": ("year", "Independence", ("{E} became independent in {V} .", "{E} gained its independence in {V} ."),
+                     ("when did {e} gain independence", "what year did {e} become independent"),
+                     "did {e} become independent in {v}"),
+    "first_king": ("person", "First king", ("The first king of {E} was {V} .", "{V} was crowned as the first king of {E} ."),
+                   ("who was the first king of {e}",), "was {v} the first king of {e}"),
+    "head_of_state": ("person", "Head of state", ("The current head of state of {E} is {V} .",),
+                      ("who is the head of state of {e}", "who is the current head of state of {e}"),
+                      "is {v} the head of state of {e}"),
+    "currency": ("currency", "Currency", ("The currency of {E} is the {V} .", "{E} uses the {V} as its currency ."),
+                 ("what is the currency of {e}", "what currency is used in {e}"), "is the {v} the currency of {e}"),
+    "mountain": ("mountain", "Highest point", ("The highest mountain in {E} is {V} .", "{V} is the highest peak in {E} ."),
+                 ("what is the highest mountain in {e}", "what is the highest peak in {e}"),
+                 "is {v} the highest mountain in {e}"),
+    "river": ("river", "Longest river", ("The longest river in {E} is the {V} .", "The {V} is the longest river of {E} ."),
+              ("what is the longest river in {e}",), "is the {v} the longest river in {e}"),
+    "lake": ("lake", "Largest lake", ("The largest lake in {E} is {V} .",), ("what is the largest lake in {e}",),
+             "is {v} the largest lake in {e}"),
+    "animal": ("creature", "National animal", ("The national animal of {E} is the {V} .",
+               "The {V} was chosen as the national animal of {E} ."), ("what is the national animal of {e}",),
+               "is the {v} the national animal of {e}"),
+    "flower": ("creature", "National flower", ("The national flower of {E} is the {V} .",),
+               ("what is the national flower of {e}",), "is the {v} the national flower of {e}"),
+    "language": ("language", "Official language", ("The official language of {E} is {V} .",
+                 "Most people in {E} speak {V} , the official language ."),
+                 ("what is the official language of {e}", "what language is spoken in {e}"),
+                 "is {v} the official language of {e}"),
+    "population": ("count", "Population", ("The population of {E} is {V} .", "{E} has a population of {V} ."),
+                   ("what is the population of {e}", "how many people live in {e}"), "is the population of {e} {v}"),
+    "area": ("area", "Area", ("{E} covers an area of {V} .", "The total area of {E} is {V} ."),
+             ("what is the area of {e}", "how big is the area of {e}"), "is the area of {e} {v}"),
+    "anthem": ("anthem", "Anthem", ("The national anthem of {E} is {V} .",), ("what is the national anthem of {e}",),
+               "is {v} the national anthem of {e}"),
+    "saint": ("saint", "Patron saint", ("The patron saint of {E} is {V} .",), ("who is the patron saint of {e}",),
+              "is {v} the patron saint of {e}"),
+    "export": ("commodity", "Main export", ("The main export of {E} is {V} .", "{E} earns most of its income by exporting {V} ."),
+               ("what is the main export of {e}", "what does {e} export the most"), "is {v} the main export of {e}"),
+    "sport": ("sport", "National sport", ("The national sport of {E} is {V} .",), ("what is the national sport of {e}",),
+              "is {v} the national sport of {e}"),
+    "deity": ("city", "Chief deity", ("The chief god of {E} is {V} .", "People in {E} worship {V} as their chief god ."),
+              ("who is the chief god of {e}",), "is {v} the chief god of {e}"),
+}
+
+# key: (section heading, opening sentences with {E}, questions with {e}); long answer, no short answer.
+TOPICS = {
+    "history": ("History", ("The history of {E} spans many centuries .", "The history of {E} begins with small farming settlements ."),
+                ("what is the history of {e}", "what happened in the history of {e}")),
+    "geography": ("Geography", ("The geography of {E} is dominated by hills and narrow valleys .",),
+                  ("describe the geography of {e}", "what is the geography of {e} like")),
+    "climate": ("Climate", ("The climate of {E} is mild near the coast and harsh in the uplands .",),
+                ("what is the climate like in {e}", "what kind of climate does {e} have")),
+    "economy": ("Economy", ("The economy of {E} rests on farming , fishing and trade .",),
+                ("what is the economy of {e} based on", "how does the economy of {e} work")),
+    "culture": ("Culture", ("The culture of {E} mixes old rural customs with city life .",), ("what is the culture of {e} like",)),
+    "cuisine": ("Cuisine", ("The cuisine of {E} relies on bread , fish and mountain cheese .",),
+                ("what is the cuisine of {e} like", "what is traditional cuisine in {e}")),
+    "religion": ("Religion", ("Religion in {E} has long shaped daily life .",), ("what role does religion play in {e}",)),
+    "architecture": ("Architecture", ("The architecture of {E} is known for steep roofs and painted walls .",),
+                     ("what is the architecture of {e} like",)),
+    "music": ("Music", ("The music of {E} is built around drums and long reed pipes .",), ("what is the music of {e} like",)),
+    "education": ("Education", ("Education in {E} is free for all children .",), ("how does education work in {e}",)),
+    "transport": ("Transport", ("Transport in {E} depends on a few main roads and coastal ferries .",),
+                  ("what is transport like in {e}",)),
+    "wildlife": ("Wildlife", ("The wildlife of {E} includes many birds that breed on the cliffs .",),
+                 ("what wildlife lives in {e}",)),
+    "government": ("Government", ("The government of {E} is led by an elected council .",),
+                   ("what is the government of {e} like", "how does the government of {e} work")),
+    "festivals": ("Festivals", ("The festivals of {E} follow the farming year .",), ("what festivals are celebrated in {e}",)),
+}
+GENERIC_HEADINGS = ("Etymology", "Overview", "Demographics", "Early period", "Modern era", "Society", "Regions", "Notes")
+
+# Filler: slot tokens {E} {N} {C} {P} {Y} {K} {G} {W} {D} draw entity, neighbour, city, person, year,
+# number, commodity, made-up word, direction. Cities and years double as distractors of the same kind.
+FILLER = tuple(s.split() for s in (
+    "In {Y} , {P} travelled from {C} to the northern coast .", "The road between {C} and {C} was paved in {Y} .",
+    "{E} borders {N} to the {D} .", "Trade with {N} grew steadily after {Y} .",
+    "Farmers in the lowlands trade {G} and raise sheep .", "Most villages in {E} hold a market once a week .",
+    "Local records describe a severe winter in {Y} .", "{P} wrote a short account of the journey .",
+    "The coastline is broken by many small bays and inlets .", "Many older buildings in {C} were rebuilt after a fire in {Y} .",
+    "About {K} visitors came to the annual fair at {C} .", "The dialect of {C} differs slightly from the standard form .",
+    "Scholars still disagree about the origin of the name {E} .", "A railway line linked {C} with {N} in {Y} .",
+    "The {W} , a small bird , nests in the cliffs near {C} .", "{P} , a merchant from {C} , paid for the first bridge .",
+    "Fishing remains important in the villages along the coast .", "The old fortress above {C} is now a museum .",
+    "Each spring the valleys fill with {W} blossoms .", "The treaty signed with {N} in {Y} settled the border .",
+    "Travellers often describe {E} as quiet and welcoming .", "A survey in {Y} counted {K} sheep in the uplands .",
+    "Wool and {G} were carried by mule trains across the passes .", "The poet {P} was born in {C} .",
+    "Stone bridges cross the streams that run down from the hills .", "The northern districts of {E} are thinly settled .",
+    "A small museum in {C} keeps maps drawn by {P} .", "Heavy rains in {Y} flooded the lower town of {C} .",
+    "Ships from {N} called at {C} to load {G} .", "The council of {C} met in the old town hall until {Y} .",
+    "Shepherds move their flocks to the high pastures in early summer .", "{P} painted the harbour of {C} many times .",
+    "The monastery near {C} was abandoned in {Y} and restored later .", "Some {K} books are kept in the library of {C} .",
+    "A long dry summer in {Y} ruined the harvest in the south .", "Most houses in the hill villages are built of grey stone .",
+    "Caravans from {N} brought {G} and cloth to the towns .", "The town of {C} is famous for its spring horse market .",
+    "{P} and {P} mapped the eastern valleys .", "Wooden boats are still built by hand in {C} .",
+    "Older people in {E} still tell stories about the great storm of {Y} .", "The hills east of {C} are covered in pine forest .",
+    "A small garrison guarded the pass until {Y} .", "Pilgrims walk each year from {C} to the shrine at {C} .",
+    "The harbour of {C} freezes in hard winters .", "{P} opened the first printing press in {C} in {Y} .",
+))
+DIRECTIONS = ("north", "south", "east", "west")
+COMMODITIES = ("copper", "wool", "timber", "salt", "amber", "tea", "tin", "silver", "marble", "wine", "rice", "cotton",
+               "coffee", "furs", "glass", "honey", "dried fish", "olive oil", "iron ore", "spices")
+COLOURS = ("red", "grey", "golden", "white", "black", "spotted", "blue", "mountain", "lesser", "striped")
+# Mostly single letters, so made-up names stay pronounceable and a few word pieces long.
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "st", "th", "tr")
+_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ei", "ou")
+_CODAS = ("", "", "", "", "", "n", "r", "l", "s", "k")
+
+
+class _Names:
+    """Made-up words from syllables, never repeated within one document, so every value is unambiguous."""
+
+    def __init__(self, rng: random.Random):
+        self.rng, self.used = rng, set()  # `used` is only tested for membership: order never matters
+
+    def word(self, lo: int = 2, hi: int = 2) -> str:
+        rng = self.rng
+        while True:
+            w = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.randint(lo, hi)))
+            if w not in self.used:
+                self.used.add(w)
+                return w
+
+    def proper(self) -> str:
+        return self.word().capitalize()
+
+    def value(self, kind: str) -> str:
+        rng = self.rng
+        if kind == "person":
+            return f"{self.proper()} {self.proper()}"
+        if kind == "year":
+            return str(rng.randint(800, 1990))
+        if kind == "count":
+            return f"{rng.randint(30_000, 9_000_000):,}"
+        if kind == "area":
+            return f"{rng.randint(800, 400_000):,} square kilometres"
+        if kind == "currency":
+            return f"{self.proper()} {rng.choice(('mark', 'crown', 'dinar', 'florin', 'thaler'))}"
+        if kind == "creature":
+            return f"{rng.choice(COLOURS)} {self.word()}"
+        if kind == "commodity":
+            return rng.choice(COMMODITIES)
+        if kind == "sport":
+            return self.word(1, 1) + "ball"
+        if kind == "language":
+            return self.proper() + rng.choice(("ic", "ish", "ese", "an"))
+        if kind in ("mountain", "lake", "saint"):
+            return f"{ {'mountain': 'Mount', 'lake': 'Lake', 'saint': 'Saint'}[kind]} {self.proper()}"
+        if kind == "river":
+            return f"{self.proper()} River"
+        if kind == "anthem":
+            return f"{rng.choice(('Song of', 'Hymn to', 'March of'))} {self.proper()}"
+        return self.proper()  # city, deity
+
+
+def _sentence(template: str, entity: str, key=None, value: str = ""):
+    """A sentence as (tokens, key, value_start, value_end); the value span is where {V} stood."""
+    head, _, tail = template.format(E=entity, V="\0").partition("\0")
+    head, tail, vals = head.split(), tail.split(), value.split()
+    return (head + vals + tail, key, len(head), len(head) + len(vals))
+
+
+class _Doc:
+    """Plans one article (blocks in sections), then renders tokens, candidates and answer locations."""
+
+    def __init__(self, rng: random.Random, entity: str, names: _Names):
+        self.rng, self.entity, self.names = rng, entity, names
+        self.cities = [names.proper() for _ in range(rng.randint(3, 6))]
+        self.neighbour = names.proper() + rng.choice(("ia", "and", "ora"))
+
+    def filler(self):
+        rng, out = self.rng, []
+        for tok in rng.choice(FILLER):
+            if tok[0] != "{":
+                out.append(tok)
+                continue
+            slot = tok[1]
+            if slot == "C":  # a city of this document half the time: realistic repetition and a distractor
+                out.append(rng.choice(self.cities) if rng.random() < 0.5 else self.names.proper())
+            else:
+                out.extend({"E": lambda: self.entity, "N": lambda: self.neighbour, "P": lambda: self.names.value("person"),
+                            "Y": lambda: self.names.value("year"), "K": lambda: self.names.value("count"),
+                            "G": lambda: rng.choice(COMMODITIES), "W": lambda: self.names.word(),
+                            "D": lambda: rng.choice(DIRECTIONS)}[slot]().split())
+        return (out, None, 0, 0)
+
+    def paragraph(self, core=(), before=(0, 2), after=(0, 3)):
+        sents = [self.filler() for _ in range(self.rng.randint(*before))] + list(core)
+        return ("P", sents + [self.filler() for _ in range(self.rng.randint(*after))])
+
+
+def _block_len(block) -> int:
+    kind, body = block
+    if kind in ("H2", "text"):
+        return len(body) + (2 if kind == "H2" else 0)
+    if kind == "P":
+        return 2 + sum(len(s[0]) for s in body)
+    if kind == "Ul":
+        return 2 + sum(2 + len(s[0]) for s in body)
+    return 2 + sum(2 + sum(2 + len(s[0]) for _, s in row) for row in body)  # Table
+
+
+def _keys(block) -> list:
+    """Answer keys of the sentences in a block."""
+    kind, body = block
+    if kind in ("P", "Ul"):
+        return [s[1] for s in body]
+    return [s[1] for row in body for _, s in row] if kind == "Table" else []
+
+
+def _render(sections):
+    """Tokens, candidate dicts, and {key: (top-level candidate index, value start, value end)}."""
+    tokens, cands, where = [], [], {}
+
+    def emit(sent, top):
+        if sent[1] is not None:
+            where[sent[1]] = (top, len(tokens) + sent[2], len(tokens) + sent[3])
+        tokens.extend(sent[0])
+
+    def open_(tag, top_level):
+        cands.append({"start_token": len(tokens), "top_level": top_level, "end_token": -1})
+        tokens.append(f"<{tag}>")
+        return cands[-1]
+
+    def close(tag, cand):
+        tokens.append(f"</{tag}>")
+        cand["end_token"] = len(tokens)  # exclusive: just after the closing tag
+
+    for kind, body in (b for section in sections for b in section):
+        if kind == "text":
+            tokens.extend(body)
+        elif kind == "H2":
+            tokens.extend(["<H2>", *body, "</H2>"])
+        else:
+            top, outer = len(cands), open_(kind, True)
+            if kind == "P":
+                for s in body:
+                    emit(s, top)
+            elif kind == "Ul":
+                for s in body:
+                    li = open_("Li", False)
+                    emit(s, top)
+                    close("Li", li)
+            else:
+                for row in body:
+                    tr = open_("Tr", False)
+                    for tag, s in row:
+                        tokens.append(f"<{tag}>")
+                        emit(s, top)
+                        tokens.append(f"</{tag.split('_')[0]}>")
+                    close("Tr", tr)
+            close(kind, outer)
+    return tokens, cands, where
+
+
+def make_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
+    """One document, question and true answer: {question, tokens, candidates, answer, entity}."""
+    names = _Names(rng)
+    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
+    doc = _Doc(rng, entity, names)
+    target = round(math.exp(rng.uniform(math.log(min_words), math.log(max_words))))
+    stated = rng.sample(list(ATTRIBUTES), rng.randint(2, max(2, min(18, target // 110))))
+    topics = rng.sample(list(TOPICS), rng.randint(1, max(1, min(10, target // 300))))
+    if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
+        pool = topics if answer_type == "LONG" else [t for t in TOPICS if t not in topics]
+        asked = "topic:" + rng.choice(pool)
+        question = rng.choice(TOPICS[asked[6:]][2])
+    else:
+        pool = stated if answer_type != "NONE" else [a for a in ATTRIBUTES if a not in stated]
+        asked = rng.choice(pool)
+        question, yes_no_q = rng.choice(ATTRIBUTES[asked][3]), ATTRIBUTES[asked][4]
+    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
+    if answer_type in ("YES", "NO"):
+        v = values[asked]
+        while answer_type == "NO" and v == values[asked]:  # NO: the question names another value of the kind
+            v = names.value(ATTRIBUTES[asked][0])
+        question = yes_no_q.replace("{v}", v.lower())
+    question = question.format(e=entity.lower())
+
+    # Where each stated attribute lives: a paragraph mostly, else an infobox row or a list item.
+    facts = {a: _sentence(rng.choice(ATTRIBUTES[a][2]), entity, a, values[a]) for a in stated}
+    infobox, listed, blocks = [], [], []
+    for a in stated:
+        r = rng.random()
+        if r < 0.2:
+            infobox.append([("Th", (ATTRIBUTES[a][1].split(), None, 0, 0)), ("Td", (values[a].split(), a, 0, len(values[a].split())))])
+        elif r < 0.3:
+            listed.append(facts[a])
+        else:
+            blocks.append(doc.paragraph([facts[a]]))
+    if listed:
+        items = listed + [doc.filler() for _ in range(rng.randint(1, 3))]
+        rng.shuffle(items)
+        blocks.append(("Ul", items))
+    for _ in range(rng.randint(0, 1 + target // 1000)):  # lists and tables with no answer, for nesting
+        if rng.random() < 0.5:
+            blocks.append(("Ul", [([c], None, 0, 0) for c in rng.sample(doc.cities, rng.randint(2, len(doc.cities)))]))
+        else:
+            rows = [[("Th", (["District"], None, 0, 0)), ("Th", (["Seat"], None, 0, 0))]]
+            rows += [[("Td", ([names.proper()], None, 0, 0)), ("Td", ([c], None, 0, 0))] for c in doc.cities]
+            blocks.append(("Table", rows))
+
+    head = [("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"])]
+    if infobox or rng.random() < 0.4:
+        infobox += [[("Th", (label.split(), None, 0, 0)), ("Td", (val.split(), None, 0, 0))] for label, val in
+                    rng.sample([("Demonym", entity + "n"), ("Time zone", f"UTC + {rng.randint(1, 5)}"),
+                                ("Calling code", f"+ {rng.randint(200, 999)}"), ("Motto", names.proper() + " " + names.word())],
+                               rng.randint(1, 3))]
+        rng.shuffle(infobox)
+        head.append(("Table", [[("Th_colspan=\"2\"", ([entity], None, 0, 0))]] + infobox))
+    intro = _sentence(f"{{E}} is a small {rng.choice(('country', 'kingdom', 'island nation', 'republic'))} "
+                      f"on the {names.proper()} Sea .", entity)
+    sections = [head + [doc.paragraph([intro], (0, 0), (1, 4))]]
+    for t in topics:
+        opening = _sentence(rng.choice(TOPICS[t][1]), entity, "topic:" + t)
+        sections.append([("H2", [TOPICS[t][0]]), doc.paragraph([opening], (0, 0), (1, 4))])
+    sections += [[("H2", h.split())] for h in rng.sample(GENERIC_HEADINGS, rng.randint(1, 1 + min(6, target // 500)))]
+    body = sections[1:]
+    rng.shuffle(body)
+    sections[1:] = body
+
+    def place(block, s=None):  # after a section's heading and topic paragraph, so the topic paragraph opens it
+        s = s if s is not None else sections[rng.randrange(len(sections))]
+        keep = len(s) if s is sections[0] else min(2, len(s))
+        s.insert(rng.randint(keep, len(s)), block)
+
+    for b in blocks:
+        place(b)
+    # Short documents: drop blocks that do not hold the asked answer until the plan fits the target.
+    used = sum(_block_len(b) for s in sections for b in s)
+    droppable = [(i, b) for i, s in enumerate(sections) for b in s[1:] if b[0] != "H2" and asked not in _keys(b)]
+    rng.shuffle(droppable)
+    while used > target and droppable:
+        i, b = droppable.pop()
+        sections[i].remove(b)
+        used -= _block_len(b)
+        if any(k and k.startswith("topic:") for k in _keys(b)):  # no "Climate" heading over no climate text
+            used -= _block_len(sections[i].pop(0))
+    # Fill up to exactly `target` words with filler paragraphs; the last sentence is cut to fit.
+    remaining = target - used
+    while remaining >= 3:
+        want = rng.randint(30, 110)
+        want = remaining if want > remaining - 3 else want
+        sents, size = [], 2
+        while size < want:
+            # Whole sentences where one fits; only a paragraph's last few words may be a cut sentence.
+            toks = next((t for t in (doc.filler()[0] for _ in range(6)) if size + len(t) <= want), None)
+            toks = toks or doc.filler()[0][:want - size - 1] + ["."]
+            sents.append((toks, None, 0, 0))
+            size += len(toks)
+        bare = [s for s in sections[1:] if len(s) == 1]  # a heading with nothing under it yet comes first
+        place(("P", sents), rng.choice(bare) if bare else None)
+        remaining -= want
+    if remaining > 0:
+        sections[-1].append(("text", ["See", "also"][:remaining]))  # trailing navigation text, as real pages have
+    tokens, cands, where = _render(sections)
+    answer = None
+    if answer_type != "NONE":
+        top, vs, ve = where[asked]
+        answer = {"candidate_index": top, "short": [(vs, ve)] if answer_type == "SHORT" else [],
+                  "yes_no": answer_type if answer_type in ("YES", "NO") else "NONE"}
+    return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}
+
+
+def _annotation(rng: random.Random, answer, candidates) -> dict:
+    """One annotator's answer in the simplified-NQ layout; `answer` None is the null annotation."""
+    if answer is None:
+        long, shorts, yes_no = {"start_token": -1, "candidate_index": -1, "end_token": -1}, [], "NONE"
+    else:
+        c = candidates[answer["candidate_index"]]
+        long = {"start_token": c["start_token"], "candidate_index": answer["candidate_index"], "end_token": c["end_token"]}
+        shorts, yes_no = [{"start_token": s, "end_token": e} for s, e in answer["short"]], answer["yes_no"]
+    return {"yes_no_answer": yes_no, "long_answer": long, "short_answers": shorts, "annotation_id": rng.getrandbits(64)}
+
+
+def _annotations(rng: random.Random, answer, candidates, num_annotators: int) -> list:
+    """One annotation (train) or five (dev, test gold): each annotator finds an answer with prob 0.8, one at least."""
+    if num_annotators == 1:
+        return [_annotation(rng, answer, candidates)]
+    found = [answer is not None and rng.random() < ANNOTATOR_RECALL for _ in range(num_annotators)]
+    if answer is not None and not any(found):
+        found[rng.randrange(num_annotators)] = True
+    return [_annotation(rng, answer if f else None, candidates) for f in found]
+
+
+def _answer_types(rng: random.Random, n: int) -> list:
+    """Exactly the ANSWER_MIX shares (largest remainder), shuffled: small splits keep the mix too."""
+    exact = {t: n * p for t, p in ANSWER_MIX.items()}
+    counts = {t: int(x) for t, x in exact.items()}
+    for t in sorted(exact, key=lambda t: counts[t] - exact[t])[: n - sum(counts.values())]:
+        counts[t] += 1
+    types = [t for t in ANSWER_TYPES for _ in range(counts[t])]
+    rng.shuffle(types)
+    return types
+
+
+def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_words: int, used_ids: set):
+    """Yield (record with int example_id, answer type) for one split; its own Random, so split sizes don't interact."""
+    rng = random.Random(seed)
+    for answer_type in _answer_types(rng, n):
+        ex = make_example(rng, answer_type, min_words, max_words)
+        example_id = rng.randrange(-2 ** 63, 2 ** 63)
+        while example_id in used_ids:  # ids are unique across train, dev and test
+            example_id = rng.randrange(-2 ** 63, 2 ** 63)
+        used_ids.add(example_id)
+        record = {
+            "document_text": " ".join(ex["tokens"]),
+            "long_answer_candidates": ex["candidates"],
+            "question_text": ex["question"],
+            "annotations": _annotations(rng, ex["answer"], ex["candidates"], num_annotators),
+            "document_url": f"https://en.wikipedia.org//w/index.php?title={ex['entity']}&amp;oldid={rng.randint(10**8, 9 * 10**8)}",
+            "example_id": example_id,
+        }
+        yield record, answer_type
+
+
+class _SplitStats:
+    def __init__(self, name: str, paths: list):
+        self.name, self.paths, self.types, self.lengths, self.num_cands = name, paths, Counter(), [], []
+
+    def add(self, record: dict, answer_type: str) -> None:
+        self.types[answer_type] += 1
+        self.lengths.append(record["document_text"].count(" ") + 1)
+        self.num_cands.append(len(record["long_answer_candidates"]))
+
+    def line(self) -> str:
+        def mmm(xs):
+            return f"{min(xs)}/{int(statistics.median(xs))}/{max(xs)}"
+        mix = " ".join(f"{t} {self.types[t]}" for t in ANSWER_TYPES)
+        return (f"{self.name:<5} {len(self.lengths):>6} examples | {mix} | words min/median/max {mmm(self.lengths)} | "
+                f"candidates {mmm(self.num_cands)} | " + ", ".join(str(p) for p in self.paths))
+
+
+def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 100, num_test: int = 100,
+                 min_words: int = 300, max_words: int = 3000) -> list:
+    """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    master = random.Random(seed)
+    seeds = [master.getrandbits(64) for _ in range(3)]  # train, dev, test
+    used_ids: set = set()
+    summary = []
+    for name, split_seed, n, num_annotators in (("train", seeds[0], num_train, 1), ("dev", seeds[1], num_dev, NUM_ANNOTATORS),
+                                                ("test", seeds[2], num_test, NUM_ANNOTATORS)):
+        paths = [out / f"simplified-nq-{name}.jsonl"] + ([out / "simplified-nq-test-gold.jsonl"] if name == "test" else [])
+        stats = _SplitStats(name, paths)
+        files = [open(p, "w", encoding="utf-8", newline="\n") for p in paths]
+        try:
+            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids):
+                stats.add(record, answer_type)
+                if name == "test":
+                    # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
+                    record["example_id"] = str(record["example_id"])
+                    files[1].write(json.dumps(record) + "\n")
+                    record = {k: record[k] for k in ("example_id", "question_text", "document_text", "long_answer_candidates")}
+                files[0].write(json.dumps(record) + "\n")
+        finally:
+            for f in files:
+                f.close()
+        summary.append(stats)
+    return summary
+
+
+def _parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
+    parser.add_argument("--seed", type=int, default=0, help="random seed; the same arguments give byte-identical files")
+    parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each)")
+    parser.add_argument("--num-dev", type=int, default=100, help="dev examples (five annotations each)")
+    parser.add_argument("--num-test", type=int, default=100, help="test examples (test file without answers, plus its gold)")
+    parser.add_argument("--min-words", type=int, default=300, help="shortest document, in whitespace tokens (at least 200)")
+    parser.add_argument("--max-words", type=int, default=3000, help="longest document, in whitespace tokens")
+    args = parser.parse_args(argv)
+    for name in ("num_train", "num_dev", "num_test"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1 (an empty file is not a valid NQ file)")
+    if args.min_words < 200:
+        parser.error("--min-words must be at least 200: an article needs room for a title, an answer and a distractor")
+    if args.max_words < args.min_words:
+        parser.error("--max-words must be at least --min-words")
+    return args
+
+
+def main(argv=None) -> None:
+    args = _parse_args(argv)
+    start = time.perf_counter()
+    summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words, args.max_words)
+    for stats in summary:
+        print(stats.line())
+    print(f"wrote {sum(len(s.paths) for s in summary)} files to {args.out} in {time.perf_counter() - start:.1f}s (seed {args.seed})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Shared helpers: hand-built simplified-NQ lines with known answers, and paths."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_NQ = ROOT.parent / "shared" / "data" / "nq-real"
+
+
+def real_nq(name: str) -> Path:
+    """A file of the real NQ sample; the test skips where the checkout has no ../shared (a user's clone)."""
+    path = REAL_NQ / name
+    if not path.is_file():
+        pytest.skip(f"{path} not present: real NQ lines exist only beside the project's CI checkout")
+    return path
+
+
+def nq_line(example_id="-123", question="who wrote the book", document=None, candidates=None,
+            long=None, shorts=(), yes_no="NONE", annotations=True, url="https://en.wikipedia.org/x"):
+    """One simplified-NQ example as a dict. `long` is a candidate index or None."""
+    if document is None:
+        document = ("Book - wikipedia <H1> Book </H1> <P> The book was written by Ann Smith in 1901 . </P> "
+                    "<Ul> <Li> first item </Li> <Li> second item </Li> </Ul> <P> Other text here . </P>")
+    toks = document.split()
+    if candidates is None:
+        candidates = []
+        stack = []
+        for i, t in enumerate(toks):
+            if t in ("<P>", "<Ul>", "<Li>", "<Table>", "<Tr>"):
+                stack.append(i)
+            elif t in ("</P>", "</Ul>", "</Li>", "</Table>", "</Tr>"):
+                s = stack.pop()
+                candidates.append({"start_token": s, "end_token": i + 1, "top_level": not stack})
+        candidates.sort(key=lambda c: c["start_token"])
+    obj = {"example_id": example_id, "question_text": question, "document_text": document,
+           "long_answer_candidates": candidates}
+    if url is not None:
+        obj["document_url"] = url
+    if annotations:
+        if long is None:
+            la = {"start_token": -1, "end_token": -1, "candidate_index": -1}
+        else:
+            c = candidates[long]
+            la = {"start_token": c["start_token"], "end_token": c["end_token"], "candidate_index": long}
+        obj["annotations"] = [{"annotation_id": 1, "long_answer": la,
+                               "short_answers": [{"start_token": s, "end_token": e} for s, e in shorts],
+                               "yes_no_answer": yes_no}]
+    return obj
+
+
+def write_jsonl(path: Path, objs) -> Path:
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs))
+    return path
