@@ -160,11 +160,18 @@ def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_
     for shard in shards:
         stats, ids, summary = ReadStats(path=path), [], _Summary()
         examples = _shard_examples(path, shard, num_shards, on_error, stats, limit, ids)
-        for ex, windows in featurizer.featurize(examples, with_labels=True):
-            kept = [w for w in windows if keep_window(w, negative_keep_rate, seed)]
-            summary.add(ex, windows, kept)
-            for w in kept:
-                yield w.as_dict()
+        try:
+            for ex, windows in featurizer.featurize(examples, with_labels=True):
+                kept = [w for w in windows if keep_window(w, negative_keep_rate, seed)]
+                summary.add(ex, windows, kept)
+                for w in kept:
+                    yield w.as_dict()
+        except NQFormatError as err:
+            # A worker's exception loses its cause on the way back to the main process;
+            # leave it where the main process looks, so the user sees file, line and field.
+            Path(side_dir, f"error-{shard}.json").write_text(
+                json.dumps({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}))
+            raise
         side = {"stats": {**stats.as_dict(), "skipped_by_reason": dict(stats.skipped),
                           "first_errors": stats.first_errors},
                 "summary": summary.to_dict(), "ids": ids}
@@ -203,8 +210,12 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, negative_ke
                         "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")})
     except datasets.exceptions.DatasetGenerationError as e:
         # The worker's own error (an NQFormatError naming file, line, field) is the one to show.
+        errors = sorted((json.loads(f.read_text()) for f in (tmp / "side").glob("error-*.json")),
+                        key=lambda err: err["line"])
         cause = e.__cause__ or e.__context__
         shutil.rmtree(tmp, ignore_errors=True)
+        if errors:
+            raise NQFormatError(errors[0]["path"], errors[0]["line"], errors[0]["field"], errors[0]["reason"]) from None
         if isinstance(cause, (NQFormatError, FileNotFoundError)):
             raise cause from None
         raise

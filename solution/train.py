@@ -165,7 +165,10 @@ class Trainer:
                  "per_device_train_batch_size": cfg.per_device_train_batch_size,
                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "global_batch_size": global_batch,
                  "mixed_precision": cfg.mixed_precision, "num_optimizer_steps": total_steps,
-                 "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device)}
+                 "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device),
+                 "train_data": {k: self.data_summary.get(k) for k in
+                                ("documents", "windows", "windows_kept", "skipped", "skipped_by_reason")}
+                 if self.data_summary else {"source": cfg.data_source}}
         self.metrics.write(start)
         self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in start.items() if k != "event"))
         if self.is_main:

@@ -40,6 +40,7 @@ def test_training_writes_metrics_config_and_model_dir(trained):
     start = records[0]
     assert start["event"] == "start" and start["engine"] == "QAModel" and start["world_size"] == 1
     assert start["global_batch_size"] == 4 and start["num_optimizer_steps"] == 6
+    assert start["train_data"]["documents"] == 40 and start["train_data"]["skipped"] == 0
     steps = [r for r in records if "loss" in r and "event" not in r]
     assert [r["step"] for r in steps] == [1, 2, 3, 4, 5, 6]
     assert all(r["loss"] > 0 and r["grad_norm"] > 0 and "lr" in r and r["samples_per_s"] > 0 for r in steps)
@@ -91,6 +92,13 @@ def test_predict_runs_without_accelerate_deepspeed_or_datasets(trained, corpus, 
             "except SystemExit as e:\n    assert not e.code, e.code\n")
     run("-c", code, str(trained / "model"), str(corpus / "simplified-nq-test.jsonl"), str(tmp_path / "s.csv"))
     assert len((tmp_path / "s.csv").read_text().splitlines()) == 1 + 2 * 8
+
+
+def test_dummy_source_trains_without_files(tmp_path):
+    run("-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+        "--dummy_num_windows", "8", "--max_steps", "2", "--output_dir", str(tmp_path), "--disable_tqdm", "true")
+    start = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["train_windows"] == 8 and start["train_data"] == {"source": "dummy"}
 
 
 def test_cli_errors_are_clear(corpus, tmp_path):
