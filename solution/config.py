@@ -50,7 +50,9 @@ class TrainConfig:
     dev_file: Optional[str] = "data/synth/simplified-nq-dev.jsonl"
     """Annotated dev file scored with the competition metric at each epoch end; null to skip."""
     max_train_examples: Optional[int] = None
+    """Read only the first N lines of train_file (null: all)."""
     max_dev_examples: Optional[int] = None
+    """Score only the first N dev examples (null: all)."""
     on_error: str = "raise"
     """Bad data lines: `raise` (error naming file, line, field) or `skip` (counted and reported)."""
     negative_keep_rate: float = 0.05

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from solution.inference import candidate_array
-from solution.nq import NQFormatError, ReadStats, iter_lines, label_annotation, parse_example
+from solution.nq import NQFormatError, ReadStats, label_annotation, read_examples
 from solution.postprocess import containing_candidate
 from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, keep_window
 
@@ -130,27 +130,6 @@ class _Summary:
                 "misses": self.misses}
 
 
-def _shard_examples(path: str, shard: int, num_shards: int, on_error: str, stats: ReadStats,
-                    limit: Optional[int], ids_out: list):
-    for line_no, text in iter_lines(path):
-        if limit is not None and line_no > limit:
-            # `limit` counts lines, so every worker stops at the same place.
-            return
-        stats.lines += 1
-        if (line_no - 1) % num_shards != shard or not text.strip():
-            continue
-        try:
-            ex = parse_example(text, path, line_no, require_annotations=True)
-        except NQFormatError as err:
-            if on_error == "raise":
-                raise
-            stats.record(err)
-            continue
-        stats.examples += 1
-        ids_out.append((ex.example_id, line_no))
-        yield ex
-
-
 def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_error, limit, num_shards, side_dir):
     """datasets.Dataset.from_generator worker: windows of this worker's lines."""
     from transformers import AutoTokenizer
@@ -159,9 +138,12 @@ def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_
     featurizer = Featurizer(tokenizer, WindowConfig(**window))
     for shard in shards:
         stats, ids, summary = ReadStats(path=path), [], _Summary()
-        examples = _shard_examples(path, shard, num_shards, on_error, stats, limit, ids)
+        # `limit` counts lines, so every worker stops at the same place.
+        examples = read_examples(path, on_error, stats, require_annotations=True, shard=(shard, num_shards),
+                                 max_lines=limit, check_duplicates=False)
         try:
             for ex, windows in featurizer.featurize(examples, with_labels=True):
+                ids.append((ex.example_id, ex.line))
                 kept = [w for w in windows if keep_window(w, negative_keep_rate, seed)]
                 summary.add(ex, windows, kept)
                 for w in kept:

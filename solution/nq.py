@@ -86,6 +86,7 @@ class Example:
     document_url: Optional[str]
     candidates: list  # list[Candidate]
     annotations: Optional[list]  # list[Annotation]; None in test files
+    line: int = 0  # 1-based line in the source file, for messages
 
     _tokens: Optional[list] = field(default=None, repr=False, compare=False)
 
@@ -190,27 +191,38 @@ def iter_lines(path) -> Iterator[tuple]:
 
 
 def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
-                  require_annotations: bool = False, limit: Optional[int] = None) -> Iterator[Example]:
+                  require_annotations: bool = False, limit: Optional[int] = None,
+                  shard: tuple = (0, 1), max_lines: Optional[int] = None,
+                  check_duplicates: bool = True) -> Iterator[Example]:
     """Stream validated examples from a simplified-NQ file.
 
     on_error: "raise" (default) stops at the first bad line with an error
     naming file, line and field; "skip" counts it in `stats` and goes on.
     require_annotations: training and gold files must carry `annotations`.
+    limit: stop after this many examples. shard=(k, n): only lines k, k+n,
+    k+2n, ... (0-based) are parsed, so n processes can share a file; with
+    max_lines every worker stops at the same line. Duplicate ids are then
+    only visible across workers, which is the caller's to check
+    (check_duplicates=False).
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     stats = stats if stats is not None else ReadStats()
     stats.path = str(path)
+    k, n = shard
     seen_ids: set = set()
     for line_no, text in iter_lines(path):
+        if max_lines is not None and line_no > max_lines:
+            break
         stats.lines += 1
-        if not text.strip():
-            continue  # a blank line (often the last one) is not an example
+        if (line_no - 1) % n != k or not text.strip():
+            continue  # another worker's line, or a blank line (often the last one)
         try:
             ex = parse_example(text, str(path), line_no, require_annotations)
-            if ex.example_id in seen_ids:
-                raise NQFormatError(path, line_no, "example_id", f"duplicate example_id {ex.example_id}")
-            seen_ids.add(ex.example_id)
+            if check_duplicates:
+                if ex.example_id in seen_ids:
+                    raise NQFormatError(path, line_no, "example_id", f"duplicate example_id {ex.example_id}")
+                seen_ids.add(ex.example_id)
         except NQFormatError as err:
             if on_error == "raise":
                 raise
@@ -220,7 +232,7 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
         yield ex
         if limit is not None and stats.examples >= limit:
             return
-    if stats.examples == 0 and stats.num_skipped == 0:
+    if n == 1 and stats.examples == 0 and stats.num_skipped == 0:
         raise NQFormatError(path, stats.lines, "<file>", "the file holds no examples")
 
 
@@ -273,7 +285,7 @@ def parse_example(text: str, path: str = "<string>", line: int = 1, require_anno
     elif require_annotations:
         fail("annotations", "missing (training and gold files need annotations)")
 
-    ex = Example(example_id, question, document, url, candidates, annotations)
+    ex = Example(example_id, question, document, url, candidates, annotations, line)
     ex._tokens = tokens
     return ex
 
