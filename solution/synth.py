@@ -9,7 +9,9 @@ candidates nest (Tr in Table, Li in Ul) as in real NQ.
 Learnable by design, so a small BERT fine-tuned for minutes can score well:
 every stated attribute appears exactly once (`The capital of Vemoria is Tarsk
 .`, an infobox row, or a list item) and its question shares the attribute's
-words (`what is the capital of vemoria`); a no-answer question asks for an
+words (`what is the capital of vemoria` -> short answer `Tarsk`); a long-only
+question (`what is the climate like in vemoria`) is answered by the paragraph
+opening `The climate of Vemoria ...`; a no-answer question asks for an
 attribute or topic the document never states, while it states others in the
 same sentence shapes. Long answers are always top-level candidates.
 
@@ -34,13 +36,14 @@ NUM_ANNOTATORS = 5  # dev and test gold are five-way annotated, as NQ dev
 ANNOTATOR_RECALL = 0.8  # chance one annotator of an answerable example gives its answer
 NONE_ASKS_ATTRIBUTE = 0.68  # no-answer questions split like SHORT:LONG, so neither form gives it away
 
-# key: (value kind, infobox label, statements with {E}/{V}, questions with {e}/{v}, yes/no question)
+# key: (value kind, infobox label, statements with {E}/{V}, questions with {e}/{v}, yes/no question).
+# Each question shares its attribute's words with every statement, and each statement ends `{V} .`:
+# the model finds the attribute by overlap and the value's end at the full stop.
 ATTRIBUTES = {
-    "capital": ("city", "Capital", ("The capital of {E} is {V} .", "{V} is the capital of {E} .",
-                "{E} 's capital city is {V} ."), ("what is the capital of {e}", "what is the capital city of {e}"),
-                "is {v} the capital of {e}"),
-    "largest_city": ("city", "Largest city", ("The largest city in {E} is {V} .", "{V} is the largest city of {E} ."),
-                     ("what is the largest city in {e}", "which is the biggest city in {e}"),
+    "capital": ("city", "Capital", ("The capital of {E} is {V} .", "{E} 's capital city is {V} ."),
+                ("what is the capital of {e}", "what is the capital city of {e}"), "is {v} the capital of {e}"),
+    "largest_city": ("city", "Largest city", ("The largest city in {E} is {V} .", "The largest city of {E} is {V} ."),
+                     ("what is the largest city in {e}", "what is the largest city of {e}"),
                      "is {v} the largest city in {e}"),
     "port": ("city", "Main port", ("The main port of {E} is {V} .", "Most sea trade of {E} passes through its main port , {V} ."),
              ("what is the main port of {e}",), "is {v} the main port of {e}"),
@@ -51,70 +54,100 @@ ATTRIBUTES = {
     "independence": ("year", "Independence", ("{E} became independent in {V} .", "{E} gained its independence in {V} ."),
                      ("when did {e} gain independence", "what year did {e} become independent"),
                      "did {e} become independent in {v}"),
-    "first_king": ("person", "First king", ("The first king of {E} was {V} .", "{V} was crowned as the first king of {E} ."),
+    "first_king": ("person", "First king", ("The first king of {E} was {V} .", "The first king to rule {E} was {V} ."),
                    ("who was the first king of {e}",), "was {v} the first king of {e}"),
     "head_of_state": ("person", "Head of state", ("The current head of state of {E} is {V} .",),
                       ("who is the head of state of {e}", "who is the current head of state of {e}"),
                       "is {v} the head of state of {e}"),
-    "currency": ("currency", "Currency", ("The currency of {E} is the {V} .", "{E} uses the {V} as its currency ."),
+    "currency": ("currency", "Currency", ("The currency of {E} is the {V} .", "The official currency used in {E} is the {V} ."),
                  ("what is the currency of {e}", "what currency is used in {e}"), "is the {v} the currency of {e}"),
-    "mountain": ("mountain", "Highest point", ("The highest mountain in {E} is {V} .", "{V} is the highest peak in {E} ."),
+    "mountain": ("mountain", "Highest point", ("The highest mountain in {E} is {V} .", "The highest peak in {E} is {V} ."),
                  ("what is the highest mountain in {e}", "what is the highest peak in {e}"),
                  "is {v} the highest mountain in {e}"),
-    "river": ("river", "Longest river", ("The longest river in {E} is the {V} .", "The {V} is the longest river of {E} ."),
+    "river": ("river", "Longest river", ("The longest river in {E} is the {V} .", "The longest river of {E} is the {V} ."),
               ("what is the longest river in {e}",), "is the {v} the longest river in {e}"),
     "lake": ("lake", "Largest lake", ("The largest lake in {E} is {V} .",), ("what is the largest lake in {e}",),
              "is {v} the largest lake in {e}"),
     "animal": ("creature", "National animal", ("The national animal of {E} is the {V} .",
-               "The {V} was chosen as the national animal of {E} ."), ("what is the national animal of {e}",),
+               "The national animal of {E} has long been the {V} ."), ("what is the national animal of {e}",),
                "is the {v} the national animal of {e}"),
     "flower": ("creature", "National flower", ("The national flower of {E} is the {V} .",),
                ("what is the national flower of {e}",), "is the {v} the national flower of {e}"),
     "language": ("language", "Official language", ("The official language of {E} is {V} .",
-                 "Most people in {E} speak {V} , the official language ."),
+                 "Most people in {E} speak the official language , {V} ."),
                  ("what is the official language of {e}", "what language is spoken in {e}"),
                  "is {v} the official language of {e}"),
     "population": ("count", "Population", ("The population of {E} is {V} .", "{E} has a population of {V} ."),
-                   ("what is the population of {e}", "how many people live in {e}"), "is the population of {e} {v}"),
+                   ("what is the population of {e}", "how large is the population of {e}"),
+                   "is the population of {e} {v}"),
     "area": ("area", "Area", ("{E} covers an area of {V} .", "The total area of {E} is {V} ."),
-             ("what is the area of {e}", "how big is the area of {e}"), "is the area of {e} {v}"),
+             ("what is the area of {e}", "what is the total area of {e}"), "is the area of {e} {v}"),
     "anthem": ("anthem", "Anthem", ("The national anthem of {E} is {V} .",), ("what is the national anthem of {e}",),
                "is {v} the national anthem of {e}"),
     "saint": ("saint", "Patron saint", ("The patron saint of {E} is {V} .",), ("who is the patron saint of {e}",),
               "is {v} the patron saint of {e}"),
     "export": ("commodity", "Main export", ("The main export of {E} is {V} .", "{E} earns most of its income by exporting {V} ."),
-               ("what is the main export of {e}", "what does {e} export the most"), "is {v} the main export of {e}"),
+               ("what is the main export of {e}", "what does {e} export"), "is {v} the main export of {e}"),
     "sport": ("sport", "National sport", ("The national sport of {E} is {V} .",), ("what is the national sport of {e}",),
               "is {v} the national sport of {e}"),
-    "deity": ("city", "Chief deity", ("The chief god of {E} is {V} .", "People in {E} worship {V} as their chief god ."),
+    "deity": ("city", "Chief deity", ("The chief god of {E} is {V} .", "The people of {E} worship their chief god , {V} ."),
               ("who is the chief god of {e}",), "is {v} the chief god of {e}"),
 }
 
-# key: (section heading, opening sentences with {E}, questions with {e}); long answer, no short answer.
+# key: (section heading, opening sentences with {E}, questions with {e}, sentences on the topic).
+# A topic paragraph is the opening and 1-3 sentences on the topic, nothing else: the answer is the
+# whole paragraph (no short answer), and the model can tell where it ends without seeing the tags.
 TOPICS = {
     "history": ("History", ("The history of {E} spans many centuries .", "The history of {E} begins with small farming settlements ."),
-                ("what is the history of {e}", "what happened in the history of {e}")),
+                ("what is the history of {e}", "what happened in the history of {e}"),
+                ("Small kingdoms rose and fell along the rivers .", "Wars with neighbouring states shaped its borders .",
+                 "The old ruling families slowly lost their power .", "Many customs date from the middle ages .")),
     "geography": ("Geography", ("The geography of {E} is dominated by hills and narrow valleys .",),
-                  ("describe the geography of {e}", "what is the geography of {e} like")),
+                  ("describe the geography of {e}", "what is the geography of {e} like"),
+                  ("Steep ridges divide the country into separate valleys .", "Broad plains stretch along the southern coast .",
+                   "Much of the land lies far above the sea .")),
     "climate": ("Climate", ("The climate of {E} is mild near the coast and harsh in the uplands .",),
-                ("what is the climate like in {e}", "what kind of climate does {e} have")),
+                ("what is the climate like in {e}", "what kind of climate does {e} have"),
+                ("Summers are warm and dry .", "Winters bring heavy rain and strong winds .",
+                 "Snow covers the high passes for months .")),
     "economy": ("Economy", ("The economy of {E} rests on farming , fishing and trade .",),
-                ("what is the economy of {e} based on", "how does the economy of {e} work")),
-    "culture": ("Culture", ("The culture of {E} mixes old rural customs with city life .",), ("what is the culture of {e} like",)),
+                ("what is the economy of {e} based on", "how does the economy of {e} work"),
+                ("Small family farms produce most of the food .", "Fishing fleets sail from every harbour .",
+                 "Tourism has grown quickly in recent years .")),
+    "culture": ("Culture", ("The culture of {E} mixes old rural customs with city life .",), ("what is the culture of {e} like",),
+                ("Storytelling and folk dance are popular in the villages .", "Many towns hold craft fairs each autumn .",
+                 "Traditional dress is still worn on holidays .")),
     "cuisine": ("Cuisine", ("The cuisine of {E} relies on bread , fish and mountain cheese .",),
-                ("what is the cuisine of {e} like", "what is traditional cuisine in {e}")),
-    "religion": ("Religion", ("Religion in {E} has long shaped daily life .",), ("what role does religion play in {e}",)),
+                ("what is the cuisine of {e} like", "what is traditional cuisine in {e}"),
+                ("Meals often start with a thick soup .", "Smoked fish is eaten with dark bread .",
+                 "Sweet cakes are baked for every wedding .")),
+    "religion": ("Religion", ("Religion in {E} has long shaped daily life .",), ("what role does religion play in {e}",),
+                 ("Small shrines stand beside many roads .", "Most villages have a temple at their centre .",
+                  "Pilgrims visit the old holy sites each spring .")),
     "architecture": ("Architecture", ("The architecture of {E} is known for steep roofs and painted walls .",),
-                     ("what is the architecture of {e} like",)),
-    "music": ("Music", ("The music of {E} is built around drums and long reed pipes .",), ("what is the music of {e} like",)),
-    "education": ("Education", ("Education in {E} is free for all children .",), ("how does education work in {e}",)),
+                     ("what is the architecture of {e} like",),
+                     ("Houses are built around an inner courtyard .", "Old town walls still stand in many places .",
+                      "Wooden balconies are painted in bright colours .")),
+    "music": ("Music", ("The music of {E} is built around drums and long reed pipes .",), ("what is the music of {e} like",),
+              ("Folk songs are sung at weddings and funerals .", "Village bands play at harvest time .",
+               "Many songs tell stories of the sea .")),
+    "education": ("Education", ("Education in {E} is free for all children .",), ("how does education work in {e}",),
+                  ("Most children attend a village school .", "The oldest university opened centuries ago .",
+                   "Teaching is given in the local language .")),
     "transport": ("Transport", ("Transport in {E} depends on a few main roads and coastal ferries .",),
-                  ("what is transport like in {e}",)),
+                  ("what is transport like in {e}",),
+                  ("Buses link the larger towns .", "Ferries carry passengers between the islands .",
+                   "Mule tracks still serve remote villages .")),
     "wildlife": ("Wildlife", ("The wildlife of {E} includes many birds that breed on the cliffs .",),
-                 ("what wildlife lives in {e}",)),
+                 ("what wildlife lives in {e}",),
+                 ("Wolves and bears live in the forests .", "Seals breed on the rocky shores .", "Eagles nest on the cliffs .")),
     "government": ("Government", ("The government of {E} is led by an elected council .",),
-                   ("what is the government of {e} like", "how does the government of {e} work")),
-    "festivals": ("Festivals", ("The festivals of {E} follow the farming year .",), ("what festivals are celebrated in {e}",)),
+                   ("what is the government of {e} like", "how does the government of {e} work"),
+                   ("The council is elected every four years .", "Each province sends delegates to the assembly .",
+                    "The courts are independent of the council .")),
+    "festivals": ("Festivals", ("The festivals of {E} follow the farming year .",), ("what festivals are celebrated in {e}",),
+                  ("The harvest festival lasts three days .", "Bonfires are lit on midsummer night .",
+                   "A spring fair is held in every town .")),
 }
 GENERIC_HEADINGS = ("Etymology", "Overview", "Demographics", "Early period", "Modern era", "Society", "Regions", "Notes")
 
@@ -209,7 +242,7 @@ def _sentence(template: str, entity: str, key=None, value: str = ""):
 
 
 class _Doc:
-    """Plans one article (blocks in sections), then renders tokens, candidates and answer locations."""
+    """One article's entity, cities and neighbour; makes its filler sentences and paragraphs."""
 
     def __init__(self, rng: random.Random, entity: str, names: _Names):
         self.rng, self.entity, self.names = rng, entity, names
@@ -217,20 +250,23 @@ class _Doc:
         self.neighbour = names.proper() + rng.choice(("ia", "and", "ora"))
 
     def filler(self):
-        rng, out = self.rng, []
-        for tok in rng.choice(FILLER):
-            if tok[0] != "{":
-                out.append(tok)
-                continue
-            slot = tok[1]
-            if slot == "C":  # a city of this document half the time: realistic repetition and a distractor
-                out.append(rng.choice(self.cities) if rng.random() < 0.5 else self.names.proper())
-            else:
-                out.extend({"E": lambda: self.entity, "N": lambda: self.neighbour, "P": lambda: self.names.value("person"),
-                            "Y": lambda: self.names.value("year"), "K": lambda: self.names.value("count"),
-                            "G": lambda: rng.choice(COMMODITIES), "W": lambda: self.names.word(),
-                            "D": lambda: rng.choice(DIRECTIONS)}[slot]().split())
+        """A sentence from FILLER with its slots drawn; never holds an answer."""
+        out = []
+        for tok in self.rng.choice(FILLER):
+            out.extend(self._slot(tok[1]).split() if tok[0] == "{" else (tok,))
         return (out, None, 0, 0)
+
+    def _slot(self, slot: str) -> str:
+        rng, names = self.rng, self.names
+        if slot == "C":  # a city of this document half the time: realistic repetition and a distractor
+            return rng.choice(self.cities) if rng.random() < 0.5 else names.proper()
+        if slot in "EN":
+            return self.entity if slot == "E" else self.neighbour
+        if slot in "PYK":
+            return names.value({"P": "person", "Y": "year", "K": "count"}[slot])
+        if slot == "W":
+            return names.word()
+        return rng.choice(COMMODITIES if slot == "G" else DIRECTIONS)
 
     def paragraph(self, core=(), before=(0, 2), after=(0, 3)):
         sents = [self.filler() for _ in range(self.rng.randint(*before))] + list(core)
@@ -301,46 +337,40 @@ def _render(sections):
     return tokens, cands, where
 
 
-def make_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
-    """One document, question and true answer: {question, tokens, candidates, answer, entity}."""
-    names = _Names(rng)
-    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
-    doc = _Doc(rng, entity, names)
-    target = round(math.exp(rng.uniform(math.log(min_words), math.log(max_words))))
-    stated = rng.sample(list(ATTRIBUTES), rng.randint(2, max(2, min(18, target // 110))))
-    topics = rng.sample(list(TOPICS), rng.randint(1, max(1, min(10, target // 300))))
+def _question(rng: random.Random, names: _Names, entity: str, answer_type: str, stated: list, topics: list):
+    """The values of the stated attributes, the asked key (`capital`, `topic:climate`) and the question."""
+    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
     if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
         pool = topics if answer_type == "LONG" else [t for t in TOPICS if t not in topics]
         asked = "topic:" + rng.choice(pool)
-        question = rng.choice(TOPICS[asked[6:]][2])
-    else:
-        pool = stated if answer_type != "NONE" else [a for a in ATTRIBUTES if a not in stated]
-        asked = rng.choice(pool)
-        question, yes_no_q = rng.choice(ATTRIBUTES[asked][3]), ATTRIBUTES[asked][4]
-    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
-    if answer_type in ("YES", "NO"):
-        v = values[asked]
-        while answer_type == "NO" and v == values[asked]:  # NO: the question names another value of the kind
-            v = names.value(ATTRIBUTES[asked][0])
-        question = yes_no_q.replace("{v}", v.lower())
-    question = question.format(e=entity.lower())
+        return values, asked, rng.choice(TOPICS[asked[6:]][2]).format(e=entity.lower())
+    # NONE asks for an attribute the document never states; the others ask for a stated one.
+    asked = rng.choice(stated if answer_type != "NONE" else [a for a in ATTRIBUTES if a not in stated])
+    if answer_type not in ("YES", "NO"):
+        return values, asked, rng.choice(ATTRIBUTES[asked][3]).format(e=entity.lower())
+    v = values[asked]
+    while answer_type == "NO" and v == values[asked]:  # NO: the question names another value of the kind
+        v = names.value(ATTRIBUTES[asked][0])
+    return values, asked, ATTRIBUTES[asked][4].format(e=entity.lower(), v=v.lower())
 
-    # Where each stated attribute lives: a paragraph mostly, else an infobox row or a list item.
-    facts = {a: _sentence(rng.choice(ATTRIBUTES[a][2]), entity, a, values[a]) for a in stated}
+
+def _plan(rng: random.Random, doc: _Doc, stated: list, values: dict, topics: list, target: int) -> list:
+    """Sections of blocks: [head, infobox, intro], then topic and generic sections in random order."""
+    entity, names = doc.entity, doc.names
     infobox, listed, blocks = [], [], []
-    for a in stated:
+    for a in stated:  # where each stated attribute lives: a paragraph mostly, else an infobox row or a list item
         r = rng.random()
         if r < 0.2:
-            infobox.append([("Th", (ATTRIBUTES[a][1].split(), None, 0, 0)), ("Td", (values[a].split(), a, 0, len(values[a].split())))])
-        elif r < 0.3:
-            listed.append(facts[a])
+            value = values[a].split()
+            infobox.append([("Th", (ATTRIBUTES[a][1].split(), None, 0, 0)), ("Td", (value, a, 0, len(value)))])
         else:
-            blocks.append(doc.paragraph([facts[a]]))
+            fact = _sentence(rng.choice(ATTRIBUTES[a][2]), entity, a, values[a])
+            listed.append(fact) if r < 0.3 else blocks.append(doc.paragraph([fact]))
     if listed:
         items = listed + [doc.filler() for _ in range(rng.randint(1, 3))]
         rng.shuffle(items)
         blocks.append(("Ul", items))
-    for _ in range(rng.randint(0, 1 + target // 1000)):  # lists and tables with no answer, for nesting
+    for _ in range(rng.randint(0, 1 + target // 1000)):  # lists and tables with no answer: more nesting
         if rng.random() < 0.5:
             blocks.append(("Ul", [([c], None, 0, 0) for c in rng.sample(doc.cities, rng.randint(2, len(doc.cities)))]))
         else:
@@ -350,41 +380,46 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
 
     head = [("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"])]
     if infobox or rng.random() < 0.4:
-        infobox += [[("Th", (label.split(), None, 0, 0)), ("Td", (val.split(), None, 0, 0))] for label, val in
-                    rng.sample([("Demonym", entity + "n"), ("Time zone", f"UTC + {rng.randint(1, 5)}"),
-                                ("Calling code", f"+ {rng.randint(200, 999)}"), ("Motto", names.proper() + " " + names.word())],
-                               rng.randint(1, 3))]
+        extra = [("Demonym", entity + "n"), ("Time zone", f"UTC + {rng.randint(1, 5)}"),
+                 ("Calling code", f"+ {rng.randint(200, 999)}"), ("Motto", f"{names.proper()} {names.word()}")]
+        infobox += [[("Th", (k.split(), None, 0, 0)), ("Td", (v.split(), None, 0, 0))]
+                    for k, v in rng.sample(extra, rng.randint(1, 3))]
         rng.shuffle(infobox)
-        head.append(("Table", [[("Th_colspan=\"2\"", ([entity], None, 0, 0))]] + infobox))
-    intro = _sentence(f"{{E}} is a small {rng.choice(('country', 'kingdom', 'island nation', 'republic'))} "
-                      f"on the {names.proper()} Sea .", entity)
-    sections = [head + [doc.paragraph([intro], (0, 0), (1, 4))]]
+        head.append(("Table", [[('Th_colspan="2"', ([entity], None, 0, 0))]] + infobox))
+    kind = rng.choice(("country", "kingdom", "island nation", "republic"))
+    intro = _sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
+    body = []
     for t in topics:
-        opening = _sentence(rng.choice(TOPICS[t][1]), entity, "topic:" + t)
-        sections.append([("H2", [TOPICS[t][0]]), doc.paragraph([opening], (0, 0), (1, 4))])
-    sections += [[("H2", h.split())] for h in rng.sample(GENERIC_HEADINGS, rng.randint(1, 1 + min(6, target // 500)))]
-    body = sections[1:]
+        heading, openings, _, about = TOPICS[t]
+        sents = [_sentence(rng.choice(openings), entity, "topic:" + t)]
+        sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, len(about)))]
+        body.append([("H2", [heading]), ("P", sents)])
+    body += [[("H2", h.split())] for h in rng.sample(GENERIC_HEADINGS, rng.randint(1, 1 + min(6, target // 500)))]
     rng.shuffle(body)
-    sections[1:] = body
-
-    def place(block, s=None):  # after a section's heading and topic paragraph, so the topic paragraph opens it
-        s = s if s is not None else sections[rng.randrange(len(sections))]
-        keep = len(s) if s is sections[0] else min(2, len(s))
-        s.insert(rng.randint(keep, len(s)), block)
-
+    sections = [head + [doc.paragraph([intro], (0, 0), (1, 4))]] + body
     for b in blocks:
-        place(b)
-    # Short documents: drop blocks that do not hold the asked answer until the plan fits the target.
+        _place(rng, sections, b)
+    return sections
+
+
+def _place(rng: random.Random, sections: list, block, section=None) -> None:
+    """Insert after the head, or after a section's heading and topic paragraph (the topic paragraph opens it)."""
+    s = section if section is not None else sections[rng.randrange(len(sections))]
+    keep = len(s) if s is sections[0] else min(2, len(s))
+    s.insert(rng.randint(keep, len(s)), block)
+
+
+def _fit(rng: random.Random, doc: _Doc, sections: list, asked: str, target: int) -> None:
+    """Make the document exactly `target` words: drop blocks that hold no answer, or add filler paragraphs."""
     used = sum(_block_len(b) for s in sections for b in s)
-    droppable = [(i, b) for i, s in enumerate(sections) for b in s[1:] if b[0] != "H2" and asked not in _keys(b)]
+    droppable = [(s, b) for s in sections for b in s[1:] if b[0] != "H2" and asked not in _keys(b)]
     rng.shuffle(droppable)
     while used > target and droppable:
-        i, b = droppable.pop()
-        sections[i].remove(b)
+        s, b = droppable.pop()
+        s.remove(b)
         used -= _block_len(b)
         if any(k and k.startswith("topic:") for k in _keys(b)):  # no "Climate" heading over no climate text
-            used -= _block_len(sections[i].pop(0))
-    # Fill up to exactly `target` words with filler paragraphs; the last sentence is cut to fit.
+            used -= _block_len(s.pop(0))
     remaining = target - used
     while remaining >= 3:
         want = rng.randint(30, 110)
@@ -397,10 +432,24 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
             sents.append((toks, None, 0, 0))
             size += len(toks)
         bare = [s for s in sections[1:] if len(s) == 1]  # a heading with nothing under it yet comes first
-        place(("P", sents), rng.choice(bare) if bare else None)
+        _place(rng, sections, ("P", sents), rng.choice(bare) if bare else None)
         remaining -= want
     if remaining > 0:
         sections[-1].append(("text", ["See", "also"][:remaining]))  # trailing navigation text, as real pages have
+
+
+def make_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
+    """One document, its question and true answer: {question, tokens, candidates, answer, entity}."""
+    names = _Names(rng)
+    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
+    doc = _Doc(rng, entity, names)
+    # Log-uniform length; longer documents state more attributes and topics, as longer articles do.
+    target = round(math.exp(rng.uniform(math.log(min_words), math.log(max_words))))
+    stated = rng.sample(list(ATTRIBUTES), rng.randint(2, max(2, min(18, target // 110))))
+    topics = rng.sample(list(TOPICS), rng.randint(1, max(1, min(10, target // 300))))
+    values, asked, question = _question(rng, names, entity, answer_type, stated, topics)
+    sections = _plan(rng, doc, stated, values, topics, target)
+    _fit(rng, doc, sections, asked, target)
     tokens, cands, where = _render(sections)
     answer = None
     if answer_type != "NONE":
@@ -510,15 +559,14 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
-    parser.add_argument("--seed", type=int, default=0, help="random seed; the same arguments give byte-identical files")
-    parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each)")
-    parser.add_argument("--num-dev", type=int, default=100, help="dev examples (five annotations each)")
-    parser.add_argument("--num-test", type=int, default=100, help="test examples (test file without answers, plus its gold)")
-    parser.add_argument("--min-words", type=int, default=300, help="shortest document, in whitespace tokens (at least 200)")
-    parser.add_argument("--max-words", type=int, default=3000, help="longest document, in whitespace tokens")
+    parser.add_argument("--seed", type=int, default=0, help="random seed; the same arguments give byte-identical files (default: %(default)s)")
+    parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each) (default: %(default)s)")
+    parser.add_argument("--num-dev", type=int, default=100, help="dev examples (five annotations each) (default: %(default)s)")
+    parser.add_argument("--num-test", type=int, default=100, help="test examples (test file without answers, plus its gold) (default: %(default)s)")
+    parser.add_argument("--min-words", type=int, default=300, help="shortest document, in whitespace tokens (at least 200) (default: %(default)s)")
+    parser.add_argument("--max-words", type=int, default=3000, help="longest document, in whitespace tokens (default: %(default)s)")
     args = parser.parse_args(argv)
     for name in ("num_train", "num_dev", "num_test"):
         if getattr(args, name) < 1:

@@ -1,0 +1,164 @@
+"""Carve a stratified dev set out of a simplified-NQ training file, streaming.
+
+Kaggle gives only a training file (17 GB). Pass 1 reads every line through the
+validated reader and keeps only (line number, answer type); scikit-learn's
+`train_test_split` stratified on the answer type picks the dev lines; pass 2
+streams the file again and copies each raw line unchanged to
+`DIR/simplified-nq-train.jsonl` or `DIR/simplified-nq-dev.jsonl`. Lines that
+fail validation (with `--on-error skip`) go to neither file and are counted.
+
+    python -m solution.split --input simplified-nq-train.jsonl.gz --out data/split \\
+        --dev-fraction 0.05 --seed 0 [--on-error raise|skip] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+
+from solution.nq import NQFormatError, ReadStats, iter_lines, read_examples
+
+CLASSES = ("NONE", "SHORT", "LONG", "YES", "NO")
+TRAIN_NAME, DEV_NAME = "simplified-nq-train.jsonl", "simplified-nq-dev.jsonl"
+_NOWHERE, _TRAIN, _DEV = 0, 1, 2  # per-line destination codes
+
+
+@dataclass
+class SplitResult:
+    train: Counter
+    dev: Counter
+    stratified: bool  # False when the dev set is too small to hold every class
+    in_train_only: list  # classes with fewer than 2 examples: all kept in train, not stratified
+    read: ReadStats
+    outputs: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        def side(c: Counter) -> dict:
+            return {**{k: c[k] for k in CLASSES}, "total": sum(c.values())}
+        return {"train": side(self.train), "dev": side(self.dev), "total": side(self.train + self.dev),
+                "stratified": self.stratified, "in_train_only": self.in_train_only,
+                "lines": self.read.lines, "skipped": self.read.num_skipped,
+                "skipped_by_reason": dict(self.read.skipped), "outputs": self.outputs}
+
+    def table(self) -> str:
+        total = self.train + self.dev
+        rows = [f"{'class':<7}{'train':>10}{'dev':>10}{'total':>10}{'dev %':>8}"]
+        for name in CLASSES + ("total",):
+            t, d = ((sum(self.train.values()), sum(self.dev.values())) if name == "total"
+                    else (self.train[name], self.dev[name]))
+            share = f"{100 * d / (t + d):.1f}" if t + d else "-"
+            rows.append(f"{name:<7}{t:>10}{d:>10}{t + d:>10}{share:>8}")
+        return "\n".join(rows)
+
+
+def _choose_dev(labels: list, dev_fraction: float, seed: int):
+    """Indices (into `labels`) of the dev examples, stratified where sklearn allows it.
+
+    sklearn refuses to stratify a class with fewer than 2 members, and a dev (or
+    train) side smaller than the number of classes; such members go to train,
+    and a too-small split falls back to a plain random one (both reported).
+    """
+    counts = Counter(labels)
+    in_train_only = sorted((c for c, n in counts.items() if n < 2), key=CLASSES.index)
+    rest = np.array([i for i, c in enumerate(labels) if c not in in_train_only], dtype=np.int64)
+    if len(rest) < 2:
+        raise ValueError(f"cannot split {len(labels)} example(s): fewer than 2 are left once classes "
+                         f"of a single example are kept in train")
+    rest_labels = [labels[i] for i in rest]
+    num_classes = len(set(rest_labels))
+    num_dev = int(np.ceil(dev_fraction * len(rest)))  # sklearn's own rounding of a float test_size
+    stratified = num_classes <= num_dev <= len(rest) - num_classes
+    try:
+        _, dev = train_test_split(rest, test_size=dev_fraction, random_state=seed,
+                                  stratify=rest_labels if stratified else None)
+    except ValueError as e:  # e.g. a dev fraction that leaves one side empty
+        raise ValueError(f"cannot split {len(rest)} examples with dev fraction {dev_fraction}: {e}") from None
+    return dev, stratified, in_train_only
+
+
+def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, on_error: str = "raise") -> SplitResult:
+    """Two streaming passes over `input_path`; memory holds two small integers per line, never a document."""
+    if not 0.0 < dev_fraction < 1.0:
+        raise ValueError(f"--dev-fraction must be strictly between 0 and 1, got {dev_fraction}")
+    input_path, out = Path(input_path), Path(out_dir)
+    if not input_path.is_file():
+        raise FileNotFoundError(f"{input_path}: no such file")
+    outputs = {"train": out / TRAIN_NAME, "dev": out / DEV_NAME}
+    if any(p.resolve() == input_path.resolve() for p in outputs.values()):
+        raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
+
+    # Pass 1: validate every line, keep (line number, answer type).
+    stats = ReadStats()
+    line_numbers, labels = [], []
+    for ex in read_examples(input_path, on_error=on_error, stats=stats, require_annotations=True):
+        line_numbers.append(stats.lines)  # the reader has counted exactly the lines up to this example's
+        labels.append(ex.answer_type)
+    dev_idx, stratified, in_train_only = _choose_dev(labels, dev_fraction, seed)
+    dest = np.full(stats.lines + 1, _NOWHERE, dtype=np.uint8)  # by 1-based line number
+    dest[np.array(line_numbers, dtype=np.int64)] = _TRAIN
+    dest[np.array(line_numbers, dtype=np.int64)[dev_idx]] = _DEV
+    train_counts = Counter(labels)
+    dev_counts = Counter(labels[i] for i in dev_idx)
+    train_counts.subtract(dev_counts)
+    del line_numbers, labels
+
+    # Pass 2: copy raw lines, byte for byte; write to temporary names so a failure leaves no half split.
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = {k: p.with_name(p.name + ".tmp") for k, p in outputs.items()}
+    with open(tmp["train"], "w", encoding="utf-8", newline="") as f_train, \
+            open(tmp["dev"], "w", encoding="utf-8", newline="") as f_dev:
+        files = {_TRAIN: f_train, _DEV: f_dev}
+        for line_no, text in iter_lines(input_path):
+            where = dest[line_no] if line_no < len(dest) else _NOWHERE
+            if where != _NOWHERE:
+                files[where].write(text if text.endswith("\n") else text + "\n")  # a last line may lack its newline
+    for k in outputs:
+        os.replace(tmp[k], outputs[k])
+    return SplitResult(+train_counts, dev_counts, stratified, in_train_only, stats,
+                       {k: str(p) for k, p in outputs.items()})
+
+
+def _parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m solution.split", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True, help="simplified-NQ training file, .jsonl or .jsonl.gz")
+    parser.add_argument("--out", required=True, help=f"directory for {TRAIN_NAME} and {DEV_NAME}")
+    parser.add_argument("--dev-fraction", type=float, default=0.05, help="share of examples for dev, in (0, 1) (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="random_state of the split; same seed, same split (default: %(default)s)")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                        help="a bad line: stop with an error naming file and line, or skip and count it (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the counts as one JSON object instead of a table")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = _parse_args(argv)
+    try:
+        result = split_file(args.input, args.out, args.dev_fraction, args.seed, args.on_error)
+    except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    notes = []
+    if result.in_train_only:
+        notes.append(f"classes with fewer than 2 examples, all kept in train: {', '.join(result.in_train_only)}")
+    if not result.stratified:
+        notes.append("the dev set is too small to hold every class: split at random, not stratified")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.as_dict()))
+        return
+    print(result.read.report())
+    print(result.table())
+    print(f"wrote {result.outputs['train']} and {result.outputs['dev']}")
+
+
+if __name__ == "__main__":
+    main()
