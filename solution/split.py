@@ -99,7 +99,7 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
     stats = ReadStats()
     line_numbers, labels = [], []
     for ex in read_examples(input_path, on_error=on_error, stats=stats, require_annotations=True):
-        line_numbers.append(stats.lines)  # the reader has counted exactly the lines up to this example's
+        line_numbers.append(ex.line)
         labels.append(ex.answer_type)
     dev_idx, stratified, in_train_only = _choose_dev(labels, dev_fraction, seed)
     dest = np.full(stats.lines + 1, _NOWHERE, dtype=np.uint8)  # by 1-based line number
