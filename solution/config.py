@@ -52,7 +52,7 @@ class TrainConfig:
     max_train_examples: Optional[int] = None
     """Read only the first N lines of train_file (null: all)."""
     max_dev_examples: Optional[int] = None
-    """Score only the first N dev examples (null: all)."""
+    """Score only the first N lines of dev_file (null: all)."""
     on_error: str = "raise"
     """Bad data lines: `raise` (error naming file, line, field) or `skip` (counted and reported)."""
     negative_keep_rate: float = 0.05

@@ -263,13 +263,9 @@ def parse_example(text: str, path: str = "<string>", line: int = 1, require_anno
     if url is not None and not isinstance(url, str):
         fail("document_url", f"expected a string, got {type(url).__name__}")
 
-    raw_cands = _required(obj, "long_answer_candidates", list, fail)
+    _required(obj, "long_answer_candidates", list, fail)
     candidates = []
-    for i, c in enumerate(raw_cands):
-        where = f"long_answer_candidates[{i}]"
-        if not isinstance(c, dict):
-            fail(where, f"expected an object, got {type(c).__name__}")
-        span = _span(c, where, num_tokens, fail)
+    for where, c, span in _span_list(obj, "long_answer_candidates", "long_answer_candidates", num_tokens, fail):
         top = c.get("top_level", True)
         if not isinstance(top, bool):
             fail(f"{where}.top_level", f"expected true/false, got {top!r}")
@@ -332,6 +328,20 @@ def _span(d: dict, where: str, num_tokens: int, fail) -> Span:
     return Span(start, end)
 
 
+def _span_list(obj: dict, key: str, where: str, num_tokens: int, fail) -> list:
+    """[(field name, object, Span)] for a list of span objects; a missing list is empty."""
+    items = obj.get(key, [])
+    if not isinstance(items, list):
+        fail(where, f"expected a list, got {type(items).__name__}")
+    out = []
+    for i, item in enumerate(items):
+        name = f"{where}[{i}]"
+        if not isinstance(item, dict):
+            fail(name, f"expected an object, got {type(item).__name__}")
+        out.append((name, item, _span(item, name, num_tokens, fail)))
+    return out
+
+
 def _annotation(a, where: str, candidates: list, num_tokens: int, fail) -> Annotation:
     if not isinstance(a, dict):
         fail(where, f"expected an object, got {type(a).__name__}")
@@ -355,15 +365,8 @@ def _annotation(a, where: str, candidates: list, num_tokens: int, fail) -> Annot
             fail(f"{where}.long_answer.candidate_index",
                  f"candidate {idx} is {cand.start_token}:{cand.end_token} but the long answer is {start}:{end}")
 
-    shorts_raw = a.get("short_answers", [])
-    if not isinstance(shorts_raw, list):
-        fail(f"{where}.short_answers", f"expected a list, got {type(shorts_raw).__name__}")
     shorts = []
-    for j, s in enumerate(shorts_raw):
-        sw = f"{where}.short_answers[{j}]"
-        if not isinstance(s, dict):
-            fail(sw, f"expected an object, got {type(s).__name__}")
-        span = _span(s, sw, num_tokens, fail)
+    for sw, _, span in _span_list(a, "short_answers", f"{where}.short_answers", num_tokens, fail):
         if long_answer is None:
             fail(sw, "a short answer without a long answer")
         if not long_answer.contains(span):

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-ANSWER_TYPES = ("UNKNOWN", "YES", "NO", "SHORT", "LONG")
+from solution.windows import ANSWER_TYPES
 
 
 @dataclass

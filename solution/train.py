@@ -27,7 +27,7 @@ from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.inference import collate, model_runner, predict_documents
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir
-from solution.nq import NQFormatError, ReadStats, read_examples
+from solution.nq import ReadStats, read_examples
 from solution.windows import Featurizer
 
 
@@ -113,9 +113,9 @@ class Trainer:
         """Score the dev file with the competition metric; every rank predicts its share."""
         cfg, acc = self.cfg, self.accelerator
         stats = ReadStats()
-        examples = list(read_examples(cfg.dev_file, on_error=cfg.on_error, stats=stats,
-                                      limit=cfg.max_dev_examples))
-        mine = examples[acc.process_index::acc.num_processes]
+        # Streamed, each rank parsing only its own lines: dev documents are never all in memory.
+        mine = read_examples(cfg.dev_file, on_error=cfg.on_error, stats=stats, max_lines=cfg.max_dev_examples,
+                             shard=(acc.process_index, acc.num_processes), check_duplicates=False)
         featurizer = Featurizer(self.tokenizer, cfg.window)
         unwrapped = acc.unwrap_model(model)
         was_training = unwrapped.training
@@ -131,11 +131,13 @@ class Trainer:
         merged = {}
         for part in gather_object([preds]):
             merged.update(part)
-        ids = {ex.example_id for ex in examples}
+        # load_gold reads the whole file once more and so also catches duplicate ids across ranks.
+        ids = {row_id.rsplit("_", 1)[0] for row_id in merged}
         gold = {k: v for k, v in load_gold(cfg.dev_file, on_error=cfg.on_error).items() if k in ids}
         result = score(merged, gold)
-        if stats.num_skipped:
-            result["dev_skipped"] = stats.num_skipped
+        skipped = sum(gather_object([stats.num_skipped]))
+        if skipped:
+            result["dev_skipped"] = skipped
         return result
 
     # -- training -------------------------------------------------------------
