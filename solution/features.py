@@ -154,8 +154,7 @@ def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_
             Path(side_dir, f"error-{shard}.json").write_text(
                 json.dumps({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}))
             raise
-        side = {"stats": {**stats.as_dict(), "skipped_by_reason": dict(stats.skipped),
-                          "first_errors": stats.first_errors},
+        side = {"stats": {**stats.as_dict(), "first_errors": stats.first_errors},
                 "summary": summary.to_dict(), "ids": ids}
         Path(side_dir, f"shard-{shard}.json").write_text(json.dumps(side))
 

@@ -49,7 +49,7 @@ def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) 
         attention_mask[i, :k] = 1
     batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
              "attention_mask": torch.from_numpy(attention_mask)}
-    if "start_positions" in rows[0] and rows[0].get("start_positions") is not None:
+    if rows[0].get("start_positions") is not None:
         for key in ("start_positions", "end_positions", "answer_type"):
             batch[key] = torch.tensor([int(r[key]) for r in rows], dtype=torch.long)
     return batch

@@ -21,7 +21,7 @@ Per document:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -47,9 +47,6 @@ class PostprocessConfig:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.max_answer_length < 1:
             raise ValueError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -90,19 +87,19 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     if score <= cfg.long_threshold:
         return DocumentPrediction(example_id, "", "", answer_type, score, short_score, -1)
 
-    long_idx, short_text = -1, ""
-    if answer_type == "SHORT" and short is not None:
+    span = span_container = None  # the best short span as an NQ [start, end), and its candidate
+    if short is not None:
         _, w, s, e = short
         span = (int(nq_token_index[w, s]), int(nq_token_index[w, e]) + 1)
-        long_idx = containing_candidate(candidates, *span)
+        span_container = containing_candidate(candidates, *span)
+    long_idx, short_text = -1, ""
+    if answer_type == "SHORT" and span is not None:
+        long_idx = span_container
         if short_score > cfg.short_threshold:
             short_text = f"{span[0]}:{span[1]}"
     else:
-        if cand is not None:
-            long_idx = cand[2]
-        elif short is not None:  # no candidate fits a window: fall back to the span's container
-            _, w, s, e = short
-            long_idx = containing_candidate(candidates, int(nq_token_index[w, s]), int(nq_token_index[w, e]) + 1)
+        # No candidate fits a window: fall back to the short span's container.
+        long_idx = cand[2] if cand is not None else span_container
         if answer_type in ("YES", "NO"):
             short_text = answer_type
     long_text = f"{candidates[long_idx, 0]}:{candidates[long_idx, 1]}" if long_idx >= 0 else ""

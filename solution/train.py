@@ -15,6 +15,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -36,10 +37,9 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opt
         return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate)
     # Decoupled weight decay, not on biases and LayerNorm weights (BERT's recipe).
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
+    for p in model.parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                              eps=cfg.adam_epsilon)
@@ -84,6 +84,7 @@ class Trainer:
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
         self.data_summary: dict = {}
+        self._dev_gold = None  # loaded once, on the first evaluation
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -131,9 +132,11 @@ class Trainer:
         merged = {}
         for part in gather_object([preds]):
             merged.update(part)
-        # load_gold reads the whole file once more and so also catches duplicate ids across ranks.
+        # Reading the whole gold file also catches duplicate ids across ranks; once is enough.
+        if self._dev_gold is None:
+            self._dev_gold = load_gold(cfg.dev_file, on_error=cfg.on_error)
         ids = {row_id.rsplit("_", 1)[0] for row_id in merged}
-        gold = {k: v for k, v in load_gold(cfg.dev_file, on_error=cfg.on_error).items() if k in ids}
+        gold = {k: v for k, v in self._dev_gold.items() if k in ids}
         result = score(merged, gold)
         skipped = sum(gather_object([stats.num_skipped]))
         if skipped:
@@ -238,7 +241,7 @@ class Trainer:
         acc.wait_for_everyone()
         state = acc.get_state_dict(model)  # full weights on the main process, whatever the strategy
         if self.is_main:
-            qa_config = {"window": vars(self.cfg.window), "postprocess": self.cfg.postprocess.to_dict(),
+            qa_config = {"window": asdict(self.cfg.window), "postprocess": asdict(self.cfg.postprocess),
                          "training": {"model_name_or_path": self.cfg.model_name_or_path,
                                       "seed": self.cfg.seed, "world_size": acc.num_processes}}
             path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer, qa_config)

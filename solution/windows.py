@@ -156,7 +156,7 @@ class Featurizer:
             win = Window(example.example_id, w, ids, types, nq_idx)
             if target is not None:
                 type_id, p0, p1 = target
-                if type_id != TYPE_ID["UNKNOWN"] and s <= p0 and p1 < e:
+                if s <= p0 and p1 < e:
                     win.start_position, win.end_position = p0 - s + offset, p1 - s + offset
                     win.answer_type = type_id
             out.append(win)
