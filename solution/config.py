@@ -28,6 +28,7 @@ SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
 OPTIMIZERS = ("adamw_torch", "sgd")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DATA_SOURCES = ("files", "dummy")
+STRATEGY_CHOICES = ("auto", "single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
 
 
 @dataclass
@@ -91,6 +92,21 @@ class TrainConfig:
     """`epoch`: score dev at each epoch end; `no`: never."""
     disable_tqdm: bool = False
 
+    # --- distributed strategy and checkpoints -----------------------------------
+    strategy: str = "auto"
+    """`auto` follows the launcher (accelerate launch YAML, --deepspeed FILE, else ddp/single by world size);
+    or one of single, ddp, zero1, zero2, zero3, zero3_offload, fsdp, fsdp_grad_op (e.g. under torchrun)."""
+    deepspeed: Optional[str] = None
+    """DeepSpeed JSON (configs/ds/*.json), as the `deepspeed` launcher's `--deepspeed FILE` passes it."""
+    cpu_offload: bool = False
+    """Offload parameters and optimizer state to CPU: FSDP2 `cpu_offload`, or ZeRO-3 -> zero3_offload."""
+    save_steps: int = 0
+    """Write a resumable, strategy-native checkpoint every N optimizer steps (0: never)."""
+    save_total_limit: Optional[int] = None
+    """Keep only the newest N checkpoints (null: all)."""
+    resume_from_checkpoint: Optional[str] = None
+    """A checkpoint directory (output_dir/checkpoint-N) or `latest`; also `--resume`."""
+
     # --- sections --------------------------------------------------------------
     window: WindowConfig = field(default_factory=WindowConfig)
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
@@ -102,6 +118,9 @@ class TrainConfig:
             (self.optim in OPTIMIZERS, "optim", f"one of {OPTIMIZERS}"),
             (self.mixed_precision in MIXED_PRECISION, "mixed_precision", f"one of {MIXED_PRECISION}"),
             (self.eval_strategy in ("epoch", "no"), "eval_strategy", "epoch or no"),
+            (self.strategy in STRATEGY_CHOICES, "strategy", f"one of {STRATEGY_CHOICES}"),
+            (self.save_steps >= 0, "save_steps", ">= 0"),
+            (self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", ">= 1 or null"),
             (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),

@@ -55,14 +55,20 @@ def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) 
     return batch
 
 
-def model_runner(model: torch.nn.Module, device="cpu", autocast_dtype: Optional[torch.dtype] = None) -> Callable:
-    """A function batch -> (start, end, type) float32 numpy logits, under inference mode."""
+def model_runner(model: torch.nn.Module, device="cpu", autocast_dtype: Optional[torch.dtype] = None,
+                 inference_mode: bool = True) -> Callable:
+    """A function batch -> (start, end, type) float32 numpy logits, under inference mode.
+
+    `inference_mode=False` uses no_grad instead: a model whose parameters are sharded for training
+    (ZeRO-3, FSDP) gathers them into buffers that training reuses, which inference tensors cannot be.
+    """
     device = torch.device(device)
+    grad_off = torch.inference_mode if inference_mode else torch.no_grad
 
     def run(batch: dict):
         inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
         ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-        with torch.inference_mode(), ctx:
+        with grad_off(), ctx:
             out = model(**inputs)
         return tuple(out[k].float().cpu().numpy() for k in ("start_logits", "end_logits", "type_logits"))
 

@@ -52,6 +52,8 @@ class QAModel(nn.Module):
         # The pooler is never used; leaving it would give DDP unused parameters.
         if getattr(self.backbone, "pooler", None) is not None:
             self.backbone.pooler = None
+        # Layer classes a sharding engine may wrap one by one (FSDP2 auto-wrap reads this name).
+        self._no_split_modules = list(getattr(backbone, "_no_split_modules", None) or [])
         hidden = backbone.config.hidden_size
         self.qa_outputs = nn.Linear(hidden, 2)  # start and end logits per position
         self.answer_type_head = nn.Linear(hidden, len(ANSWER_TYPES))  # on [CLS]
@@ -111,6 +113,18 @@ def load_tokenizer(name_or_path: str):
     return AutoTokenizer.from_pretrained(resolve_backbone(name_or_path), use_fast=True)
 
 
+def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
+    """Everything of a model directory but its weights: backbone config, tokenizer, qa_config.json.
+
+    Checkpoints carry this too, so any checkpoint can be consolidated into a model directory."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config}
+    (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict) -> Path:
     """Write a self-describing model directory from a full (consolidated) state dict."""
     from safetensors.torch import save_file
@@ -122,10 +136,7 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()
                if not k.startswith("backbone.pooler.")}
     save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": MODEL_DIR_FORMAT})
-    config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config}
-    (tmp / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_model_meta(tmp, config, tokenizer, qa_config)
     # Made visible in one rename, so a reader never sees half a model.
     if out.exists():
         old = out.with_name(out.name + ".old")

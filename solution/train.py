@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import shutil
+import signal
 import sys
 import time
 from dataclasses import asdict
@@ -27,22 +30,40 @@ from solution.config import TrainConfig, load_config
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.inference import collate, model_runner, predict_documents
 from solution.metric import format_report, load_gold, score
-from solution.model import build_model, load_tokenizer, save_model_dir
+from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
 from solution.windows import Featurizer
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
+    """Decoupled weight decay, not on biases and LayerNorm weights (BERT's recipe); none for SGD."""
     if cfg.optim == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=cfg.learning_rate)
-    # Decoupled weight decay, not on biases and LayerNorm weights (BERT's recipe).
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": 0.0}]
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                             eps=cfg.adam_epsilon)
+    return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """A permutation that is a pure function of (seed, epoch).
+
+    Resuming from a checkpoint then reproduces the order exactly, with no generator state to carry,
+    and every rank computes the same order before Accelerate deals the batches out."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def linear_schedule(optimizer, num_warmup: int, num_total: int):
@@ -57,11 +78,12 @@ def linear_schedule(optimizer, num_warmup: int, num_total: int):
 class MetricsLog:
     """metrics.jsonl, written by the main process only."""
 
-    def __init__(self, path: Path, enabled: bool):
+    def __init__(self, path: Path, enabled: bool, append: bool = False):
         self.path, self.enabled = path, enabled
         if enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("")
+            if not append:
+                path.write_text("")
 
     def write(self, record: dict) -> None:
         if self.enabled:
@@ -69,22 +91,41 @@ class MetricsLog:
                 f.write(json.dumps(record) + "\n")
 
 
+CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
+
+
+def find_checkpoint(output_dir: Path, spec: str) -> Path:
+    """`latest` -> the newest complete output_dir/checkpoint-N; anything else is a path."""
+    if spec == "latest":
+        done = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+                and (p / "trainer_state.json").is_file()]
+        if not done:
+            raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
+        return max(done, key=lambda p: int(p.name.split("-")[-1]))
+    path = Path(spec)
+    if not (path / "trainer_state.json").is_file():
+        raise ValueError(f"{path}: not a checkpoint (no trainer_state.json); checkpoints are "
+                         "output_dir/checkpoint-N, written every save_steps")
+    return path
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
-        self.accelerator = strategy.build_accelerator(cfg)
+        self.strategy = strategy.Strategy(cfg)
+        self.accelerator = self.strategy.accelerator
         from accelerate.utils import set_seed
 
         set_seed(cfg.seed)
         self.out = Path(cfg.output_dir)
         self.is_main = self.accelerator.is_main_process
-        self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main)
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
+        self.accounting: dict = {}
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -122,10 +163,14 @@ class Trainer:
         was_training = unwrapped.training
         unwrapped.eval()
         autocast = torch.bfloat16 if cfg.mixed_precision == "bf16" else None
-        run = model_runner(unwrapped, acc.device, autocast)
+        sharded = self.strategy.plan.shards_parameters
+        run = model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded)
+        # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
+        run, finish = self.strategy.lockstep(run)
         preds = {}
         for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
             preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
+        finish()
         unwrapped.train(was_training)
         from accelerate.utils import gather_object
 
@@ -143,37 +188,111 @@ class Trainer:
             result["dev_skipped"] = skipped
         return result
 
+    # -- checkpoints ------------------------------------------------------------
+    def qa_config(self) -> dict:
+        return {"window": asdict(self.cfg.window), "postprocess": asdict(self.cfg.postprocess),
+                "training": {"model_name_or_path": self.cfg.model_name_or_path, "seed": self.cfg.seed,
+                             "strategy": self.strategy.name, "world_size": self.accelerator.num_processes}}
+
+    def save_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
+        """A resumable, strategy-native checkpoint: Accelerate's save_state (DeepSpeed's own shards,
+        FSDP's distributed checkpoint, or plain weights) plus what it takes to continue and to
+        consolidate: trainer_state.json and model_meta/ (config, tokenizer, qa_config)."""
+        acc = self.accelerator
+        final = self.out / f"checkpoint-{step}"
+        tmp = self.out / f"checkpoint-{step}.tmp"
+        if self.is_main and tmp.exists():
+            shutil.rmtree(tmp)
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp))
+        acc.wait_for_everyone()
+        if self.is_main:
+            save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
+                            self.qa_config())
+            state = {"format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch,
+                     "batches_into_epoch": batches_into_epoch, **{k: self.accounting.get(k) for k in (
+                         "strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
+                         "gradient_accumulation_steps", "global_batch_size", "mixed_precision",
+                         "num_optimizer_steps")}}
+            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)  # a checkpoint is complete or absent, never half-written
+            self._prune_checkpoints()
+        acc.wait_for_everyone()
+        self.log(f"checkpoint: {final}")
+        return final
+
+    def _prune_checkpoints(self) -> None:
+        limit = self.cfg.save_total_limit
+        if not limit:
+            return
+        done = sorted((p for p in self.out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                      key=lambda p: int(p.name.split("-")[-1]))
+        for old in done[:-limit]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, path: Path, steps_per_epoch: int, batches_per_epoch: int) -> tuple[int, int, int]:
+        state = json.loads((path / "trainer_state.json").read_text())
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path}/trainer_state.json: format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
+        mine = self.accounting
+        for key in ("strategy", "world_size", "global_batch_size", "per_device_train_batch_size",
+                    "gradient_accumulation_steps"):
+            if state.get(key) != mine.get(key):
+                raise ValueError(f"{path}: field '{key}' is {state.get(key)!r} in the checkpoint but "
+                                 f"{mine.get(key)!r} in this run; resume with the same strategy and batch "
+                                 "(or consolidate it with python -m solution.consolidate and start anew)")
+        self.accelerator.load_state(str(path))
+        step, epoch, batches = state["step"], state["epoch"], state["batches_into_epoch"]
+        if batches >= batches_per_epoch:  # the checkpoint closed its epoch
+            epoch, batches = epoch + 1, 0
+        self.log(f"resumed from {path}: step {step}, epoch {epoch}, {batches} batches into it")
+        return step, epoch, batches
+
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
         cfg, acc = self.cfg, self.accelerator
         train_set = self.train_dataset()
-        generator = torch.Generator().manual_seed(cfg.seed)
         pad_id = self.tokenizer.pad_token_id or 0
+        sampler = EpochShuffle(len(train_set), cfg.seed)
         # Fixed-length batches: the same shapes whatever the world size, so runs compare exactly.
-        loader = DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, shuffle=True,
-                            generator=generator, drop_last=False,
+        loader = DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
+                            drop_last=False,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
-        optimizer = build_optimizer(self.model, cfg)
+        optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
+        engine = self.strategy.check_engine(model)
 
-        steps_per_epoch = math.ceil(len(loader) / cfg.gradient_accumulation_steps)
+        batches_per_epoch = len(loader)
+        steps_per_epoch = math.ceil(batches_per_epoch / cfg.gradient_accumulation_steps)
         if steps_per_epoch == 0:
             raise ValueError(f"{cfg.train_file}: no training windows (check negative_keep_rate and the data)")
         total_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
         num_epochs = math.ceil(total_steps / steps_per_epoch)
-        # Not passed to prepare(): Accelerate would step it once per process.
+        # Not passed to prepare(): Accelerate would step it once per process. Saved with the checkpoints.
         scheduler = linear_schedule(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+        acc.register_for_checkpointing(scheduler)
 
         global_batch = cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps
-        start = {"event": "start", "strategy": strategy.strategy_name(acc), "engine": strategy.engine_name(model),
-                 "zero_stage": None, "world_size": acc.num_processes,
+        start = {"event": "start", "strategy": self.strategy.name, "engine": engine,
+                 "zero_stage": self.strategy.zero_stage, "world_size": acc.num_processes,
                  "per_device_train_batch_size": cfg.per_device_train_batch_size,
                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "global_batch_size": global_batch,
                  "mixed_precision": cfg.mixed_precision, "num_optimizer_steps": total_steps,
                  "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device),
+                 "strategy_origin": self.strategy.plan.origin, "distributed_type": str(acc.distributed_type),
+                 "cpu_offload": self.strategy.plan.cpu_offload or self.strategy.name == "zero3_offload",
                  "train_data": {k: self.data_summary.get(k) for k in
                                 ("documents", "windows", "windows_kept", "skipped", "skipped_by_reason")}
                  if self.data_summary else {"source": cfg.data_source}}
+        self.accounting = start
+        step, first_epoch, skip = 0, 0, 0
+        if cfg.resume_from_checkpoint:
+            path = find_checkpoint(self.out, cfg.resume_from_checkpoint)
+            step, first_epoch, skip = self.load_checkpoint(path, steps_per_epoch, batches_per_epoch)
+            start["resumed_from"] = {"checkpoint": str(path), "step": step}
+        self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main, append=bool(cfg.resume_from_checkpoint))
         self.metrics.write(start)
         self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in start.items() if k != "event"))
         if self.is_main:
@@ -182,17 +301,24 @@ class Trainer:
 
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total_steps, desc="train", disable=not self.is_main or cfg.disable_tqdm,
-                   dynamic_ncols=True, file=sys.stdout)
+        bar = tqdm(total=total_steps, initial=step, desc=f"train [{self.strategy.name} x{acc.num_processes}]",
+                   disable=not self.is_main or cfg.disable_tqdm, dynamic_ncols=True, file=sys.stdout)
         model.train()
-        step, last_eval = 0, {}
+        last_eval = {}
         window_loss = torch.zeros((), device=acc.device)
         micro = 0
+        grad_norm = None
         t_log, samples_since_log = time.perf_counter(), 0
-        for epoch in range(num_epochs):
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-            for batch in loader:
+        kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))  # tests: a hard kill, as a crash would
+        for epoch in range(first_epoch, num_epochs):
+            if step >= total_steps:
+                break
+            sampler.set_epoch(epoch)
+            batches = skip
+            epoch_loader = acc.skip_first_batches(loader, skip) if skip else loader
+            skip = 0
+            for batch in epoch_loader:
+                batches += 1
                 with acc.accumulate(model):
                     out = model(**batch)
                     acc.backward(out["loss"])
@@ -200,8 +326,8 @@ class Trainer:
                     micro += 1
                     samples_since_log += batch["input_ids"].shape[0] * acc.num_processes
                     if acc.sync_gradients:
-                        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-                        grad_norm = acc.clip_grad_norm_(model.parameters(), max_norm)
+                        lr = scheduler.get_last_lr()[0]  # the rate this step uses
+                        grad_norm = self.strategy.clip_and_norm(model, cfg.max_grad_norm)
                         optimizer.step()
                         scheduler.step()
                         optimizer.zero_grad(set_to_none=True)
@@ -216,35 +342,34 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 if step % cfg.logging_steps == 0 or step == total_steps:
                     elapsed = time.perf_counter() - t_log
-                    self.metrics.write({"step": step, "epoch": epoch, "loss": loss,
-                                        "grad_norm": float(grad_norm) if grad_norm is not None else None,
-                                        "lr": scheduler.get_last_lr()[0],
+                    self.metrics.write({"step": step, "epoch": epoch, "loss": loss, "grad_norm": grad_norm,
+                                        "lr": lr,
                                         "samples_per_s": samples_since_log / max(elapsed, 1e-9)})
                     t_log, samples_since_log = time.perf_counter(), 0
+                if cfg.save_steps and step % cfg.save_steps == 0:
+                    self.save_checkpoint(step, epoch, batches)
+                    if kill_after and step >= kill_after:
+                        os.kill(os.getpid(), signal.SIGKILL)
                 if step >= total_steps:
                     break
             if cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files":
                 last_eval = self.evaluate(model)
                 self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **last_eval})
                 self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(last_eval)}")
-            if step >= total_steps:
-                break
         bar.close()
         self.save_final(model)
         self.metrics.write({"event": "end", "step": step, "dev": last_eval or None})
         acc.wait_for_everyone()
-        acc.end_training()
+        self.strategy.close()
         return last_eval
 
     def save_final(self, model) -> None:
         acc = self.accelerator
         acc.wait_for_everyone()
-        state = acc.get_state_dict(model)  # full weights on the main process, whatever the strategy
+        state = self.strategy.full_state_dict(model)  # full fp32 weights on the main process, whatever the strategy
         if self.is_main:
-            qa_config = {"window": asdict(self.cfg.window), "postprocess": asdict(self.cfg.postprocess),
-                         "training": {"model_name_or_path": self.cfg.model_name_or_path,
-                                      "seed": self.cfg.seed, "world_size": acc.num_processes}}
-            path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer, qa_config)
+            path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer,
+                                  self.qa_config())
             self.log(f"model directory: {path}")
 
 
@@ -254,7 +379,14 @@ def parse_args(argv=None):
         description="Fine-tune BERT QA on simplified-NQ. Any config field can be overridden as --name value "
                     "(e.g. --learning_rate 3e-5 --max_steps 100 --max_seq_length 256).")
     parser.add_argument("--config", help="YAML training config (configs/train/*.yaml)")
-    return parser.parse_known_args(argv)
+    parser.add_argument("--resume", metavar="CHECKPOINT", dest="resume_from_checkpoint",
+                        help="continue from output_dir/checkpoint-N, or `latest`")
+    # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    args, overrides = parser.parse_known_args(argv)
+    if args.resume_from_checkpoint:
+        overrides += ["--resume_from_checkpoint", args.resume_from_checkpoint]
+    return args, overrides
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,95 @@
+"""Turn any training checkpoint into a model directory: `python -m solution.consolidate CHECKPOINT OUT`.
+
+A checkpoint (output_dir/checkpoint-N) holds the weights in the form its strategy
+saved them: DeepSpeed's ZeRO partitions (`pytorch_model/`), FSDP2's sharded
+distributed checkpoint (`pytorch_model_fsdp_0/`), or plain `model.safetensors`
+(single process, DDP). This reads them in one process on CPU, with no process
+group and no GPU, into full float32 weights, and writes the same self-describing
+model directory that training writes at its end and `submission/` loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
+FSDP_DIR = "pytorch_model_fsdp_0"
+
+
+def checkpoint_kind(ckpt: Path) -> str:
+    if (ckpt / DS_TAG).is_dir() and any((ckpt / DS_TAG).glob("*model_states.pt")):
+        return "deepspeed"
+    if (ckpt / FSDP_DIR).is_dir():
+        return "fsdp"
+    if (ckpt / "model.safetensors").is_file() or (ckpt / "pytorch_model.bin").is_file():
+        return "plain"
+    raise ValueError(f"{ckpt}: no weights found (expected {DS_TAG}/ from DeepSpeed, {FSDP_DIR}/ from FSDP, "
+                     "or model.safetensors)")
+
+
+def full_state_dict(ckpt: Path) -> dict:
+    """Full float32 weights of a checkpoint, whatever strategy wrote it."""
+    kind = checkpoint_kind(ckpt)
+    if kind == "deepspeed":
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=DS_TAG)
+    elif kind == "fsdp":
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(ckpt / FSDP_DIR), f"{tmp}/full.pt")
+            loaded = torch.load(f"{tmp}/full.pt", weights_only=True, map_location="cpu")
+        state = loaded.get("model", loaded)  # Accelerate saves {"model": state_dict}
+    else:
+        if (ckpt / "model.safetensors").is_file():
+            from safetensors.torch import load_file
+
+            state = load_file(str(ckpt / "model.safetensors"))
+        else:
+            state = torch.load(ckpt / "pytorch_model.bin", weights_only=True, map_location="cpu")
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
+
+
+def consolidate(checkpoint, out) -> Path:
+    from transformers import AutoConfig, AutoTokenizer
+
+    from solution.model import save_model_dir
+
+    ckpt = Path(checkpoint)
+    meta_dir = ckpt / "model_meta"
+    if not (ckpt / "trainer_state.json").is_file() or not meta_dir.is_dir():
+        raise ValueError(f"{ckpt}: not a complete checkpoint (needs trainer_state.json and model_meta/); "
+                         "training writes them to output_dir/checkpoint-N every save_steps")
+    state = full_state_dict(ckpt)
+    config = AutoConfig.from_pretrained(meta_dir)
+    tokenizer = AutoTokenizer.from_pretrained(meta_dir, use_fast=True)
+    qa = json.loads((meta_dir / "qa_config.json").read_text())
+    qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types")}
+    trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
+    qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
+    return save_model_dir(out, state, config, tokenizer, qa)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m solution.consolidate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoint", help="output_dir/checkpoint-N from any strategy")
+    parser.add_argument("out", help="model directory to write (loadable by submission.predict)")
+    args = parser.parse_args(argv)
+    try:
+        path = consolidate(args.checkpoint, args.out)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"model directory: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
