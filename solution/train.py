@@ -261,7 +261,14 @@ class Trainer:
                             drop_last=False,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
         optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
-        model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
+        # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
+        fault = os.environ.get("NQ_TEST_FAULT", "")
+        if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
+            model, optimizer = acc.prepare(self.model, optimizer)
+        else:
+            model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
+        loss_scale = {"sum_gradients": acc.num_processes,
+                      "double_accumulation": cfg.gradient_accumulation_steps}.get(fault, 1)
         engine = self.strategy.check_engine(model)
 
         batches_per_epoch = len(loader)
@@ -321,7 +328,7 @@ class Trainer:
                 batches += 1
                 with acc.accumulate(model):
                     out = model(**batch)
-                    acc.backward(out["loss"])
+                    acc.backward(out["loss"] * loss_scale if loss_scale != 1 else out["loss"])
                     window_loss += out["loss"].detach()
                     micro += 1
                     samples_since_log += batch["input_ids"].shape[0] * acc.num_processes

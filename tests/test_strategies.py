@@ -1,0 +1,200 @@
+"""The proof that a strategy is the engine it claims and optimises exactly like one process.
+
+Every strategy trains a tiny BERT with two CPU ranks (gloo), through the launchers
+users run (`accelerate launch`, `deepspeed`, `torchrun`), for 6 optimizer steps at
+global batch 8 (2 per rank x 2 ranks x 2 accumulation steps), and is compared with
+one process at batch 8: loss and gradient norm at every step within 1e-4 relative,
+final consolidated weights allclose. Plain SGD, because Adam's update hardly moves
+when every gradient is doubled, so an Adam comparison cannot see summed gradients.
+
+The comparison is shown to fail on injected bugs (gradients summed over ranks,
+ranks reading the same data, accumulation double-counted) and on a wrong engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+from safetensors.torch import load_file
+
+BIN = Path(sys.executable).parent
+STEPS = 6
+COMMON = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
+          "--optim", "sgd", "--learning_rate", "0.3", "--max_grad_norm", "0", "--max_steps", str(STEPS),
+          "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
+          # Saved with the model: thresholds so low that the submission test's predictions are never blank.
+          "--long_threshold", "-1e9", "--short_threshold", "-1e9"]
+TWO_RANKS = ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"]
+
+ENGINES = {"ddp": "DistributedDataParallel", "zero1": "DeepSpeedEngine", "zero2": "DeepSpeedEngine",
+           "zero3": "DeepSpeedEngine", "zero3_offload": "DeepSpeedEngine", "fsdp": "FSDPQAModel",
+           "fsdp_grad_op": "FSDPQAModel"}
+STAGES = {"zero1": 1, "zero2": 2, "zero3": 3, "zero3_offload": 3}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300):
+    """Two ranks of `python -m solution.train` through a real launcher."""
+    port = str(free_port())
+    train = ["-m", "solution.train", *COMMON, *TWO_RANKS, "--output_dir", str(out), *extra]
+    if launcher == "accelerate":
+        cmd = [str(BIN / "accelerate"), "launch", "--config_file", f"configs/accelerate/{strategy}.yaml",
+               "--num_processes", "2", "--main_process_port", port, *train]
+    elif launcher == "deepspeed":
+        cmd = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", port, "--module", *train[1:],
+               "--deepspeed", f"configs/ds/{strategy}.json"]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+               *train, "--strategy", strategy]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"{strategy} via {launcher} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return read_run(out)
+
+
+def read_run(out: Path) -> dict:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r for r in records if "loss" in r and "event" not in r}
+    start = [r for r in records if r.get("event") == "start"][-1]  # a resumed run appends a second one
+    return {"start": start, "steps": steps, "weights": load_file(str(out / "model" / "model.safetensors")),
+            "out": out}
+
+
+def compare(ref: dict, run: dict, rtol: float = 1e-4) -> None:
+    """Raise AssertionError unless `run` optimised exactly like `ref`."""
+    assert sorted(run["steps"]) == sorted(ref["steps"]) == list(range(1, STEPS + 1)), "steps differ"
+    for step, r in ref["steps"].items():
+        got = run["steps"][step]
+        for key in ("loss", "grad_norm"):
+            assert got[key] == pytest.approx(r[key], rel=rtol), f"step {step} {key}: {got[key]} vs {r[key]}"
+    assert run["weights"].keys() == ref["weights"].keys()
+    for name, w in ref["weights"].items():
+        torch.testing.assert_close(run["weights"][name], w, rtol=rtol, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("single")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "solution.train", *COMMON, "--per_device_train_batch_size", "8",
+                           "--output_dir", str(out)], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = read_run(out)
+    assert run["start"]["strategy"] == "single" and run["start"]["global_batch_size"] == 8
+    # The run must actually move the weights, or equal weights would prove nothing.
+    losses = [run["steps"][s]["loss"] for s in sorted(run["steps"])]
+    assert max(losses) - min(losses) > 0.05, losses
+    return run
+
+
+RUNS: dict = {}  # strategy -> finished run, reused by the submission test below
+CASES = [("ddp", "accelerate"), ("zero1", "deepspeed"), ("zero2", "accelerate"), ("zero3", "accelerate"),
+         ("zero3_offload", "torchrun"), ("fsdp", "accelerate"), ("fsdp_grad_op", "torchrun")]
+
+
+@pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{l}" for s, l in CASES])
+def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_factory):
+    run = launch(strategy, launcher, tmp_path_factory.mktemp(strategy))
+    RUNS[strategy] = run
+    start = run["start"]
+    assert start["strategy"] == strategy and start["engine"] == ENGINES[strategy], start
+    assert start["zero_stage"] == STAGES.get(strategy) and start["world_size"] == 2, start
+    assert start["global_batch_size"] == 8 and start["gradient_accumulation_steps"] == 2, start
+    compare(reference, run)
+
+
+@pytest.mark.parametrize("fault", ["sum_gradients", "same_data", "double_accumulation"])
+def test_comparison_catches_injected_bugs(fault, reference, tmp_path):
+    run = launch("ddp", "torchrun", tmp_path / fault, env_extra={"NQ_TEST_FAULT": fault})
+    with pytest.raises(AssertionError):
+        compare(reference, run)
+
+
+def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
+    """`--strategy fsdp` under a DeepSpeed launch must stop, not quietly pick one of the two."""
+    with pytest.raises(AssertionError, match="drop one of them"):
+        launch("zero2", "deepspeed", tmp_path / "x", extra=["--strategy", "fsdp"])
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero3", "fsdp"])
+def test_killed_run_resumes_to_the_same_weights(strategy, tmp_path):
+    """SIGKILL every rank right after the step-4 checkpoint, resume: bitwise the uninterrupted run."""
+    extra = ["--save_steps", "2"]
+    whole = launch(strategy, "torchrun", tmp_path / "whole", extra=extra)
+    out = tmp_path / "killed"
+    with pytest.raises(AssertionError, match="failed"):
+        launch(strategy, "torchrun", out, extra=extra, env_extra={"NQ_TEST_KILL_AFTER_STEP": "4"})
+    assert (out / "checkpoint-4" / "trainer_state.json").is_file() and not (out / "model").exists()
+    resumed = launch(strategy, "torchrun", out, extra=[*extra, "--resume", "latest"])
+    assert resumed["start"]["resumed_from"]["step"] == 4
+    for step in (5, 6):
+        assert resumed["steps"][step]["loss"] == whole["steps"][step]["loss"]
+    for name, w in whole["weights"].items():
+        assert torch.equal(resumed["weights"][name], w), name
+    # Any checkpoint consolidates offline into the same weights training wrote at that step.
+    from solution.consolidate import consolidate
+
+    model_dir = consolidate(tmp_path / "whole" / "checkpoint-6", tmp_path / "consolidated")
+    for name, w in load_file(str(model_dir / "model.safetensors")).items():
+        torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
+
+
+def test_two_nodes_through_the_slurm_script_train_as_one_world(reference, tmp_path):
+    """scripts/launch_slurm.sh as srun runs it on two nodes (SLURM_NODEID 0 and 1), rendezvous on
+    127.0.0.1, one rank per node: one world of 2 that optimises like the single process."""
+    port = str(free_port())
+    out = tmp_path / "two-nodes"
+    procs = []
+    for node in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "SLURM_STEP_ID": "0",
+               "SLURM_NNODES": "2", "SLURM_NODEID": str(node), "MAIN_PROCESS_IP": "127.0.0.1",
+               "MAIN_PROCESS_PORT": port, "GPUS_PER_NODE": "1", "PYTHON": sys.executable}
+        procs.append(subprocess.Popen(
+            ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", *COMMON[1:], *TWO_RANKS,
+             "--output_dir", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    logs = [p.communicate(timeout=300)[0] for p in procs]
+    for node, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"node {node} failed:\n{log[-4000:]}"
+    assert "node 1/2" in logs[1]
+    run = read_run(out)
+    assert run["start"]["world_size"] == 2 and run["start"]["strategy"] == "ddp", run["start"]
+    compare(reference, run)
+
+
+def test_consolidated_models_give_the_same_submission(tmp_path):
+    """The final model directories of a DDP, a ZeRO-3 and an FSDP run load in submission.predict
+    (no accelerate, no deepspeed) and write the same submission.csv."""
+    corpus = tmp_path / "synth"
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(corpus), "--num-train", "1", "--num-dev", "1",
+                    "--num-test", "6", "--min-words", "200", "--max-words", "400", "--seed", "5"],
+                   cwd=ROOT, check=True, capture_output=True)
+    rows = {}
+    for strategy in ("ddp", "zero3", "fsdp"):
+        if strategy not in RUNS:  # this test run alone
+            RUNS[strategy] = launch(strategy, "torchrun", tmp_path / f"run-{strategy}")
+        out = tmp_path / f"{strategy}.csv"
+        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(RUNS[strategy]["out"] / "model"),
+                               "--input", str(corpus / "simplified-nq-test.jsonl"), "--output", str(out)],
+                              cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows[strategy] = out.read_text()
+    assert rows["ddp"].count("\n") == 1 + 12
+    answered = [line for line in rows["ddp"].splitlines()[1:] if not line.endswith(",")]
+    assert len(answered) >= 6, rows["ddp"]  # the models answer, so equal files compare real spans
+    assert rows["zero3"] == rows["ddp"] and rows["fsdp"] == rows["ddp"]
