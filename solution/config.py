@@ -104,6 +104,8 @@ class TrainConfig:
     """Write a resumable, strategy-native checkpoint every N optimizer steps (0: never)."""
     save_total_limit: Optional[int] = None
     """Keep only the newest N checkpoints (null: all)."""
+    measure_memory: bool = False
+    """Benchmarks: record each rank's model-state bytes (live tensors at the optimizer step) and peak RSS."""
     resume_from_checkpoint: Optional[str] = None
     """A checkpoint directory (output_dir/checkpoint-N) or `latest`; also `--resume`."""
 

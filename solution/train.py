@@ -123,6 +123,7 @@ class Trainer:
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
         self.accounting: dict = {}
@@ -261,12 +262,22 @@ class Trainer:
                             drop_last=False,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
         optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
+        self._client_optimizer = optimizer  # DeepSpeed steps this same object on its partitions
         # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
         fault = os.environ.get("NQ_TEST_FAULT", "")
         if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
             model, optimizer = acc.prepare(self.model, optimizer)
         else:
             model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
+        memory: dict = {}
+        if cfg.measure_memory:
+            # At the third step: Adam's moments exist by then, and gradients are still held.
+            def measure(opt, args, kwargs):
+                memory["calls"] = memory.get("calls", 0) + 1
+                if memory["calls"] == 3:
+                    memory.update(self.strategy.live_tensor_bytes(opt))
+
+            self._client_optimizer.register_step_pre_hook(measure)
         loss_scale = {"sum_gradients": acc.num_processes,
                       "double_accumulation": cfg.gradient_accumulation_steps}.get(fault, 1)
         engine = self.strategy.check_engine(model)
@@ -288,6 +299,7 @@ class Trainer:
                  "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "global_batch_size": global_batch,
                  "mixed_precision": cfg.mixed_precision, "num_optimizer_steps": total_steps,
                  "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device),
+                 "num_parameters": self.num_parameters,
                  "strategy_origin": self.strategy.plan.origin, "distributed_type": str(acc.distributed_type),
                  "cpu_offload": self.strategy.plan.cpu_offload or self.strategy.name == "zero3_offload",
                  "train_data": {k: self.data_summary.get(k) for k in
@@ -316,6 +328,7 @@ class Trainer:
         micro = 0
         grad_norm = None
         t_log, samples_since_log = time.perf_counter(), 0
+        t_step = t_log
         kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))  # tests: a hard kill, as a crash would
         for epoch in range(first_epoch, num_epochs):
             if step >= total_steps:
@@ -341,6 +354,8 @@ class Trainer:
                 if not acc.sync_gradients:
                     continue
                 step += 1
+                now = time.perf_counter()
+                step_time, t_step = now - t_step, now
                 # Mean over micro-batches, then over ranks: the loss of the whole global batch.
                 loss = acc.reduce(window_loss / micro, reduction="mean").item()
                 window_loss.zero_()
@@ -350,7 +365,7 @@ class Trainer:
                 if step % cfg.logging_steps == 0 or step == total_steps:
                     elapsed = time.perf_counter() - t_log
                     self.metrics.write({"step": step, "epoch": epoch, "loss": loss, "grad_norm": grad_norm,
-                                        "lr": lr,
+                                        "lr": lr, "step_time_s": step_time,
                                         "samples_per_s": samples_since_log / max(elapsed, 1e-9)})
                     t_log, samples_since_log = time.perf_counter(), 0
                 if cfg.save_steps and step % cfg.save_steps == 0:
@@ -365,7 +380,17 @@ class Trainer:
                 self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(last_eval)}")
         bar.close()
         self.save_final(model)
-        self.metrics.write({"event": "end", "step": step, "dev": last_eval or None})
+        end = {"event": "end", "step": step, "dev": last_eval or None}
+        if cfg.measure_memory:
+            import resource
+
+            from accelerate.utils import gather_object
+
+            # ru_maxrss is in KiB on Linux.
+            mine = {**memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            mine.pop("calls", None)
+            end["memory_per_rank"] = gather_object([mine])
+        self.metrics.write(end)
         acc.wait_for_everyone()
         self.strategy.close()
         return last_eval
