@@ -94,9 +94,17 @@ class MetricsLog:
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 
 
+LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
+
+
 def find_checkpoint(output_dir: Path, spec: str) -> Path:
-    """`latest` -> the newest complete output_dir/checkpoint-N; anything else is a path."""
+    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); else a path."""
     if spec == "latest":
+        pointer = output_dir / LATEST
+        if pointer.is_file():
+            named = output_dir / pointer.read_text().strip()
+            if (named / "trainer_state.json").is_file():
+                return named
         done = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
                 and (p / "trainer_state.json").is_file()]
         if not done:
@@ -219,6 +227,9 @@ class Trainer:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)  # a checkpoint is complete or absent, never half-written
+            pointer = self.out / (LATEST + ".tmp")
+            pointer.write_text(final.name + "\n")
+            os.replace(pointer, self.out / LATEST)  # then the pointer; then, only now, pruning
             self._prune_checkpoints()
         acc.wait_for_everyone()
         self.log(f"checkpoint: {final}")
@@ -269,13 +280,15 @@ class Trainer:
             model, optimizer = acc.prepare(self.model, optimizer)
         else:
             model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
-        memory: dict = {}
+        memory: dict = {"step": 0}
         if cfg.measure_memory:
-            # At the third step: Adam's moments exist by then, and gradients are still held.
+            # During the third optimizer step: Adam's moments exist by then, and gradients are still held.
+            # DeepSpeed may call the optimizer once per parameter sub-group: keep the largest reading.
             def measure(opt, args, kwargs):
-                memory["calls"] = memory.get("calls", 0) + 1
-                if memory["calls"] == 3:
-                    memory.update(self.strategy.live_tensor_bytes(opt))
+                if memory["step"] == 3:
+                    reading = self.strategy.live_tensor_bytes(opt)
+                    if reading["live_tensor_bytes"] > memory.get("live_tensor_bytes", 0):
+                        memory.update(reading)
 
             self._client_optimizer.register_step_pre_hook(measure)
         loss_scale = {"sum_gradients": acc.num_processes,
@@ -329,7 +342,12 @@ class Trainer:
         grad_norm = None
         t_log, samples_since_log = time.perf_counter(), 0
         t_step = t_log
-        kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))  # tests: a hard kill, as a crash would
+        # Tests only: SIGKILL after the checkpoint at this step, as a crash or an OOM kill would, on every
+        # rank or only on NQ_TEST_KILL_RANK.
+        kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))
+        kill_rank = os.environ.get("NQ_TEST_KILL_RANK")
+        if kill_rank is not None and int(kill_rank) != acc.process_index:
+            kill_after = 0
         for epoch in range(first_epoch, num_epochs):
             if step >= total_steps:
                 break
@@ -339,6 +357,7 @@ class Trainer:
             skip = 0
             for batch in epoch_loader:
                 batches += 1
+                memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
                 with acc.accumulate(model):
                     out = model(**batch)
                     acc.backward(out["loss"] * loss_scale if loss_scale != 1 else out["loss"])
@@ -388,7 +407,7 @@ class Trainer:
 
             # ru_maxrss is in KiB on Linux.
             mine = {**memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-            mine.pop("calls", None)
+            mine.pop("step", None)
             end["memory_per_rank"] = gather_object([mine])
         self.metrics.write(end)
         acc.wait_for_everyone()
