@@ -215,6 +215,8 @@ class Trainer:
         acc.wait_for_everyone()
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
+        if os.environ.get("NQ_TEST_KILL_IN_SAVE_AT_STEP") == str(step):  # tests: a save killed halfway
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.is_main:
             save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
                             self.qa_config())

@@ -131,15 +131,19 @@ def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
         launch("zero2", "deepspeed", tmp_path / "x", extra=["--strategy", "fsdp"])
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero3", "fsdp"])
-def test_killed_run_resumes_to_the_same_weights(strategy, tmp_path):
-    """SIGKILL every rank right after the step-4 checkpoint, resume: bitwise the uninterrupted run."""
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
+def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path):
+    """SIGKILL rank 1 alone right after the step-4 checkpoint: the launcher fails naming the rank;
+    resuming from `latest` reaches bitwise the uninterrupted run's losses and weights."""
     extra = ["--save_steps", "2"]
     whole = launch(strategy, "torchrun", tmp_path / "whole", extra=extra)
     out = tmp_path / "killed"
-    with pytest.raises(AssertionError, match="failed"):
-        launch(strategy, "torchrun", out, extra=extra, env_extra={"NQ_TEST_KILL_AFTER_STEP": "4"})
-    assert (out / "checkpoint-4" / "trainer_state.json").is_file() and not (out / "model").exists()
+    with pytest.raises(AssertionError, match="failed") as failure:
+        launch(strategy, "torchrun", out, extra=extra,
+               env_extra={"NQ_TEST_KILL_AFTER_STEP": "4", "NQ_TEST_KILL_RANK": "1"})
+    message = str(failure.value)
+    assert "rank: 1" in message and ("-9" in message or "SIGKILL" in message), message[-2000:]
+    assert (out / "latest").read_text().strip() == "checkpoint-4" and not (out / "model").exists()
     resumed = launch(strategy, "torchrun", out, extra=[*extra, "--resume", "latest"])
     assert resumed["start"]["resumed_from"]["step"] == 4
     for step in (5, 6):
@@ -152,6 +156,22 @@ def test_killed_run_resumes_to_the_same_weights(strategy, tmp_path):
     model_dir = consolidate(tmp_path / "whole" / "checkpoint-6", tmp_path / "consolidated")
     for name, w in load_file(str(model_dir / "model.safetensors")).items():
         torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
+
+
+def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
+    extra = ["--save_steps", "2", "--save_total_limit", "1"]
+    whole = launch("ddp", "torchrun", tmp_path / "whole", extra=extra)
+    assert sorted(p.name for p in (tmp_path / "whole").glob("checkpoint-*")) == ["checkpoint-6"]  # pruned
+    out = tmp_path / "killed"
+    with pytest.raises(AssertionError, match="failed"):
+        launch("ddp", "torchrun", out, extra=extra, env_extra={"NQ_TEST_KILL_IN_SAVE_AT_STEP": "4"})
+    assert (out / "checkpoint-4.tmp").is_dir() and not (out / "checkpoint-4").exists()
+    assert (out / "latest").read_text().strip() == "checkpoint-2" and (out / "checkpoint-2").is_dir()
+    resumed = launch("ddp", "torchrun", out, extra=[*extra, "--resume", "latest"])
+    assert resumed["start"]["resumed_from"]["step"] == 2
+    for name, w in whole["weights"].items():
+        assert torch.equal(resumed["weights"][name], w), name
+    assert not (out / "checkpoint-4.tmp").exists()  # the next save at that step replaced it
 
 
 def test_two_nodes_through_the_slurm_script_train_as_one_world(reference, tmp_path):
