@@ -223,6 +223,10 @@ class Strategy:
         if launched not in ("no", cfg.mixed_precision):
             raise ValueError(f"accelerate launch config says mixed_precision {launched}, the training config "
                              f"{cfg.mixed_precision}; the training config decides: make them agree")
+        if self.plan.is_fsdp and self.plan.cpu_offload and not self.cuda:
+            raise ValueError(f"strategy {self.plan.name} with cpu_offload needs a GPU: FSDP2's CPUOffloadPolicy moves "
+                             "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
+                             "Without a GPU everything already lives in CPU memory: drop cpu_offload")
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps)
         # gloo on CPU; on GPUs Accelerate picks NCCL itself.
         # (Only with a launcher: a backend given to a lone process makes Accelerate expect a process group.)
@@ -268,10 +272,9 @@ class Strategy:
             from accelerate.utils import FullyShardedDataParallelPlugin
 
             if plan.fsdp_from_env:  # accelerate launch: the FSDP_* variables from its YAML fill the plugin
+                if cfg.cpu_offload:
+                    os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
                 plugin = FullyShardedDataParallelPlugin()
-                if self.cfg.cpu_offload:
-                    plugin.cpu_offload = True
-                    plugin.__post_init__()
             else:
                 plugin = FullyShardedDataParallelPlugin(
                     fsdp_version=2, reshard_after_forward=plan.name == "fsdp",

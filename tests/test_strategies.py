@@ -218,3 +218,26 @@ def test_consolidated_models_give_the_same_submission(tmp_path):
     answered = [line for line in rows["ddp"].splitlines()[1:] if not line.endswith(",")]
     assert len(answered) >= 6, rows["ddp"]  # the models answer, so equal files compare real spans
     assert rows["zero3"] == rows["ddp"] and rows["fsdp"] == rows["ddp"]
+
+
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
+def test_evaluation_with_sharded_parameters_gathers_every_rank(strategy, tmp_path):
+    """Dev evaluation under ZeRO-3/FSDP, where every forward is a collective: 3 dev documents over
+    2 ranks, one window per forward, so the ranks run different numbers of forwards. The run must
+    finish (no rank left waiting in a collective) and score all 3 documents."""
+    corpus = tmp_path / "synth"
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(corpus), "--num-train", "12", "--num-dev", "3",
+                    "--num-test", "1", "--min-words", "200", "--max-words", "900", "--seed", "9"],
+                   cwd=ROOT, check=True, capture_output=True)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--strategy", strategy,
+           "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--dev_file", str(corpus / "simplified-nq-dev.jsonl"),
+           "--max_steps", "2", "--per_device_eval_batch_size", "1", "--disable_tqdm", "true",
+           "--output_dir", str(out), "--cache_dir", str(tmp_path / "cache")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r.get("event") == "eval"]
+    assert evals and evals[-1]["num_examples"] == 3, evals

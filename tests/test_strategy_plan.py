@@ -1,0 +1,108 @@
+"""Where the strategy comes from, and the contradictions and bad files that must stop a run.
+
+`plan_strategy` reads only the config and the launcher's environment, so these run in-process
+with the environment set as each launcher would set it; the launchers themselves are exercised
+in test_strategies.py.
+"""
+
+import json
+
+import pytest
+
+from solution.config import load_config
+from solution.strategy import plan_strategy
+
+LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "FSDP_VERSION",
+                 "FSDP_RESHARD_AFTER_FORWARD", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "FSDP_OFFLOAD_PARAMS")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def cfg(*overrides):
+    return load_config("configs/train/tiny.yaml", list(overrides))
+
+
+def test_world_size_alone_picks_single_or_ddp(monkeypatch):
+    assert plan_strategy(cfg()).name == "single"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert plan_strategy(cfg()).name == "ddp"
+
+
+@pytest.mark.parametrize("name,stage", [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
+def test_deepspeed_file_names_the_stage(name, stage, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    plan = plan_strategy(cfg("--deepspeed", f"configs/ds/{name}.json"))
+    assert (plan.name, plan.zero_stage, plan.is_deepspeed) == (name, stage, True)
+    assert plan.shards_parameters == (stage == 3)
+
+
+def test_accelerate_launch_environment(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", "configs/ds/zero3.json")
+    assert plan_strategy(cfg()).name == "zero3"
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "false")
+    assert plan_strategy(cfg()).name == "fsdp_grad_op"
+    monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "true")
+    assert plan_strategy(cfg()).name == "fsdp"
+
+
+@pytest.mark.parametrize("env,overrides,message", [
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_DEEPSPEED": "true",
+      "ACCELERATE_DEEPSPEED_CONFIG_FILE": "configs/ds/zero2.json"}, ["--strategy", "fsdp"], "drop one of them"),
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"}, [], "fsdp_version must be 2"),
+    ({"WORLD_SIZE": "2"}, ["--strategy", "single"], "launcher started 2 ranks"),
+    ({}, ["--strategy", "ddp"], "needs several ranks"),
+    ({"WORLD_SIZE": "2"}, ["--strategy", "zero2", "--cpu_offload", "true"], "cpu_offload needs"),
+    ({"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
+     ["--deepspeed", "configs/ds/zero2.json"], "selects FSDP"),
+])
+def test_contradictions_are_refused(env, overrides, message, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=message):
+        plan_strategy(cfg(*overrides))
+
+
+def test_unknown_strategy_name_is_a_config_error():
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        cfg("--strategy", "zero4")
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "not valid JSON"),
+    ("[]", "zero_optimization"),
+    (json.dumps({"zero_optimization": {"stage": 4}}), "zero_optimization.stage"),
+    (json.dumps({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}}), "leave them out"),
+])
+def test_bad_deepspeed_json_names_the_file_and_field(content, message, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    path = tmp_path / "ds.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as e:
+        plan_strategy(cfg("--deepspeed", str(path)))
+    assert str(path) in str(e.value)
+
+
+def test_missing_deepspeed_file():
+    with pytest.raises(ValueError, match="not found"):
+        plan_strategy(cfg("--deepspeed", "configs/ds/nope.json"))
+
+
+def test_fsdp_cpu_offload_without_a_gpu_fails_at_start_up(monkeypatch):
+    """FSDP2's CPUOffloadPolicy needs an accelerator; the run must stop with the reason, not deep in torch."""
+    import torch
+
+    from solution.strategy import Strategy
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: FSDP2 cpu_offload is valid here")
+    with pytest.raises(ValueError, match="cpu_offload needs a GPU"):
+        Strategy(cfg("--strategy", "fsdp", "--cpu_offload", "true"))
