@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,19 +243,29 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
+def read_settings_file(path: str, what: str):
+    """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: no such {what} file")
+    try:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e})") from None
+
+
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:
     """Read a YAML config and apply `--name value` overrides (a list of strings)."""
     values: dict = {}
     if path:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"{path}: no such config file")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML ({e})") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}: not UTF-8 text") from None
+        loaded = read_settings_file(path, "config")
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -262,7 +273,7 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
         values.update(loaded)
     for key, value in parse_overrides(overrides or []).items():
         if key in SECTIONS:
-            raise ValueError(f"command line: set section fields by their own names, e.g. --max_seq_length")
+            raise ValueError("command line: set section fields by their own names, e.g. --max_seq_length")
         section = _field_owner().get(key, (None, None))[0]
         if section is not None and isinstance(values.get(section), dict):
             values[section] = {**values[section], key: value}

@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 from typing import Optional
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 

@@ -49,7 +49,6 @@ class SplitResult:
                 "skipped_by_reason": dict(self.read.skipped), "outputs": self.outputs}
 
     def table(self) -> str:
-        total = self.train + self.dev
         rows = [f"{'class':<7}{'train':>10}{'dev':>10}{'total':>10}{'dev %':>8}"]
         for name in CLASSES + ("total",):
             t, d = ((sum(self.train.values()), sum(self.dev.values())) if name == "total"

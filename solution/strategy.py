@@ -33,7 +33,6 @@ on them and checks the result:
 from __future__ import annotations
 
 import copy
-import json
 import os
 import socket
 from dataclasses import dataclass
@@ -41,6 +40,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import torch
+
+from solution.config import read_settings_file
 
 STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
 DS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "ds"
@@ -55,13 +56,7 @@ def _world_size() -> int:
 
 
 def read_ds_config(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{path}: DeepSpeed config file not found")
-    try:
-        config = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    config = read_settings_file(path, "DeepSpeed config")
     if not isinstance(config, dict) or not isinstance(config.get("zero_optimization"), dict):
         raise ValueError(f"{path}: field 'zero_optimization': a DeepSpeed config needs this mapping")
     stage = config["zero_optimization"].get("stage")

@@ -78,6 +78,7 @@ def test_unknown_strategy_name_is_a_config_error():
 
 @pytest.mark.parametrize("content,message", [
     ("{not json", "not valid JSON"),
+    (b"\xff\xfe{}", "not UTF-8"),
     ("[]", "zero_optimization"),
     (json.dumps({"zero_optimization": {"stage": 4}}), "zero_optimization.stage"),
     (json.dumps({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}}), "leave them out"),
@@ -85,14 +86,14 @@ def test_unknown_strategy_name_is_a_config_error():
 def test_bad_deepspeed_json_names_the_file_and_field(content, message, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     path = tmp_path / "ds.json"
-    path.write_text(content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=message) as e:
         plan_strategy(cfg("--deepspeed", str(path)))
     assert str(path) in str(e.value)
 
 
 def test_missing_deepspeed_file():
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="no such DeepSpeed config file"):
         plan_strategy(cfg("--deepspeed", "configs/ds/nope.json"))
 
 
