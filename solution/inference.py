@@ -85,11 +85,12 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
     """
     pad_id = featurizer.tokenizer.pad_token_id or 0
     docs_done = windows_done = 0
-    chunk: list = []
+    chunk: list = []  # (example, windows) or (example, the exception that stopped it)
 
     def flush():
         nonlocal docs_done, windows_done
-        windows = [w for _, ws in chunk for w in ws]
+        failed = {id(ex): ws for ex, ws in chunk if isinstance(ws, Exception)}
+        windows = [w for _, ws in chunk if not isinstance(ws, Exception) for w in ws]
         # Longest windows first, so each batch pads little.
         order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
         logits = [None] * len(windows)
@@ -101,7 +102,13 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
                 logits[i] = (s[row, :n], e[row, :n], t[row])
         pos = 0
         for ex, ws in chunk:
-            yield _answer(ex, ws, logits[pos:pos + len(ws)], cfg)
+            if id(ex) in failed:
+                yield _blank(ex, failed[id(ex)])
+                continue
+            try:
+                yield _answer(ex, ws, logits[pos:pos + len(ws)], cfg)
+            except Exception as e:  # one document's post-processing must not cost the others their rows
+                yield _blank(ex, e)
             pos += len(ws)
         docs_done += len(chunk)
         windows_done += len(windows)
@@ -109,12 +116,40 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
             progress(docs_done, windows_done)
         chunk.clear()
 
-    for ex, ws in featurizer.featurize(examples, with_labels=False):
+    for ex, ws in _featurize_each(featurizer, examples):
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
     if chunk:
         yield from flush()
+
+
+def _featurize_each(featurizer: Featurizer, examples: Iterable[Example], batch_size: int = 32) -> Iterator[tuple]:
+    """featurizer.featurize, except that a document whose featurisation fails is yielded with its
+    exception instead of windows: the batch is retried one document at a time to find it."""
+    def run(batch):
+        try:
+            yield from list(featurizer.featurize(batch, with_labels=False, batch_size=len(batch)))
+        except Exception:
+            for ex in batch:
+                try:
+                    yield from list(featurizer.featurize([ex], with_labels=False))
+                except Exception as e:
+                    yield ex, e
+
+    batch = []
+    for ex in examples:
+        batch.append(ex)
+        if len(batch) == batch_size:
+            yield from run(batch)
+            batch = []
+    if batch:
+        yield from run(batch)
+
+
+def _blank(example: Example, error: Exception) -> DocumentPrediction:
+    return DocumentPrediction(example.example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1,
+                              error=f"{type(error).__name__}: {error}")
 
 
 def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:

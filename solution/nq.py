@@ -128,13 +128,15 @@ class ReadStats:
     examples: int = 0
     skipped: Counter = field(default_factory=Counter)
     first_errors: list = field(default_factory=list)  # a few messages, for the report
+    skipped_ids: list = field(default_factory=list)  # (line, example_id or None) of every skipped line
 
     @property
     def num_skipped(self) -> int:
         return sum(self.skipped.values())
 
-    def record(self, err: NQFormatError) -> None:
+    def record(self, err: NQFormatError, text: str = "") -> None:
         self.skipped[f"{err.field}: {_reason_kind(err.reason)}"] += 1
+        self.skipped_ids.append((err.line, recover_example_id(text)))
         if len(self.first_errors) < 5:
             self.first_errors.append(str(err))
 
@@ -152,9 +154,21 @@ class ReadStats:
                 "skipped": self.num_skipped, "skipped_by_reason": dict(self.skipped)}
 
 
+_ID_IN_TEXT = re.compile(r'"example_id"\s*:\s*"?(-?[0-9]{1,20})\b')
+
+
+def recover_example_id(text: str) -> Optional[str]:
+    """The example_id of a line that failed validation, if one can still be read from it.
+
+    Lets the submission write blank rows for a document it could not parse (malformed JSON
+    included: the id is looked for in the raw text), so no id goes missing from the CSV."""
+    match = _ID_IN_TEXT.search(text or "")
+    return match.group(1) if match else None
+
+
 def _reason_kind(reason: str) -> str:
     # Group messages by their wording before any number, so counts aggregate.
-    return re.split(r"[0-9(]", reason, maxsplit=1)[0].strip()
+    return re.split(r"\s[-0-9(]|\(", reason, maxsplit=1)[0].strip()
 
 
 def open_binary(path):
@@ -163,12 +177,15 @@ def open_binary(path):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
-def iter_lines(path) -> Iterator[tuple]:
+def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
     """Yield (line_number, text) with I/O and decoding faults turned into NQFormatError.
 
     Lines are decoded one at a time, so a bad byte is reported on its own
-    line. A truncated `.gz` or bytes that are not UTF-8 stop the file:
-    nothing after that point can be trusted, so this is never skipped.
+    line. A truncated `.gz` stops the file: nothing after that point can be
+    read, so it is never skipped. Bytes that are not UTF-8 raise, or with
+    bad_bytes="mark" yield (line_number, NQFormatError, text decoded with
+    replacement characters) so the caller can skip that line alone (JSON
+    lines are independent: the next line is intact).
     """
     path = str(path)
     if not Path(path).is_file():
@@ -186,7 +203,11 @@ def iter_lines(path) -> Iterator[tuple]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise NQFormatError(path, line_no, "<bytes>", f"not UTF-8 ({e.reason} at byte {e.start})") from None
+                err = NQFormatError(path, line_no, "<bytes>", f"not UTF-8 ({e.reason} at byte {e.start})")
+                if bad_bytes != "mark":
+                    raise err from None
+                yield line_no, err, raw.decode("utf-8", "replace")
+                continue
             yield line_no, text
 
 
@@ -211,13 +232,16 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
     stats.path = str(path)
     k, n = shard
     seen_ids: set = set()
-    for line_no, text in iter_lines(path):
+    for line_no, text, *replaced in iter_lines(path, bad_bytes="mark" if on_error == "skip" else "raise"):
         if max_lines is not None and line_no > max_lines:
             break
         stats.lines += 1
-        if (line_no - 1) % n != k or not text.strip():
+        if (line_no - 1) % n != k or (not replaced and not text.strip()):
             continue  # another worker's line, or a blank line (often the last one)
         try:
+            if replaced:  # bytes that are not UTF-8 (only with on_error skip)
+                err, text = text, replaced[0]
+                raise err
             ex = parse_example(text, str(path), line_no, require_annotations)
             if check_duplicates:
                 if ex.example_id in seen_ids:
@@ -226,7 +250,7 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
         except NQFormatError as err:
             if on_error == "raise":
                 raise
-            stats.record(err)
+            stats.record(err, text)
             continue
         stats.examples += 1
         yield ex

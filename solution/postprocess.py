@@ -58,6 +58,7 @@ class DocumentPrediction:
     score: float  # best score of either kind (what long_threshold compares)
     short_score: float  # best short-span score (what short_threshold compares)
     long_candidate: int  # index of the chosen candidate, -1 when none
+    error: str = ""  # why this document could not be answered (its rows are then blank)
 
 
 def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: np.ndarray,

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from solution.inference import model_runner, predict_documents, submission_rows  # noqa: E402
 from solution.model import load_model_dir  # noqa: E402
-from solution.nq import ReadStats, read_examples  # noqa: E402
+from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
 from solution.postprocess import PostprocessConfig  # noqa: E402
 from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
@@ -40,14 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on recent CPUs and GPUs)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                   help="a bad input line: stop with an error naming it (raise) or count and report it (skip)")
+    p.add_argument("--on-error", choices=("raise", "skip"), default="skip",
+                   help="a bad input line or a document that fails: write its two rows blank, report it and "
+                        "exit 1 (skip, the default: the submission is always whole), or stop at once (raise)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
 
 def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 32, device: str = "cpu",
-                 bf16: bool = False, on_error: str = "raise", quiet: bool = False) -> dict:
+                 bf16: bool = False, on_error: str = "skip", quiet: bool = False) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed."""
     model, tokenizer, meta = load_model_dir(model_dir, device)
     featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
@@ -66,20 +67,44 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
 
     examples = read_examples(input_path, on_error=on_error, stats=stats)
     tmp = output_path + ".tmp"
-    rows = 0
+    rows, written, failed, fatal = 0, set(), [], None
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
-        for row in submission_rows(predict_documents(run, featurizer, examples, post, batch_size,
-                                                     progress=progress)):
-            writer.writerow(row)
-            rows += 1
+        try:
+            for pred in predict_documents(run, featurizer, examples, post, batch_size, progress=progress):
+                if pred.example_id in written:
+                    continue
+                written.add(pred.example_id)
+                if pred.error:
+                    if on_error == "raise":
+                        raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
+                    failed.append({"example_id": pred.example_id, "error": pred.error})
+                for row in submission_rows([pred]):
+                    writer.writerow(row)
+                    rows += 1
+        except NQFormatError as e:  # a truncated .gz: nothing after it can be read
+            if on_error == "raise":
+                raise
+            fatal = str(e)
+        # Lines that could not be parsed still get their two rows, blank, when their id can be read.
+        unrecoverable = []
+        for line, example_id in stats.skipped_ids:
+            if example_id is None:
+                unrecoverable.append(line)
+            elif example_id not in written:
+                written.add(example_id)
+                writer.writerow([f"{example_id}_long", ""])
+                writer.writerow([f"{example_id}_short", ""])
+                rows += 2
+                failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
     os.replace(tmp, output_path)  # never leave half a submission under the real name
     if not quiet:
         print(file=sys.stderr)
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
-            "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report()}
+            "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
+            "lines_without_id": unrecoverable, "fatal": fatal}
 
 
 def main(argv=None) -> int:
@@ -92,12 +117,26 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {args.output}: {result['rows']} rows for {result['documents']} documents "
-          f"({result['windows']} windows) in {result['seconds']:.1f}s")
+    print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
+          f"documents ({result['windows']} windows) in {result['seconds']:.1f}s")
+    problems = 0
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)
-        return 1  # rows for bad lines are missing: say so in the exit code
-    return 0
+        problems += 1
+    for item in result["failed"][:20]:
+        where = f" (line {item['line']})" if "line" in item else ""
+        print(f"FAILED {item['example_id']}{where}: {item['error']} -> written blank", file=sys.stderr)
+    if len(result["failed"]) > 20:
+        print(f"... and {len(result['failed']) - 20} more documents written blank", file=sys.stderr)
+    problems += len(result["failed"])
+    if result["lines_without_id"]:
+        print(f"ERROR: lines {result['lines_without_id'][:20]} have no readable example_id: "
+              "their rows cannot be written", file=sys.stderr)
+        problems += 1
+    if result["fatal"]:
+        print(f"ERROR: {result['fatal']}; rows were written for the documents before it", file=sys.stderr)
+        problems += 1
+    return 1 if problems else 0  # something was written blank or is missing: say so in the exit code
 
 
 if __name__ == "__main__":

@@ -124,3 +124,43 @@ def test_prepare_recovers_every_short_answer_on_real_nq():
     # Long answers: those longer than a window cannot be labelled (BERT-joint's limit), and a
     # nested gold candidate loses to its top-level parent; the rest come back.
     assert summary["recovered_long"] >= 30 and summary["answerable_long"] == 37
+
+
+def test_submission_is_always_whole(corpus, trained, tmp_path, monkeypatch):
+    """Bad lines and a document that fails inside featurisation still get their two rows, blank;
+    each is reported with its id and the exit code says something failed. Nothing is missing."""
+    import submission.predict as predict
+    from solution.windows import Featurizer
+
+    good = (corpus / "simplified-nq-test.jsonl").read_text().splitlines()
+    ids = [json.loads(line)["example_id"] for line in good]
+    bad = tmp_path / "test.jsonl"
+    with bad.open("wb") as f:
+        f.write((good[0] + "\n").encode())
+        f.write(b'{"example_id": "-123456789", "question_text": "broken json\n')  # malformed, id readable
+        f.write((good[1] + "\n").encode())
+        f.write(b'{"example_id": "987654321", "question_text": "caf\xe9", "document_text": "x"}\n')  # not UTF-8
+        f.write(b'{"no id here": 1}\n')  # nothing to recover: reported, cannot be written
+        for line in good[2:4]:
+            f.write((line + "\n").encode())
+    original = Featurizer.windows
+
+    def failing(self, example, *args, **kwargs):
+        if example.example_id == ids[2]:
+            raise RuntimeError("tokenizer exploded")
+        return original(self, example, *args, **kwargs)
+
+    monkeypatch.setattr(Featurizer, "windows", failing)
+    out = tmp_path / "submission.csv"
+    code = predict.main(["--model", str(trained / "model"), "--input", str(bad), "--output", str(out), "--quiet"])
+    assert code == 1
+    rows = dict(list(csv.reader(out.open()))[1:])
+    expected = set(ids[:4]) | {"-123456789", "987654321"}
+    assert set(rows) == {f"{i}_{kind}" for i in expected for kind in ("long", "short")}
+    for blank in (ids[2], "-123456789", "987654321"):
+        assert rows[f"{blank}_long"] == rows[f"{blank}_short"] == ""
+    only_good = tmp_path / "good.jsonl"
+    only_good.write_text("\n".join(good[:4]) + "\n")
+    with pytest.raises(ValueError, match=f"example_id {ids[2]}: RuntimeError: tokenizer exploded"):
+        predict.predict_file(str(trained / "model"), str(only_good), str(tmp_path / "r.csv"), on_error="raise",
+                             quiet=True)
