@@ -221,7 +221,7 @@ class Trainer:
             save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
                             self.qa_config())
             state = {"format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch,
-                     "batches_into_epoch": batches_into_epoch, **{k: self.accounting.get(k) for k in (
+                     "batches_into_epoch": batches_into_epoch, "scheduler": self._scheduler.state_dict(), **{k: self.accounting.get(k) for k in (
                          "strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
                          "gradient_accumulation_steps", "global_batch_size", "mixed_precision",
                          "num_optimizer_steps")}}
@@ -258,6 +258,7 @@ class Trainer:
                                  f"{mine.get(key)!r} in this run; resume with the same strategy and batch "
                                  "(or consolidate it with python -m solution.consolidate and start anew)")
         self.accelerator.load_state(str(path))
+        self._scheduler.load_state_dict(state["scheduler"])
         step, epoch, batches = state["step"], state["epoch"], state["batches_into_epoch"]
         if batches >= batches_per_epoch:  # the checkpoint closed its epoch
             epoch, batches = epoch + 1, 0
@@ -305,7 +306,7 @@ class Trainer:
         num_epochs = math.ceil(total_steps / steps_per_epoch)
         # Not passed to prepare(): Accelerate would step it once per process. Saved with the checkpoints.
         scheduler = linear_schedule(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
-        acc.register_for_checkpointing(scheduler)
+        self._scheduler = scheduler  # its state travels in trainer_state.json (JSON, not a pickle)
 
         global_batch = cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps
         start = {"event": "start", "strategy": self.strategy.name, "engine": engine,

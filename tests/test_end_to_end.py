@@ -79,14 +79,19 @@ def test_predict_and_evaluate(corpus, trained, tmp_path):
     assert {"micro_f1", "precision", "recall", "tp", "fp", "fn", "long", "short"} <= set(result)
 
 
-def test_predict_runs_without_accelerate_deepspeed_or_datasets(trained, corpus, tmp_path):
-    """Kaggle kernels have no custom packages: predict must work where these cannot be imported.
+def test_predict_runs_without_accelerate_deepspeed_datasets_or_network(trained, corpus, tmp_path):
+    """Kaggle kernels have no custom packages and no internet: predict must work where these cannot
+    be imported and every socket connection fails.
 
     A None entry in sys.modules makes both `import x` and importlib's find_spec report x as
     absent, as on a machine without it (transformers then skips its optional integrations).
     """
-    code = ("import sys, runpy\n"
+    code = ("import sys, runpy, socket\n"
             "for name in ('accelerate', 'deepspeed', 'datasets'):\n    sys.modules[name] = None\n"
+            # Any attempt to reach the network fails loudly (a Kaggle kernel has internet off).
+            "def blocked(*args, **kwargs):\n    raise OSError('network blocked by the test')\n"
+            "socket.socket.connect = socket.socket.connect_ex = blocked\n"
+            "socket.create_connection = socket.getaddrinfo = blocked\n"
             "sys.argv = ['predict', '--model', sys.argv[1], '--input', sys.argv[2], '--output', sys.argv[3], '--quiet']\n"
             "try:\n    runpy.run_module('submission.predict', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n")
