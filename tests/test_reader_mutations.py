@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from solution.nq import NQFormatError, ReadStats, read_examples
 
-BASE = nq_line(long=0, shorts=[(3, 5)])
+BASE = nq_line(long=0, shorts=[(12, 14)])
 ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
                        st.text(max_size=12), st.lists(st.integers(-5, 50), max_size=3),
                        st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))

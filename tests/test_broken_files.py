@@ -1,0 +1,120 @@
+"""A corpus of broken input files through the three commands users run: training, the submission
+and the scorer. Each must end in a named error (file, line, field) or a counted, reported skip;
+never a traceback, and a submission never loses a row it could write."""
+
+import csv
+import gzip
+import json
+
+import pytest
+from conftest import nq_line
+
+GOOD = [nq_line(example_id=str(1000 + i), long=0, shorts=[(12, 14)]) for i in range(3)]
+
+
+def lines(*objs) -> bytes:
+    return b"".join((o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n" for o in objs)
+
+
+def with_(**changes):
+    obj = json.loads(json.dumps(GOOD[0]))
+    obj["example_id"] = "2000"
+    for dotted, value in changes.items():
+        target = obj
+        *parents, last = dotted.split("__")
+        for key in parents:
+            target = target[int(key) if key.isdigit() else key]
+        target[int(last) if last.isdigit() else last] = value
+    return obj
+
+
+# name -> (file bytes, field the error must name, id a submission can still write blank or None)
+BROKEN = {
+    "malformed_json": (lines(GOOD[0], b'{"example_id": "2000", "question_text": "x", ', GOOD[1]), "<json>", "2000"),
+    "missing_question": (lines(GOOD[0], {k: v for k, v in with_().items() if k != "question_text"}), "question_text", "2000"),
+    "document_not_text": (lines(GOOD[0], with_(document_text=42)), "document_text", "2000"),
+    "empty_document": (lines(GOOD[0], with_(document_text="   ")), "document_text", "2000"),
+    "candidate_outside": (lines(GOOD[0], with_(long_answer_candidates__0__end_token=10**6)), "long_answer_candidates[0]", "2000"),
+    "short_start_after_end": (lines(GOOD[0], with_(annotations__0__short_answers__0__start_token=9,
+                                                   annotations__0__short_answers__0__end_token=4)),
+                              "annotations[0].short_answers[0]", "2000"),
+    "candidate_index_mismatch": (lines(GOOD[0], with_(annotations__0__long_answer__candidate_index=2)),
+                                 "annotations[0].long_answer.candidate_index", "2000"),
+    "duplicate_id": (lines(GOOD[0], GOOD[1], GOOD[0]), "example_id", None),
+    "id_not_integer": (lines(GOOD[0], with_(example_id=1.5)), "example_id", None),
+    "not_utf8": (lines(GOOD[0], b'{"example_id": "2000", "question_text": "caf\xe9"}', GOOD[1]), "<bytes>", "2000"),
+    "empty_file": (b"", "<file>", None),
+    "truncated_gz": (gzip.compress(lines(*[nq_line(example_id=str(3000 + i), long=0, shorts=[(12, 14)])
+                                           for i in range(90)]))[:-40], "<gzip>", None),
+}
+
+
+def write(tmp_path, name):
+    data, field, blank_id = BROKEN[name]
+    path = tmp_path / (f"{name}.jsonl.gz" if name.endswith("gz") else f"{name}.jsonl")
+    path.write_bytes(data)
+    return path, field, blank_id
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny model directory (random weights): the submission only has to run, not to be right."""
+    from solution.model import build_model, load_tokenizer, save_model_dir
+    from solution.config import TrainConfig
+    from dataclasses import asdict
+
+    cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
+                                                               "num_attention_heads": 2, "intermediate_size": 64})
+    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    out = tmp_path_factory.mktemp("model") / "model"
+    return save_model_dir(out, model.state_dict(), model.config, load_tokenizer(cfg.model_name_or_path),
+                          {"window": {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32,
+                                      "max_question_length": 24}, "postprocess": asdict(cfg.postprocess)})
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_training_names_file_line_and_field(name, tmp_path, capsys):
+    from solution import train
+
+    path, field, _ = write(tmp_path, name)
+    code = train.main(["--config", "configs/train/tiny.yaml", "--train_file", str(path), "--dev_file", "null",
+                       "--output_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"),
+                       "--max_train_examples", "null", "--disable_tqdm", "true"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"error: {path}:" in err and f"field '{field}'" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_submission_stays_whole_or_names_the_error(name, model_dir, tmp_path, capsys):
+    import submission.predict as predict
+
+    path, field, blank_id = write(tmp_path, name)
+    out = tmp_path / "submission.csv"
+    code = predict.main(["--model", str(model_dir), "--input", str(path), "--output", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if name == "empty_file":
+        assert code != 0 and f"{path}:" in err and "no examples" in err
+        return
+    assert code == 1, err  # something was skipped or is missing: the exit code says so
+    rows = dict(list(csv.reader(out.open()))[1:])
+    first_good = "3000" if name == "truncated_gz" else "1000"
+    assert f"{first_good}_long" in rows  # the good lines before the bad one are always there
+    if blank_id:
+        assert rows[f"{blank_id}_long"] == rows[f"{blank_id}_short"] == ""
+    assert all(k.endswith(("_long", "_short")) for k in rows) and len(rows) % 2 == 0
+    assert f"{path}" in err and (f"'{field}'" in err or "FAILED" in err or "ERROR" in err), err
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_scorer_names_the_broken_gold_file(name, tmp_path, capsys):
+    from solution import evaluate
+
+    path, field, _ = write(tmp_path, name)
+    sub = tmp_path / "sub.csv"
+    sub.write_text("example_id,PredictionString\n1000_long,\n1000_short,\n")
+    code = evaluate.main(["--submission", str(sub), "--gold", str(path)])
+    err = capsys.readouterr().err
+    assert code != 0 and f"{path}:" in err and "Traceback" not in err, err
