@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -33,8 +34,52 @@ def checkpoint_kind(ckpt: Path) -> str:
                      "or model.safetensors)")
 
 
+def _safe_globals() -> list:
+    """The only non-tensor objects a checkpoint may hold: numpy RNG state (as Accelerate allows when
+    it reads its own random_states files), DeepSpeed's ZeRO stage enum and its loss scalers (classes
+    holding numbers)."""
+    safe = []
+    try:
+        from accelerate.utils.other import TORCH_SAFE_GLOBALS
+
+        safe += list(TORCH_SAFE_GLOBALS)
+    except ImportError:
+        pass
+    try:
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        # Plain-valued classes DeepSpeed pickles into its checkpoints (an enum, numbers, two ints).
+        safe += [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
+    except ImportError:
+        pass
+    return safe
+
+
+def verify_checkpoint_files(ckpt: Path) -> int:
+    """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
+
+    DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
+    any code a tampered file carries. Checked first with the safe loader, a file that holds anything
+    beyond tensors, numbers, containers and the types above is refused, naming it. Returns the number
+    of files checked."""
+    files = sorted(p for p in ckpt.rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
+    with torch.serialization.safe_globals(_safe_globals()):
+        for path in files:
+            try:
+                torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as e:
+                found = re.search(r"GLOBAL (\S+)", str(e))
+                first = f"it names {found.group(1)}" if found else str(e).strip().splitlines()[0][:200]
+                raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
+                                 f"and plain values ({first})") from None
+    return len(files)
+
+
 def full_state_dict(ckpt: Path) -> dict:
     """Full float32 weights of a checkpoint, whatever strategy wrote it."""
+    verify_checkpoint_files(ckpt)
     kind = checkpoint_kind(ckpt)
     if kind == "deepspeed":
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint

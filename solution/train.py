@@ -257,6 +257,9 @@ class Trainer:
                 raise ValueError(f"{path}: field '{key}' is {state.get(key)!r} in the checkpoint but "
                                  f"{mine.get(key)!r} in this run; resume with the same strategy and batch "
                                  "(or consolidate it with python -m solution.consolidate and start anew)")
+        from solution.consolidate import verify_checkpoint_files
+
+        verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
         self.accelerator.load_state(str(path))
         self._scheduler.load_state_dict(state["scheduler"])
         step, epoch, batches = state["step"], state["epoch"], state["batches_into_epoch"]
