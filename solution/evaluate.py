@@ -2,9 +2,12 @@
 
     python -m solution.evaluate --submission submission.csv --gold simplified-nq-dev.jsonl
     python -m solution.evaluate --submission submission.csv --gold dev.jsonl.gz --json
+    python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
 
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
-file) print `error: <message>` on stderr and exit with status 2.
+file) print `error: <message>` on stderr and exit with status 2. `--validate`
+exits 0 on a valid submission and 1 on an invalid one, naming each offending
+row id.
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "long span, any single short span, or YES/NO).",
         epilog="Exit status: 0 scored, 2 user error (message on stderr as 'error: ...').",
     )
-    parser.add_argument("--submission", required=True, metavar="CSV",
+    parser.add_argument("--validate", metavar="CSV",
+                        help="check a submission against --test instead of scoring it: every id twice "
+                             "(_long, _short) and nothing else, long spans are candidates, short spans "
+                             "inside the document, YES/NO only in short rows")
+    parser.add_argument("--test", metavar="JSONL", help="the simplified-NQ test file --validate checks against")
+    parser.add_argument("--submission", metavar="CSV",
                         help="submission CSV with header example_id,PredictionString and two rows per "
                              "gold example; PredictionString is blank, start:end, YES or NO")
-    parser.add_argument("--gold", required=True, metavar="JSONL",
+    parser.add_argument("--gold", metavar="JSONL",
                         help="gold simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (micro_f1, precision, recall, tp, fp, fn, long, short, "
@@ -46,8 +54,34 @@ def run_score(args: argparse.Namespace) -> str:
     return json.dumps(result) if args.json else format_report(result)
 
 
+def run_validate(args: argparse.Namespace) -> int:
+    from solution.validate import MAX_LISTED, validate_submission
+
+    problems = validate_submission(args.validate, args.test)
+    if not problems:
+        print(f"{args.validate}: valid submission for {args.test}")
+        return 0
+    for message in problems[:MAX_LISTED]:
+        print(f"invalid: {message}", file=sys.stderr)
+    if len(problems) > MAX_LISTED:
+        print(f"... and {len(problems) - MAX_LISTED} more problems", file=sys.stderr)
+    print(f"{args.validate}: INVALID, {len(problems)} problem(s)", file=sys.stderr)
+    return 1
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.validate:
+        if not args.test:
+            parser.error("--validate needs --test TEST_JSONL")
+        try:
+            return run_validate(args)
+        except (ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+    if not (args.submission and args.gold):
+        parser.error("scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)")
     try:
         output = run_score(args)
     except (ValueError, OSError) as e:  # ValueError: SubmissionError, NQFormatError; OSError: files

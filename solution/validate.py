@@ -1,0 +1,72 @@
+"""Check a submission against the test file before sending it: `python -m solution.evaluate --validate CSV --test JSONL`.
+
+A valid submission has, for every example of the test file, exactly the rows
+`<id>_long` and `<id>_short` and nothing else; a long row is blank or the
+`start:end` of one of that document's long-answer candidates; a short row is
+blank, `YES`, `NO`, or spans `start:end` inside the document (several spans
+separated by spaces, as Kaggle allows); YES/NO never in a long row.
+"""
+
+from __future__ import annotations
+
+from solution.metric import read_submission
+from solution.nq import read_examples
+
+MAX_LISTED = 50
+
+
+def validate_submission(csv_path: str, test_path: str) -> list:
+    """Problems as messages naming each offending row id; an empty list means valid.
+
+    A file that cannot be read as a submission at all (header, CSV syntax, a duplicate row, a
+    malformed prediction string) raises SubmissionError naming its line, as `read_submission` does.
+    """
+    rows = _read_rows(csv_path)
+    problems = []
+    expected = set()
+    for ex in read_examples(test_path):
+        expected.update((f"{ex.example_id}_long", f"{ex.example_id}_short"))
+        candidates = {(c.start_token, c.end_token) for c in ex.candidates}
+        n = len(ex.tokens)
+        long = rows.get(f"{ex.example_id}_long")
+        if long:
+            if long in ("YES", "NO"):
+                problems.append(f"{ex.example_id}_long: {long} belongs in the short row only")
+            elif _span(long) not in candidates:
+                problems.append(f"{ex.example_id}_long: {long} is not a long-answer candidate of this document")
+        short = rows.get(f"{ex.example_id}_short")
+        if short and short not in ("YES", "NO"):
+            for part in short.split():
+                s, e = _span(part) or (-1, -1)
+                if not 0 <= s < e <= n:
+                    problems.append(f"{ex.example_id}_short: {part} is not a span inside the document "
+                                    f"(0..{n} tokens)")
+    missing = sorted(expected - set(rows))
+    extra = sorted(set(rows) - expected)
+    problems += [f"{row_id}: missing" for row_id in missing]
+    problems += [f"{row_id}: not an example of {test_path}" for row_id in extra]
+    return problems
+
+
+def _span(text: str):
+    try:
+        s, e = text.split(":")
+        return int(s), int(e)
+    except ValueError:
+        return None
+
+
+def _read_rows(csv_path: str) -> dict:
+    """row id -> prediction as written (short rows may hold several space-separated spans)."""
+    import csv
+
+    with open(csv_path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        raw = {r[0].strip(): r[1].strip() for r in reader if len(r) == 2}
+    # The structural checks (header, CSV syntax, ids, duplicates) are the scorer's own. A short row with
+    # several spans is valid for Kaggle but not for the single-span parser: check the rest with it.
+    single = {k: v for k, v in raw.items() if len(v.split()) <= 1}
+    if len(single) == len(raw):
+        read_submission(csv_path)
+    return raw

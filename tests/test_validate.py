@@ -1,0 +1,62 @@
+"""The submission validator: valid files pass; hand-broken ones fail naming each offending id."""
+
+import pytest
+from conftest import nq_line, write_jsonl
+
+from solution import evaluate
+
+
+@pytest.fixture
+def test_file(tmp_path):
+    # Candidates of the default document: <P> 6:18, <Ul> 18:27, <Li> 19:23, <Li> 23:27, <P> 27:32.
+    return write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id="11", annotations=False),
+                                                 nq_line(example_id="-22", annotations=False)])
+
+
+def submit(tmp_path, rows):
+    path = tmp_path / "submission.csv"
+    path.write_text("example_id,PredictionString\n" + "".join(f"{k},{v}\n" for k, v in rows.items()))
+    return path
+
+
+VALID = {"11_long": "6:18", "11_short": "12:14", "-22_long": "", "-22_short": ""}
+
+
+def run(capsys, csv_path, test_path):
+    code = evaluate.main(["--validate", str(csv_path), "--test", str(test_path)])
+    return code, capsys.readouterr()
+
+
+def test_valid_submission_passes(tmp_path, test_file, capsys):
+    code, out = run(capsys, submit(tmp_path, VALID), test_file)
+    assert code == 0 and "valid submission" in out.out
+    code, _ = run(capsys, submit(tmp_path, {**VALID, "11_short": "YES", "-22_short": "12:14 20:21"}), test_file)
+    assert code == 0
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"-22_short": None}, "-22_short: missing"),
+    ({"11_long": "7:18"}, "11_long: 7:18 is not a long-answer candidate"),
+    ({"11_long": "YES"}, "11_long: YES belongs in the short row only"),
+    ({"11_short": "30:99"}, "11_short: 30:99 is not a span inside the document"),
+    ({"33_long": ""}, "33_long: not an example of"),
+])
+def test_broken_submissions_name_the_id(change, message, tmp_path, test_file, capsys):
+    rows = {**VALID, **change}
+    rows = {k: v for k, v in rows.items() if v is not None}
+    code, out = run(capsys, submit(tmp_path, rows), test_file)
+    assert code == 1 and message in out.err, out.err
+
+
+def test_every_problem_is_listed(tmp_path, test_file, capsys):
+    code, out = run(capsys, submit(tmp_path, {"11_long": "YES", "11_short": "0:999"}), test_file)
+    assert code == 1
+    for needle in ("11_long: YES", "11_short: 0:999", "-22_long: missing", "-22_short: missing"):
+        assert needle in out.err
+
+
+def test_unreadable_submission_is_a_user_error(tmp_path, test_file, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,pred\n11_long,\n")
+    code, out = run(capsys, bad, test_file)
+    assert code == 2 and "error:" in out.err and "header" in out.err
