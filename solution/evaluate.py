@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from solution.metric import format_report, load_gold, read_submission, score
 
@@ -35,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(_long, _short) and nothing else, long spans are candidates, short spans "
                              "inside the document, YES/NO only in short rows")
     parser.add_argument("--test", metavar="JSONL", help="the simplified-NQ test file --validate checks against")
+    parser.add_argument("--tune", action="store_true",
+                        help="search the long and short thresholds maximising micro-F1 on --gold, from --scores "
+                             "(submission.predict --scores-out); with --model, write them into its qa_config.json")
+    parser.add_argument("--scores", metavar="JSONL", help="per-document scores for --tune")
+    parser.add_argument("--model", metavar="DIR", help="model directory whose thresholds --tune replaces")
     parser.add_argument("--submission", metavar="CSV",
                         help="submission CSV with header example_id,PredictionString and two rows per "
                              "gold example; PredictionString is blank, start:end, YES or NO")
@@ -69,6 +75,35 @@ def run_validate(args: argparse.Namespace) -> int:
     return 1
 
 
+def run_tune(args: argparse.Namespace) -> int:
+    from solution.tuning import predictions_at, read_scores, tune, write_thresholds
+
+    records = read_scores(args.scores)
+    gold = load_gold(args.gold)
+    lt0 = st0 = 0.0
+    if args.model:
+        meta = json.loads((Path(args.model) / "qa_config.json").read_text())
+        lt0, st0 = meta["postprocess"]["long_threshold"], meta["postprocess"]["short_threshold"]
+    subset = {r["example_id"]: gold[r["example_id"]] for r in records if r["example_id"] in gold}
+    before = score(predictions_at([r for r in records if r["example_id"] in subset], lt0, st0), subset)
+    best = tune(records, gold)
+    after = best["result"]
+    print(f"thresholds before: long {lt0:.4f}, short {st0:.4f}: micro-F1 {before['micro_f1']:.4f} "
+          f"(long {before['long']['micro_f1']:.4f}, short {before['short']['micro_f1']:.4f})")
+    print(f"tuned:             long {best['long_threshold']:.4f}, short {best['short_threshold']:.4f}: "
+          f"micro-F1 {after['micro_f1']:.4f} (long {after['long']['micro_f1']:.4f}, "
+          f"short {after['short']['micro_f1']:.4f}) on {after['num_examples']} documents")
+    if args.model:
+        path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"],
+                                {"gold": str(args.gold), "documents": after["num_examples"],
+                                 "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]})
+        print(f"written to {path}")
+    if args.json:
+        print(json.dumps({"before": before, "after": after, "long_threshold": best["long_threshold"],
+                          "short_threshold": best["short_threshold"]}))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -77,6 +112,14 @@ def main(argv=None) -> int:
             parser.error("--validate needs --test TEST_JSONL")
         try:
             return run_validate(args)
+        except (ValueError, OSError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+    if args.tune:
+        if not (args.scores and args.gold):
+            parser.error("--tune needs --scores JSONL and --gold JSONL")
+        try:
+            return run_tune(args)
         except (ValueError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_USER_ERROR

@@ -59,6 +59,19 @@ class DocumentPrediction:
     short_score: float  # best short-span score (what short_threshold compares)
     long_candidate: int  # index of the chosen candidate, -1 when none
     error: str = ""  # why this document could not be answered (its rows are then blank)
+    raw_long: str = ""  # the answers before the thresholds: what threshold tuning re-thresholds
+    raw_short: str = ""
+
+
+def apply_thresholds(raw_long: str, raw_short: str, answer_type: str, score: float, short_score: float,
+                     long_threshold: float, short_threshold: float) -> tuple:
+    """(long, short) rows from a document's unthresholded answers. The one rule, shared by
+    post-processing and threshold tuning: both rows blank unless score > long_threshold; a SHORT
+    answer's short row blank unless short_score > short_threshold (YES/NO are not span scores)."""
+    if not score > long_threshold:
+        return "", ""
+    short = raw_short if (answer_type != "SHORT" or short_score > short_threshold) else ""
+    return raw_long, short
 
 
 def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: np.ndarray,
@@ -85,8 +98,6 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     best_window = short[1] if short_score >= cand_score else cand[1]
     score = max(short_score, cand_score)
     answer_type = ANSWER_TYPES[1 + int(np.argmax(type_logits[best_window, 1:]))]
-    if score <= cfg.long_threshold:
-        return DocumentPrediction(example_id, "", "", answer_type, score, short_score, -1)
 
     span = span_container = None  # the best short span as an NQ [start, end), and its candidate
     if short is not None:
@@ -96,8 +107,7 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     long_idx, short_text = -1, ""
     if answer_type == "SHORT" and span is not None:
         long_idx = span_container
-        if short_score > cfg.short_threshold:
-            short_text = f"{span[0]}:{span[1]}"
+        short_text = f"{span[0]}:{span[1]}"
     else:
         # No candidate fits a window: fall back to the short span's container.
         long_idx = cand[2] if cand is not None else span_container
@@ -106,7 +116,10 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     long_text = f"{candidates[long_idx, 0]}:{candidates[long_idx, 1]}" if long_idx >= 0 else ""
     if not long_text and short_text in ("YES", "NO"):
         short_text = ""  # a yes/no answer needs the passage it answers from
-    return DocumentPrediction(example_id, long_text, short_text, answer_type, score, short_score, long_idx)
+    long_row, short_row = apply_thresholds(long_text, short_text, answer_type, score, short_score,
+                                           cfg.long_threshold, cfg.short_threshold)
+    return DocumentPrediction(example_id, long_row, short_row, answer_type, score, short_score,
+                              long_idx if long_row else -1, raw_long=long_text, raw_short=short_text)
 
 
 def _best_short_span(start_logits, end_logits, nq_token_index, null, cfg) -> Optional[tuple]:

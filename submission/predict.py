@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import sys
 import time
+from typing import Optional
 
 # Before transformers is imported: never reach for a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,12 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-error", choices=("raise", "skip"), default="skip",
                    help="a bad input line or a document that fails: write its two rows blank, report it and "
                         "exit 1 (skip, the default: the submission is always whole), or stop at once (raise)")
+    p.add_argument("--scores-out", default=None, metavar="JSONL",
+                   help="also write each document's answers before the thresholds and its scores "
+                        "(for python -m solution.evaluate --tune)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
 
 def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 32, device: str = "cpu",
-                 bf16: bool = False, on_error: str = "skip", quiet: bool = False) -> dict:
+                 bf16: bool = False, on_error: str = "skip", quiet: bool = False,
+                 scores_out: Optional[str] = None) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed."""
     model, tokenizer, meta = load_model_dir(model_dir, device)
     featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
@@ -68,6 +74,7 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
     examples = read_examples(input_path, on_error=on_error, stats=stats)
     tmp = output_path + ".tmp"
     rows, written, failed, fatal = 0, set(), [], None
+    scores = open(scores_out, "w", encoding="utf-8") if scores_out else None
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
@@ -76,6 +83,11 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                 if pred.example_id in written:
                     continue
                 written.add(pred.example_id)
+                if scores:
+                    scores.write(json.dumps({"example_id": pred.example_id, "raw_long": pred.raw_long,
+                                             "raw_short": pred.raw_short, "answer_type": pred.answer_type,
+                                             "score": _finite(pred.score),
+                                             "short_score": _finite(pred.short_score)}) + "\n")
                 if pred.error:
                     if on_error == "raise":
                         raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
@@ -98,6 +110,8 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                 writer.writerow([f"{example_id}_short", ""])
                 rows += 2
                 failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
+    if scores:
+        scores.close()
     os.replace(tmp, output_path)  # never leave half a submission under the real name
     if not quiet:
         print(file=sys.stderr)
@@ -107,13 +121,17 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
             "lines_without_id": unrecoverable, "fatal": fatal}
 
 
+def _finite(x: float) -> float:
+    return x if x > -1e30 else -1e30  # JSON has no -Infinity; a document with no answer at all
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.bf16, args.on_error, args.quiet)
+                              args.bf16, args.on_error, args.quiet, args.scores_out)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -169,3 +169,26 @@ def test_submission_is_always_whole(corpus, trained, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=f"example_id {ids[2]}: RuntimeError: tokenizer exploded"):
         predict.predict_file(str(trained / "model"), str(only_good), str(tmp_path / "r.csv"), on_error="raise",
                              quiet=True)
+
+
+def test_tune_thresholds_and_predict_with_them(corpus, trained, tmp_path):
+    """predict --scores-out on dev, evaluate --tune writes thresholds into a copy of the model
+    directory, predict reads them back: its dev F1 is the tuned F1, and never below the untuned one."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(trained / "model", model)
+    dev, gold = corpus / "simplified-nq-dev.jsonl", corpus / "simplified-nq-dev.jsonl"
+    run("-m", "submission.predict", "--model", str(model), "--input", str(dev), "--output", str(tmp_path / "a.csv"),
+        "--scores-out", str(tmp_path / "scores.jsonl"), "--quiet")
+    proc = run("-m", "solution.evaluate", "--tune", "--scores", str(tmp_path / "scores.jsonl"), "--gold", str(gold),
+               "--model", str(model), "--json")
+    tuned = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert tuned["after"]["micro_f1"] >= tuned["before"]["micro_f1"]
+    qa = json.loads((model / "qa_config.json").read_text())
+    assert qa["postprocess"]["long_threshold"] == tuned["long_threshold"] and "tuned_thresholds" in qa
+    run("-m", "submission.predict", "--model", str(model), "--input", str(dev), "--output", str(tmp_path / "b.csv"),
+        "--quiet")
+    rescored = json.loads(run("-m", "solution.evaluate", "--submission", str(tmp_path / "b.csv"), "--gold",
+                              str(gold), "--json").stdout)
+    assert rescored["micro_f1"] == pytest.approx(tuned["after"]["micro_f1"])
