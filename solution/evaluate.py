@@ -88,16 +88,17 @@ def run_tune(args: argparse.Namespace) -> int:
     before = score(predictions_at([r for r in records if r["example_id"] in subset], lt0, st0), subset)
     best = tune(records, gold)
     after = best["result"]
-    print(f"thresholds before: long {lt0:.4f}, short {st0:.4f}: micro-F1 {before['micro_f1']:.4f} "
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print  # --json: stdout is one JSON object
+    say(f"thresholds before: long {lt0:.4f}, short {st0:.4f}: micro-F1 {before['micro_f1']:.4f} "
           f"(long {before['long']['micro_f1']:.4f}, short {before['short']['micro_f1']:.4f})")
-    print(f"tuned:             long {best['long_threshold']:.4f}, short {best['short_threshold']:.4f}: "
+    say(f"tuned:             long {best['long_threshold']:.4f}, short {best['short_threshold']:.4f}: "
           f"micro-F1 {after['micro_f1']:.4f} (long {after['long']['micro_f1']:.4f}, "
           f"short {after['short']['micro_f1']:.4f}) on {after['num_examples']} documents")
     if args.model:
         path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"],
                                 {"gold": str(args.gold), "documents": after["num_examples"],
                                  "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]})
-        print(f"written to {path}")
+        say(f"written to {path}")
     if args.json:
         print(json.dumps({"before": before, "after": after, "long_threshold": best["long_threshold"],
                           "short_threshold": best["short_threshold"]}))

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -183,7 +184,7 @@ def test_tune_thresholds_and_predict_with_them(corpus, trained, tmp_path):
         "--scores-out", str(tmp_path / "scores.jsonl"), "--quiet")
     proc = run("-m", "solution.evaluate", "--tune", "--scores", str(tmp_path / "scores.jsonl"), "--gold", str(gold),
                "--model", str(model), "--json")
-    tuned = json.loads(proc.stdout.strip().splitlines()[-1])
+    tuned = json.loads(proc.stdout)
     assert tuned["after"]["micro_f1"] >= tuned["before"]["micro_f1"]
     qa = json.loads((model / "qa_config.json").read_text())
     assert qa["postprocess"]["long_threshold"] == tuned["long_threshold"] and "tuned_thresholds" in qa
@@ -192,3 +193,29 @@ def test_tune_thresholds_and_predict_with_them(corpus, trained, tmp_path):
     rescored = json.loads(run("-m", "solution.evaluate", "--submission", str(tmp_path / "b.csv"), "--gold",
                               str(gold), "--json").stdout)
     assert rescored["micro_f1"] == pytest.approx(tuned["after"]["micro_f1"])
+
+
+def test_kaggle_kernel_folder_runs_offline_on_its_own_code(trained, corpus, tmp_path):
+    """The kernel folder's dry run: from another directory, with accelerate, deepspeed and datasets
+    unimportable and the network blocked, run.py writes a submission the validator accepts, using
+    the code and model inside the folder."""
+    kernel = tmp_path / "kernel"
+    run("scripts/make_kaggle_kernel.py", "--model", str(trained / "model"), "--out", str(kernel))
+    out = tmp_path / "submission.csv"
+    code = ("import sys, runpy, socket\n"
+            "for name in ('accelerate', 'deepspeed', 'datasets'):\n    sys.modules[name] = None\n"
+            "def blocked(*args, **kwargs):\n    raise OSError('network blocked by the test')\n"
+            "socket.socket.connect = socket.socket.connect_ex = blocked\n"
+            "socket.create_connection = socket.getaddrinfo = blocked\n"
+            "kernel = sys.argv[1]\n"
+            "sys.argv = [kernel + '/run.py', '--input', sys.argv[2], '--output', sys.argv[3]]\n"
+            "try:\n    runpy.run_path(kernel + '/run.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert sys.modules['solution.inference'].__file__.startswith(kernel), 'used code outside the kernel'\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code, str(kernel), str(corpus / "simplified-nq-test.jsonl"), str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "windows/s" in proc.stdout and "per 1,000 real-length documents" in proc.stdout
+    check = run("-m", "solution.evaluate", "--validate", str(out), "--test", str(corpus / "simplified-nq-test.jsonl"))
+    assert "valid submission" in check.stdout
