@@ -105,34 +105,29 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_scoring(args: argparse.Namespace) -> int:
+    print(run_score(args))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # (mode, the options it needs, how to say so)
     if args.validate:
-        if not args.test:
-            parser.error("--validate needs --test TEST_JSONL")
-        try:
-            return run_validate(args)
-        except (ValueError, OSError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_USER_ERROR
-    if args.tune:
-        if not (args.scores and args.gold):
-            parser.error("--tune needs --scores JSONL and --gold JSONL")
-        try:
-            return run_tune(args)
-        except (ValueError, OSError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return EXIT_USER_ERROR
-    if not (args.submission and args.gold):
-        parser.error("scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)")
+        mode, ok, need = run_validate, bool(args.test), "--validate needs --test TEST_JSONL"
+    elif args.tune:
+        mode, ok, need = run_tune, bool(args.scores and args.gold), "--tune needs --scores JSONL and --gold JSONL"
+    else:
+        mode, ok = run_scoring, bool(args.submission and args.gold)
+        need = "scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)"
+    if not ok:
+        parser.error(need)
     try:
-        output = run_score(args)
+        return mode(args)
     except (ValueError, OSError) as e:  # ValueError: SubmissionError, NQFormatError; OSError: files
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    print(output)
-    return 0
 
 
 if __name__ == "__main__":
