@@ -116,35 +116,12 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
             progress(docs_done, windows_done)
         chunk.clear()
 
-    for ex, ws in _featurize_each(featurizer, examples):
+    for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True):
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
     if chunk:
         yield from flush()
-
-
-def _featurize_each(featurizer: Featurizer, examples: Iterable[Example], batch_size: int = 32) -> Iterator[tuple]:
-    """featurizer.featurize, except that a document whose featurisation fails is yielded with its
-    exception instead of windows: the batch is retried one document at a time to find it."""
-    def run(batch):
-        try:
-            yield from list(featurizer.featurize(batch, with_labels=False, batch_size=len(batch)))
-        except Exception:
-            for ex in batch:
-                try:
-                    yield from list(featurizer.featurize([ex], with_labels=False))
-                except Exception as e:
-                    yield ex, e
-
-    batch = []
-    for ex in examples:
-        batch.append(ex)
-        if len(batch) == batch_size:
-            yield from run(batch)
-            batch = []
-    if batch:
-        yield from run(batch)
 
 
 def _blank(example: Example, error: Exception) -> DocumentPrediction:

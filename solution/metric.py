@@ -110,8 +110,12 @@ def parse_prediction(text: str) -> str:
     return f"{int(m.group(1))}:{int(m.group(2))}"
 
 
-def read_submission(path) -> dict:
+def read_submission(path, multi_span_short: bool = False) -> dict:
     """Read a submission CSV -> {row_id: canonical PredictionString}, in file order.
+
+    multi_span_short: accept several space-separated `start:end` spans in a short row, as Kaggle
+    does (the validator); each is canonicalised and they are joined by one space. Scoring keeps
+    the default, one answer per row.
 
     Checks, each raising `SubmissionError` (a ValueError) naming file and line:
     the header is `example_id,PredictionString`; every row has 2 fields; row
@@ -144,7 +148,8 @@ def read_submission(path) -> dict:
             if row_id in first_line:
                 raise SubmissionError(f"duplicate row id {row_id} (first on line {first_line[row_id]})", path, line)
             try:
-                predictions[row_id] = parse_prediction(fields[1])
+                parts = fields[1].split() if multi_span_short and row_id.endswith("_short") else [fields[1]]
+                predictions[row_id] = " ".join(parse_prediction(part) for part in parts) if parts else ""
             except ValueError as e:
                 raise SubmissionError(f"row {row_id}: {e}", path, line) from None
             first_line[row_id] = line

@@ -43,7 +43,6 @@ import torch
 
 from solution.config import read_settings_file
 
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
 DS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "ds"
 
 
@@ -74,12 +73,9 @@ def _offloads(ds: dict) -> bool:
 
 
 def ds_strategy_name(ds: dict) -> str:
+    """zero1..zero3, with `_offload` when the JSON offloads (a user's ZeRO-2 offload file -> zero2_offload)."""
     stage = ds["zero_optimization"]["stage"]
-    if _offloads(ds):
-        if stage != 3:
-            return f"zero{stage}_offload"
-        return "zero3_offload"
-    return f"zero{stage}"
+    return f"zero{stage}_offload" if _offloads(ds) else f"zero{stage}"
 
 
 @dataclass
@@ -223,15 +219,14 @@ class Strategy:
                              "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
                              "Without a GPU everything already lives in CPU memory: drop cpu_offload")
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps)
+        plan = self.plan
+        if plan.is_deepspeed and "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
+            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                              MASTER_PORT=str(_free_port()))
         # gloo on CPU; on GPUs Accelerate picks NCCL itself.
         # (Only with a launcher: a backend given to a lone process makes Accelerate expect a process group.)
         gloo = [InitProcessGroupKwargs(backend="gloo")] if not self.cuda and "LOCAL_RANK" in os.environ else []
-        plan = self.plan
         if plan.is_deepspeed:
-            if "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
-                os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                                  MASTER_PORT=str(_free_port()))
-                gloo = [] if self.cuda else [InitProcessGroupKwargs(backend="gloo")]
             if plan.name == "zero3_offload" and cfg.optim == "adamw_torch":
                 _require_cpu_adam()
             from accelerate.utils import DeepSpeedPlugin

@@ -97,6 +97,12 @@ CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
 
 
+def numbered_checkpoints(output_dir: Path) -> list:
+    """output_dir/checkpoint-N directories, oldest first (`.tmp` leftovers of a killed save excluded)."""
+    found = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
 def find_checkpoint(output_dir: Path, spec: str) -> Path:
     """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); else a path."""
     if spec == "latest":
@@ -105,11 +111,10 @@ def find_checkpoint(output_dir: Path, spec: str) -> Path:
             named = output_dir / pointer.read_text().strip()
             if (named / "trainer_state.json").is_file():
                 return named
-        done = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-                and (p / "trainer_state.json").is_file()]
+        done = [p for p in numbered_checkpoints(output_dir) if (p / "trainer_state.json").is_file()]
         if not done:
             raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
-        return max(done, key=lambda p: int(p.name.split("-")[-1]))
+        return done[-1]
     path = Path(spec)
     if not (path / "trainer_state.json").is_file():
         raise ValueError(f"{path}: not a checkpoint (no trainer_state.json); checkpoints are "
@@ -241,9 +246,7 @@ class Trainer:
         limit = self.cfg.save_total_limit
         if not limit:
             return
-        done = sorted((p for p in self.out.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                      key=lambda p: int(p.name.split("-")[-1]))
-        for old in done[:-limit]:
+        for old in numbered_checkpoints(self.out)[:-limit]:
             shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, path: Path, steps_per_epoch: int, batches_per_epoch: int) -> tuple[int, int, int]:
@@ -279,24 +282,24 @@ class Trainer:
                             drop_last=False,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
         optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
-        self._client_optimizer = optimizer  # DeepSpeed steps this same object on its partitions
-        # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
-        fault = os.environ.get("NQ_TEST_FAULT", "")
-        if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
-            model, optimizer = acc.prepare(self.model, optimizer)
-        else:
-            model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         memory: dict = {"step": 0}
         if cfg.measure_memory:
             # During the third optimizer step: Adam's moments exist by then, and gradients are still held.
-            # DeepSpeed may call the optimizer once per parameter sub-group: keep the largest reading.
+            # Hooked on the optimizer built here, before prepare(): DeepSpeed steps this same object on its
+            # partitions, and may call it once per parameter sub-group, so the largest reading is kept.
             def measure(opt, args, kwargs):
                 if memory["step"] == 3:
                     reading = self.strategy.live_tensor_bytes(opt)
                     if reading["live_tensor_bytes"] > memory.get("live_tensor_bytes", 0):
                         memory.update(reading)
 
-            self._client_optimizer.register_step_pre_hook(measure)
+            optimizer.register_step_pre_hook(measure)
+        # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
+        fault = os.environ.get("NQ_TEST_FAULT", "")
+        if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
+            model, optimizer = acc.prepare(self.model, optimizer)
+        else:
+            model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         loss_scale = {"sum_gradients": acc.num_processes,
                       "double_accumulation": cfg.gradient_accumulation_steps}.get(fault, 1)
         engine = self.strategy.check_engine(model)

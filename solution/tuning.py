@@ -103,8 +103,8 @@ def tune(records: list, gold: dict, max_grid: int = 300) -> dict:
     # middle of the plateau, not its edge: an edge threshold sits right next to a dev score and
     # moves the first test document that scores a little differently.
     rows, cols = np.nonzero(table >= table.max() - 1e-12)
-    i = int(np.median(np.unique(rows)))
-    i = min(np.unique(rows), key=lambda r: abs(r - i))
+    best_rows = np.unique(rows)
+    i = int(best_rows[(len(best_rows) - 1) // 2])  # the middle row (the lower one of an even count)
     cols_i = cols[rows == i]
     j = int(cols_i[len(cols_i) // 2])
     lt, st = float(long_grid[i]), float(short_grid[j])

@@ -9,7 +9,7 @@ separated by spaces, as Kaggle allows); YES/NO never in a long row.
 
 from __future__ import annotations
 
-from solution.metric import read_submission
+from solution.metric import _SPAN, read_submission
 from solution.nq import read_examples
 
 MAX_LISTED = 50
@@ -21,7 +21,7 @@ def validate_submission(csv_path: str, test_path: str) -> list:
     A file that cannot be read as a submission at all (header, CSV syntax, a duplicate row, a
     malformed prediction string) raises SubmissionError naming its line, as `read_submission` does.
     """
-    rows = _read_rows(csv_path)
+    rows = read_submission(csv_path, multi_span_short=True)
     problems = []
     expected = set()
     for ex in read_examples(test_path):
@@ -49,24 +49,6 @@ def validate_submission(csv_path: str, test_path: str) -> list:
 
 
 def _span(text: str):
-    try:
-        s, e = text.split(":")
-        return int(s), int(e)
-    except ValueError:
-        return None
-
-
-def _read_rows(csv_path: str) -> dict:
-    """row id -> prediction as written (short rows may hold several space-separated spans)."""
-    import csv
-
-    with open(csv_path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        raw = {r[0].strip(): r[1].strip() for r in reader if len(r) == 2}
-    # The structural checks (header, CSV syntax, ids, duplicates) are the scorer's own. A short row with
-    # several spans is valid for Kaggle but not for the single-span parser: check the rest with it.
-    single = {k: v for k, v in raw.items() if len(v.split()) <= 1}
-    if len(single) == len(raw):
-        read_submission(csv_path)
-    return raw
+    """(start, end) of a `start:end` prediction (the metric's own pattern), None if it is not one."""
+    m = _SPAN.fullmatch(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None

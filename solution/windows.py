@@ -162,16 +162,36 @@ class Featurizer:
             out.append(win)
         return out
 
-    def featurize(self, examples: Iterable[Example], with_labels: bool, batch_size: int = 32) -> Iterator[tuple]:
-        """Yield (example, its windows), tokenising `batch_size` documents per tokenizer call."""
+    def featurize(self, examples: Iterable[Example], with_labels: bool, batch_size: int = 32,
+                  isolate_errors: bool = False) -> Iterator[tuple]:
+        """Yield (example, its windows), tokenising `batch_size` documents per tokenizer call.
+
+        isolate_errors: a batch that fails is retried one document at a time, and a document that
+        still fails is yielded as (example, the exception) instead of windows, so the others go on
+        (the submission writes its rows blank)."""
         batch = []
         for ex in examples:
             batch.append(ex)
             if len(batch) == batch_size:
-                yield from self._featurize_batch(batch, with_labels)
+                yield from self._featurize_checked(batch, with_labels, isolate_errors)
                 batch = []
         if batch:
+            yield from self._featurize_checked(batch, with_labels, isolate_errors)
+
+    def _featurize_checked(self, batch: list, with_labels: bool, isolate_errors: bool) -> Iterator[tuple]:
+        if not isolate_errors:
             yield from self._featurize_batch(batch, with_labels)
+            return
+        try:
+            done = list(self._featurize_batch(batch, with_labels))
+        except Exception:
+            done = []
+            for ex in batch:
+                try:
+                    done += list(self._featurize_batch([ex], with_labels))
+                except Exception as e:
+                    done.append((ex, e))
+        yield from done
 
     def _featurize_batch(self, batch: list, with_labels: bool) -> Iterator[tuple]:
         docs = self.encode_documents(batch)
