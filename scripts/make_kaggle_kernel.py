@@ -29,7 +29,7 @@ CODE = ["solution/__init__.py", "solution/nq.py", "solution/windows.py", "soluti
         "solution/inference.py", "solution/model.py", "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 
-RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--bf16]
+RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
 
 Defaults are the competition's paths. The model is the folder beside this file.
 Prints documents/s, windows/s and the projected time per 1,000 real-length
@@ -56,7 +56,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\\n\\n")[0])
     p.add_argument("--input", default=KAGGLE_INPUT)
     p.add_argument("--output", default=KAGGLE_OUTPUT)
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="auto: bfloat16 where the CPU/GPU computes it natively, else float32")
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
     import torch
@@ -64,11 +65,11 @@ def main():
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
-    r = predict_file(str(HERE / "model"), args.input, args.output, args.batch_size, device, args.bf16)
+    r = predict_file(str(HERE / "model"), args.input, args.output, args.batch_size, device, args.precision)
     dt = time.perf_counter() - t0
     wps = r["windows"] / dt if dt else 0.0
-    print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows "
-          f"in {dt:.1f}s on {device}: {r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
+    print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows run "
+          f"in {dt:.1f}s on {device} ({r['precision']}): {r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
     if wps:
         hours = 1000 * WINDOWS_PER_REAL_DOCUMENT / wps / 3600
         limit = LIMITS_H["GPU notebook" if device == "cuda" else "CPU notebook"]

@@ -58,7 +58,14 @@ class TrainConfig:
     on_error: str = "raise"
     """Bad data lines: `raise` (error naming file, line, field) or `skip` (counted and reported)."""
     negative_keep_rate: float = 0.05
-    """Share of training windows without an answer that are kept (BERT-joint kept 2%)."""
+    """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
+    unanswerable_keep_rate: Optional[float] = None
+    """Share kept of the windows of documents with no answer at all (null: negative_keep_rate)."""
+    hard_negatives_file: Optional[str] = None
+    """Hard-negative pass: scores from `python -m solution.hard_negatives`; negatives are then drawn
+    in proportion to a first model's belief that they hold an answer (same expected count)."""
+    hard_negative_fraction: float = 0.5
+    """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
     cache_dir: str = "cache/features"
     """Featurised training windows are cached here, keyed by the input file and the settings."""
     num_proc: int = 1
@@ -125,6 +132,9 @@ class TrainConfig:
             (self.save_steps >= 0, "save_steps", ">= 0"),
             (self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", ">= 1 or null"),
             (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
+            (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
+             "unanswerable_keep_rate", "in (0, 1] or null"),
+            (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),
             (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", ">= 1"),

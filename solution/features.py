@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -28,11 +28,12 @@ import numpy as np
 import torch
 
 from solution.inference import candidate_array
+from solution.hard_negatives import HardNegativeWeights
 from solution.nq import NQFormatError, ReadStats, label_annotation, read_examples
 from solution.postprocess import containing_candidate
-from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, keep_window
+from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window
 
-FEATURES_VERSION = 2  # bump when windows, labels or the cache layout change
+FEATURES_VERSION = 3  # bump when windows, labels or the cache layout change
 
 
 def _features():
@@ -56,12 +57,37 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256((vocab + extra).encode()).hexdigest()[:16]
 
 
-def cache_key(path: str, tokenizer, window: WindowConfig, negative_keep_rate: float, seed: int,
+@dataclass
+class NegativeSampling:
+    """Which training windows without an answer are kept (windows with one always are)."""
+
+    negative_keep_rate: float = 1.0
+    """Share kept of the no-answer windows of documents that have an answer."""
+    unanswerable_keep_rate: Optional[float] = None
+    """Share kept of the windows of documents without any answer (None: negative_keep_rate)."""
+    hard_negatives_file: Optional[str] = None
+    """Scores from `python -m solution.hard_negatives`: draw negatives in proportion to them (see that module)."""
+    hard_negative_fraction: float = 0.5
+    seed: int = 0
+
+    def rate(self, answerable: bool) -> float:
+        if answerable or self.unanswerable_keep_rate is None:
+            return self.negative_keep_rate
+        return self.unanswerable_keep_rate
+
+    def key(self) -> dict:
+        d = asdict(self)
+        if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
+            d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
+        return d
+
+
+def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
               limit: Optional[int], on_error: str) -> str:
     st = os.stat(path)
     blob = json.dumps({"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
                        "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
-                       "negative_keep_rate": negative_keep_rate, "seed": seed, "limit": limit,
+                       "sampling": sampling.key(), "limit": limit,
                        "on_error": on_error, "version": FEATURES_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -95,7 +121,8 @@ class _Summary:
     """Counts for the `prepare` report, added up across workers."""
 
     KEYS = ("documents", "windows", "windows_kept", "answerable_short", "recovered_short",
-            "answerable_long", "recovered_long")
+            "answerable_long", "recovered_long", "unanswerable_documents",
+            "negatives_kept_answerable", "negatives_kept_unanswerable")
 
     def __init__(self):
         self.counts = Counter({k: 0 for k in self.KEYS})
@@ -108,6 +135,12 @@ class _Summary:
         c["windows"] += len(windows)
         c["windows_kept"] += len(kept)
         self.by_type.update(ANSWER_TYPES[w.answer_type] for w in kept)
+        negatives = sum(w.answer_type == TYPE_ID["UNKNOWN"] for w in kept)
+        if has_answer(example):
+            c["negatives_kept_answerable"] += negatives
+        else:
+            c["unanswerable_documents"] += 1
+            c["negatives_kept_unanswerable"] += negatives
         ann = label_annotation(example)
         if ann is None:
             return
@@ -135,12 +168,15 @@ class _Summary:
 PROGRESS_SECONDS = 10.0
 
 
-def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_error, limit, num_shards, side_dir):
+def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, num_shards, side_dir):
     """datasets.Dataset.from_generator worker: windows of this worker's lines."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, use_fast=True)
     featurizer = Featurizer(tokenizer, WindowConfig(**window))
+    sampling = NegativeSampling(**sampling)
+    hard = (HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
+            if sampling.hard_negatives_file else None)
     for shard in shards:
         stats, ids, summary = ReadStats(path=path), [], _Summary()
         # `limit` counts lines, so every worker stops at the same place.
@@ -155,7 +191,17 @@ def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_
                     last = now
                     print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
                           f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
-                kept = [w for w in windows if keep_window(w, negative_keep_rate, seed)]
+                answerable = has_answer(ex)
+                rate = sampling.rate(answerable)
+                if hard is None:
+                    kept = [w for w in windows if keep_window(w, rate, sampling.seed)]
+                else:
+                    weights = hard.weights(ex.example_id, answerable, len(windows))
+                    if weights is None:
+                        raise NQFormatError(path, ex.line, "example_id", f"{ex.example_id}: no matching record in "
+                                            f"{hard.path} (missing, other answerability or window count); "
+                                            "score this training file with python -m solution.hard_negatives")
+                    kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
                 summary.add(ex, windows, kept)
                 for w in kept:
                     yield w.as_dict()
@@ -170,8 +216,8 @@ def _generate(shards, path, tokenizer_dir, window, negative_keep_rate, seed, on_
         Path(side_dir, f"shard-{shard}.json").write_text(json.dumps(side))
 
 
-def build_train_features(path: str, tokenizer, window: WindowConfig, negative_keep_rate: float = 1.0,
-                         seed: int = 0, cache_dir: str = "cache/features", num_proc: int = 1,
+def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: Optional[NegativeSampling] = None,
+                         cache_dir: str = "cache/features", num_proc: int = 1,
                          on_error: str = "raise", limit: Optional[int] = None, log=print):
     """(datasets.Dataset of labelled windows, summary dict), from the cache when possible."""
     import datasets
@@ -179,7 +225,10 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, negative_ke
     datasets.disable_progress_bars()  # our own log lines say what is happening
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    key = cache_key(path, tokenizer, window, negative_keep_rate, seed, limit, on_error)
+    sampling = sampling or NegativeSampling()
+    if sampling.hard_negatives_file:  # read once here, so a bad file fails before any worker starts
+        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
+    key = cache_key(path, tokenizer, window, sampling, limit, on_error)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     if (final / "summary.json").is_file():
         summary = json.loads((final / "summary.json").read_text())
@@ -198,7 +247,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, negative_ke
         ds = datasets.Dataset.from_generator(
             _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
             gen_kwargs={"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
-                        "window": asdict(window), "negative_keep_rate": negative_keep_rate, "seed": seed,
+                        "window": asdict(window), "sampling": asdict(sampling),
                         "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")})
     except datasets.exceptions.DatasetGenerationError as e:
         # The worker's own error (an NQFormatError naming file, line, field) is the one to show.

@@ -75,6 +75,23 @@ def model_runner(model: torch.nn.Module, device="cpu", autocast_dtype: Optional[
     return run
 
 
+def score_windows(run: Callable, windows: list, pad_id: int, batch_size: int) -> list:
+    """(start, end, type) logits of each window, unpadded, in the order given.
+
+    Windows are batched longest first, so a batch pads little (the windows of
+    many documents share a batch).
+    """
+    order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
+    logits = [None] * len(windows)
+    for b in range(0, len(order), batch_size):
+        idx = order[b:b + batch_size]
+        s, e, t = run(collate([windows[i] for i in idx], pad_id))
+        for row, i in enumerate(idx):
+            n = len(windows[i].input_ids)
+            logits[i] = (s[row, :n], e[row, :n], t[row])
+    return logits
+
+
 def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[Example],
                       cfg: PostprocessConfig, batch_size: int = 32, docs_per_chunk: int = 64,
                       progress: Optional[Callable[[int, int], None]] = None) -> Iterator[DocumentPrediction]:
@@ -91,15 +108,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         nonlocal docs_done, windows_done
         failed = {id(ex): ws for ex, ws in chunk if isinstance(ws, Exception)}
         windows = [w for _, ws in chunk if not isinstance(ws, Exception) for w in ws]
-        # Longest windows first, so each batch pads little.
-        order = sorted(range(len(windows)), key=lambda i: -len(windows[i].input_ids))
-        logits = [None] * len(windows)
-        for b in range(0, len(order), batch_size):
-            idx = order[b:b + batch_size]
-            s, e, t = run(collate([windows[i] for i in idx], pad_id))
-            for row, i in enumerate(idx):
-                n = len(windows[i].input_ids)
-                logits[i] = (s[row, :n], e[row, :n], t[row])
+        logits = score_windows(run, windows, pad_id, batch_size)
         pos = 0
         for ex, ws in chunk:
             if id(ex) in failed:
@@ -117,11 +126,26 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         chunk.clear()
 
     for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True):
+        if cfg.skip_windows_without_candidates and not isinstance(ws, Exception):
+            ws = windows_with_candidates(ex, ws)
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
     if chunk:
         yield from flush()
+
+
+def windows_with_candidates(example: Example, windows: list) -> list:
+    """The windows holding at least one token of a long-answer candidate."""
+    covered = np.zeros(len(example.tokens) + 1, dtype=bool)
+    for c in example.candidates:
+        covered[c.start_token:c.end_token] = True
+    keep = []
+    for w in windows:
+        idx = w.nq_token_index[w.nq_token_index >= 0]
+        if covered[idx].any():
+            keep.append(w)
+    return keep
 
 
 def _blank(example: Example, error: Exception) -> DocumentPrediction:
@@ -130,6 +154,8 @@ def _blank(example: Example, error: Exception) -> DocumentPrediction:
 
 
 def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
+    if not windows:  # nothing that could hold an answer
+        return DocumentPrediction(example.example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1)
     seq = max(len(w.input_ids) for w in windows)
     n = len(windows)
     start = np.full((n, seq), -1e4, dtype=np.float32)

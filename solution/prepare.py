@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from solution.features import build_train_features
+from solution.features import NegativeSampling, build_train_features
 from solution.model import load_tokenizer
 from solution.windows import WindowConfig
 
@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--doc-stride", type=int, default=d.doc_stride)
     p.add_argument("--max-question-length", type=int, default=d.max_question_length)
     p.add_argument("--negative-keep-rate", type=float, default=1.0,
-                   help="share of no-answer windows kept (default 1: all)")
+                   help="share kept of the no-answer windows of answerable documents (default 1: all)")
+    p.add_argument("--unanswerable-keep-rate", type=float, default=None,
+                   help="share kept of the windows of documents with no answer (default: --negative-keep-rate)")
     p.add_argument("--num-proc", type=int, default=1, help="featurising processes")
     p.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -43,7 +45,8 @@ def main(argv=None) -> int:
     try:
         window = WindowConfig(args.max_seq_length, args.doc_stride, args.max_question_length)
         tokenizer = load_tokenizer(args.model)
-        _, summary = build_train_features(args.input, tokenizer, window, args.negative_keep_rate, 0,
+        _, summary = build_train_features(args.input, tokenizer, window,
+                                          NegativeSampling(args.negative_keep_rate, args.unanswerable_keep_rate),
                                           args.output, args.num_proc, args.on_error, log=log)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

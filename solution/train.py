@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from solution import strategy
 from solution.config import TrainConfig, load_config
-from solution.features import DummyWindows, WindowDataset, build_train_features
+from solution.features import DummyWindows, NegativeSampling, WindowDataset, build_train_features
 from solution.inference import collate, model_runner, predict_documents
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
@@ -153,15 +153,19 @@ class Trainer:
                                 cfg.seed, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
         # The main process featurises (or finds the cache); the others then load it.
         with self.accelerator.main_process_first():
+            sampling = NegativeSampling(cfg.negative_keep_rate, cfg.unanswerable_keep_rate, cfg.hard_negatives_file,
+                                        cfg.hard_negative_fraction, cfg.seed)
             ds, summary = build_train_features(
-                cfg.train_file, self.tokenizer, cfg.window, cfg.negative_keep_rate, cfg.seed, cfg.cache_dir,
+                cfg.train_file, self.tokenizer, cfg.window, sampling, cfg.cache_dir,
                 cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log)
         self.data_summary = summary
         if summary.get("skipped"):
             self.log(f"WARNING: {cfg.train_file}: skipped {summary['skipped']} bad lines "
                      f"{summary['skipped_by_reason']}; first: {summary['first_errors'][:2]}")
-        self.log(f"train data: {summary['documents']} documents, {summary['windows']} windows, "
-                 f"{summary['windows_kept']} kept {summary['windows_per_type']}")
+        self.log(f"train data: {summary['documents']} documents ({summary['unanswerable_documents']} without an "
+                 f"answer), {summary['windows']} windows, {summary['windows_kept']} kept {summary['windows_per_type']}; "
+                 f"no-answer windows kept: {summary['negatives_kept_answerable']} from answerable documents, "
+                 f"{summary['negatives_kept_unanswerable']} from unanswerable ones")
         return WindowDataset(ds)
 
     # -- evaluation -----------------------------------------------------------
@@ -325,7 +329,9 @@ class Trainer:
                  "strategy_origin": self.strategy.plan.origin, "distributed_type": str(acc.distributed_type),
                  "cpu_offload": self.strategy.plan.cpu_offload or self.strategy.name == "zero3_offload",
                  "train_data": {k: self.data_summary.get(k) for k in
-                                ("documents", "windows", "windows_kept", "skipped", "skipped_by_reason")}
+                                ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
+                                 "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped",
+                                 "skipped_by_reason")}
                  if self.data_summary else {"source": cfg.data_source}}
         self.accounting = start
         step, first_epoch, skip = 0, 0, 0

@@ -228,13 +228,22 @@ def answer_target(example: Example, doc: DocumentEncoding) -> Optional[tuple]:
     return (TYPE_ID[ann.answer_type], *pieces)
 
 
-def keep_window(window: Window, rate: float, seed: int) -> bool:
+def keep_window(window: Window, rate: float, seed: int, weight: float = 1.0) -> bool:
     """Down-sample windows without an answer, deterministically.
 
+    A window without an answer is kept with probability `rate * weight`
+    (`weight` is 1 except in a hard-negative pass, see `solution.hard_negatives`).
     The draw depends only on (seed, example_id, window index), so the same
     windows are kept whatever the number of worker processes or their order.
     """
-    if window.answer_type != TYPE_ID["UNKNOWN"] or rate >= 1.0:
+    p = rate * weight
+    if window.answer_type != TYPE_ID["UNKNOWN"] or p >= 1.0:
         return True
     h = zlib.crc32(f"{seed}:{window.example_id}:{window.window_index}".encode())
-    return (h / 0xFFFFFFFF) < rate
+    return (h / 0xFFFFFFFF) < p
+
+
+def has_answer(example: Example) -> bool:
+    """Whether the training label has an answer (the document is "answerable")."""
+    ann = label_annotation(example)
+    return ann is not None and ann.answer_type != "NONE"

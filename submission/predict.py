@@ -40,7 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", default="submission.csv", help="CSV to write (default: submission.csv)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per forward pass")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (faster on recent CPUs and GPUs)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="bf16 runs the model in bfloat16 (logits and post-processing stay float32): 2.4x the "
+                        "windows/s of fp32 on a CPU with AVX512-BF16, dev micro-F1 within 0.005 in our benchmark. "
+                        "auto (default): bf16 where the CPU or GPU computes it natively, else fp32")
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="skip",
                    help="a bad input line or a document that fails: write its two rows blank, report it and "
@@ -52,14 +56,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def native_bf16(device: str) -> bool:
+    """Whether the device computes bfloat16 natively (elsewhere it is emulated, and slower than float32)."""
+    if str(device).startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    cpu = getattr(torch, "cpu", None)
+    return bool(cpu and any(getattr(cpu, f, lambda: False)() for f in
+                            ("_is_avx512_bf16_supported", "_is_amx_tile_supported")))
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    if precision not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
 def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 32, device: str = "cpu",
-                 bf16: bool = False, on_error: str = "skip", quiet: bool = False,
+                 precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
                  scores_out: Optional[str] = None) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed."""
+    precision = resolve_precision(precision, device)
     model, tokenizer, meta = load_model_dir(model_dir, device)
     featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
     post = PostprocessConfig(**meta["postprocess"])
-    run = model_runner(model, device, torch.bfloat16 if bf16 else None)
+    if precision == "bf16":
+        # The whole model in bfloat16 rather than autocast: autocast keeps layer norms, softmax and the
+        # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
+        model = model.to(torch.bfloat16)
+    run = model_runner(model, device)
     stats = ReadStats()
     t0 = time.perf_counter()
     progress_state = {"docs": 0, "windows": 0}
@@ -117,6 +143,7 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
         print(file=sys.stderr)
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
+            "precision": precision,
             "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
             "lines_without_id": unrecoverable, "fatal": fatal}
 
@@ -131,12 +158,12 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     try:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.bf16, args.on_error, args.quiet, args.scores_out)
+                              args.precision, args.on_error, args.quiet, args.scores_out)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
-          f"documents ({result['windows']} windows) in {result['seconds']:.1f}s")
+          f"documents ({result['windows']} windows run, {result['precision']}) in {result['seconds']:.1f}s")
     problems = 0
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)

@@ -5,7 +5,7 @@ import json
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution.features import DummyWindows, build_train_features
+from solution.features import DummyWindows, NegativeSampling, build_train_features
 from solution.model import load_tokenizer
 from solution.nq import NQFormatError
 from solution.windows import WindowConfig
@@ -38,15 +38,15 @@ def rows(ds):
 
 def test_parallel_build_equals_serial_and_is_cached(tmp_path, tokenizer):
     path = corpus(tmp_path / "train.jsonl")
-    serial, s1 = build_train_features(str(path), tokenizer, WINDOW, 0.5, 0, str(tmp_path / "c1"), num_proc=1)
-    parallel, s2 = build_train_features(str(path), tokenizer, WINDOW, 0.5, 0, str(tmp_path / "c2"), num_proc=2)
+    serial, s1 = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c1"), num_proc=1)
+    parallel, s2 = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c2"), num_proc=2)
     assert rows(serial) == rows(parallel)
     assert s1["recovered_short"] == s2["recovered_short"] == 12
     logged = []
-    again, _ = build_train_features(str(path), tokenizer, WINDOW, 0.5, 0, str(tmp_path / "c1"), log=logged.append)
+    again, _ = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c1"), log=logged.append)
     assert "reusing cache" in logged[0] and rows(again) == rows(serial)
     # Another setting is another cache entry.
-    other, _ = build_train_features(str(path), tokenizer, WINDOW, 1.0, 0, str(tmp_path / "c1"), log=logged.append)
+    other, _ = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c1"), log=logged.append)
     assert "featurising" in logged[-1] and len(other) > len(serial)
 
 
@@ -54,11 +54,11 @@ def test_duplicates_across_workers_and_skips(tmp_path, tokenizer):
     dup = nq_line(example_id="1001")  # same id as corpus line 2, lands in the other worker
     path = corpus(tmp_path / "dup.jsonl", bad_line=json.dumps(dup))
     with pytest.raises(NQFormatError, match="duplicate example_id 1001"):
-        build_train_features(str(path), tokenizer, WINDOW, 1.0, 0, str(tmp_path / "c"), num_proc=2)
+        build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c"), num_proc=2)
     path = corpus(tmp_path / "bad.jsonl", bad_line="{broken")
     with pytest.raises(NQFormatError, match=r"bad.jsonl:4: field '<json>'"):
-        build_train_features(str(path), tokenizer, WINDOW, 1.0, 0, str(tmp_path / "c"), num_proc=2)
-    _, summary = build_train_features(str(path), tokenizer, WINDOW, 1.0, 0, str(tmp_path / "c"), num_proc=2,
+        build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c"), num_proc=2)
+    _, summary = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c"), num_proc=2,
                                       on_error="skip")
     assert summary["skipped"] == 1 and summary["documents"] == 12 and "bad.jsonl:4" in summary["first_errors"][0]
 

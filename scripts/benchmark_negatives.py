@@ -1,0 +1,149 @@
+"""Training for the metric: what negative down-sampling and the hard-negative pass do to dev micro-F1.
+
+    python scripts/benchmark_negatives.py --corpus synth --json runs/negatives/synth.json
+    python scripts/benchmark_negatives.py --corpus real --json runs/negatives/real.json
+
+Trains the same model once per variant, one after the other (never two at
+once: they would share the cores), with the demo recipe
+(configs/train/demo.yaml) and the same seed:
+
+- `uniform`: one keep rate for every no-answer window (the config's `negative_keep_rate`);
+- `separate`: about the same number of negatives, drawn at `--answerable-rate` in documents that
+  have an answer and `--unanswerable-rate` in documents that have none;
+- `hard`: the uniform rates, negatives drawn by the `uniform` model's scores (`solution.hard_negatives`);
+- `separate+hard`: both.
+
+Each model is scored on dev with its untuned thresholds, then tuned on dev
+(`solution.evaluate --tune`), and, where the corpus has a test gold file,
+scored on test with the dev-tuned thresholds. Every step is the command a
+user would type, run as its own process.
+
+`--corpus real` uses the real NQ lines in ../shared/data/nq-real (49
+training documents, 10 five-way-annotated dev documents): far too few to
+train a good model, so its figures say little beyond "the pipeline runs on
+real documents"; they are printed for completeness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+REAL = ROOT.parent / "shared" / "data" / "nq-real"
+
+CORPORA = {
+    "synth": {"train": "data/synth/simplified-nq-train.jsonl", "dev": "data/synth/simplified-nq-dev.jsonl",
+              "test": "data/synth/simplified-nq-test.jsonl", "test_gold": "data/synth/simplified-nq-test-gold.jsonl",
+              "overrides": []},
+    # Real documents are long (median 6,409 tokens): the common 384/128 windows, and more epochs,
+    # since 49 documents make only a few dozen steps.
+    "real": {"train": str(REAL / "simplified-nq-train-sample.jsonl"), "dev": str(REAL / "simplified-nq-dev-sample.jsonl"),
+             "test": None, "test_gold": None,
+             "overrides": ["--max_seq_length", "384", "--doc_stride", "128", "--max_question_length", "64",
+                           "--num_train_epochs", "6", "--max_dev_examples", "null"]},
+}
+
+
+def run(args: list, stdout=None) -> float:
+    print(f"$ python {' '.join(args)}", flush=True)
+    t0 = time.perf_counter()
+    r = subprocess.run([PY] + args, cwd=ROOT, stdout=stdout)
+    if r.returncode not in (0,):
+        sys.exit(f"benchmark_negatives: command failed with exit code {r.returncode}")
+    return time.perf_counter() - t0
+
+
+def score(submission: Path, gold: str) -> dict:
+    out = subprocess.run([PY, "-m", "solution.evaluate", "--submission", str(submission), "--gold", gold, "--json"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def variant(name: str, corpus: dict, out: Path, extra: list) -> dict:
+    d = out / name
+    d.mkdir(parents=True, exist_ok=True)
+    train_s = run(["-m", "solution.train", "--config", "configs/train/demo.yaml", "--output_dir", str(d),
+                   "--train_file", corpus["train"], "--dev_file", corpus["dev"], "--eval_strategy", "no",
+                   "--disable_tqdm", "true"] + corpus["overrides"] + extra)
+    start = json.loads((d / "metrics.jsonl").read_text().splitlines()[0])
+    model = d / "model"
+    pred = ["--precision", "fp32"]  # the figures in the README were taken in float32
+    run(["-m", "submission.predict", "--model", str(model), "--input", corpus["dev"], "--output",
+         str(d / "dev.csv"), "--scores-out", str(d / "dev-scores.jsonl"), "--quiet"] + pred)
+    with open(d / "tune.json", "w") as f:
+        run(["-m", "solution.evaluate", "--tune", "--scores", str(d / "dev-scores.jsonl"), "--gold", corpus["dev"],
+             "--model", str(model), "--json"], stdout=f)
+    tune = json.loads((d / "tune.json").read_text())
+    result = {"variant": name, "train_seconds": round(train_s, 1), "train_windows": start["train_windows"],
+              "train_data": start["train_data"], "dev_f1_untuned": tune["before"]["micro_f1"],
+              "dev_f1_tuned": tune["after"]["micro_f1"], "dev_untuned": tune["before"]}
+    if corpus["test"]:
+        run(["-m", "submission.predict", "--model", str(model), "--input", corpus["test"], "--output",
+             str(d / "test.csv"), "--quiet"] + pred)
+        test = score(d / "test.csv", corpus["test_gold"])
+        result.update(test_f1_dev_tuned=test["micro_f1"], test=test)
+    print(f"--> {name}: {start['train_windows']} training windows; dev micro-F1 untuned "
+          f"{result['dev_f1_untuned']:.4f}, tuned on dev {result['dev_f1_tuned']:.4f}"
+          + (f"; test (dev-tuned thresholds) {result['test_f1_dev_tuned']:.4f}" if corpus["test"] else ""),
+          flush=True)
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")
+    p.add_argument("--out", default=None, help="run directory (default runs/negatives/CORPUS)")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--uniform-rate", type=float, default=0.05, help="keep rate of `uniform` and `hard`")
+    p.add_argument("--answerable-rate", type=float, default=0.02, help="`separate`: rate in answerable documents")
+    p.add_argument("--unanswerable-rate", type=float, default=0.08, help="`separate`: rate in unanswerable ones")
+    p.add_argument("--hard-fraction", type=float, default=0.5, help="hard_negative_fraction of the hard variants")
+    p.add_argument("--bf16", action="store_true", help="score the training windows with bf16 autocast (faster)")
+    p.add_argument("--variants", default="uniform,separate,hard,separate+hard")
+    args = p.parse_args()
+    corpus = CORPORA[args.corpus]
+    if not Path(ROOT, corpus["train"]).is_file():
+        sys.exit(f"benchmark_negatives: {corpus['train']} not found"
+                 + (" (make it with: python -m solution.synth --out data/synth)" if args.corpus == "synth" else ""))
+    out = Path(args.out or f"runs/negatives/{args.corpus}")
+    uniform = ["--negative_keep_rate", str(args.uniform_rate)]
+    separate = ["--negative_keep_rate", str(args.answerable_rate), "--unanswerable_keep_rate", str(args.unanswerable_rate)]
+    scores = out / "hard-negatives.jsonl"
+    hard = ["--hard_negatives_file", str(scores), "--hard_negative_fraction", str(args.hard_fraction)]
+    plan = {"uniform": uniform, "separate": separate, "hard": uniform + hard, "separate+hard": separate + hard}
+    results = []
+    for name in args.variants.split(","):
+        if name not in plan:
+            sys.exit(f"benchmark_negatives: unknown variant {name!r}; choose from {sorted(plan)}")
+        if "hard" in name and not scores.is_file():
+            if not (out / "uniform" / "model").is_dir():
+                results.append(variant("uniform", corpus, out, uniform))
+            t = run(["-m", "solution.hard_negatives", "--model", str(out / "uniform" / "model"),
+                     "--train_file", corpus["train"], "--out", str(scores)] + (["--bf16"] if args.bf16 else []))
+            print(f"--> scored the training windows with the uniform model in {t:.0f}s", flush=True)
+        if any(r["variant"] == name for r in results):
+            continue
+        results.append(variant(name, corpus, out, plan[name]))
+
+    print(f"\n| variant ({args.corpus}) | training windows | negatives kept (answerable / unanswerable docs) "
+          "| dev F1 untuned | dev F1 tuned on dev | test F1, dev-tuned |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        td = r["train_data"]
+        test = f"{r['test_f1_dev_tuned']:.4f}" if "test_f1_dev_tuned" in r else "-"
+        print(f"| {r['variant']} | {r['train_windows']} | {td['negatives_kept_answerable']} / "
+              f"{td['negatives_kept_unanswerable']} | {r['dev_f1_untuned']:.4f} | {r['dev_f1_tuned']:.4f} | {test} |")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"corpus": args.corpus, "args": vars(args), "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
