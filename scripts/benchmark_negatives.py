@@ -106,12 +106,15 @@ def main() -> int:
     p.add_argument("--hard-fraction", type=float, default=0.5, help="hard_negative_fraction of the hard variants")
     p.add_argument("--bf16", action="store_true", help="score the training windows with bf16 autocast (faster)")
     p.add_argument("--variants", default="uniform,separate,hard,separate+hard")
+    p.add_argument("--seed", type=int, default=None, help="training seed (default: the demo config's)")
     args = p.parse_args()
     corpus = CORPORA[args.corpus]
     if not Path(ROOT, corpus["train"]).is_file():
         sys.exit(f"benchmark_negatives: {corpus['train']} not found"
                  + (" (make it with: python -m solution.synth --out data/synth)" if args.corpus == "synth" else ""))
-    out = Path(args.out or f"runs/negatives/{args.corpus}")
+    out = Path(args.out or f"runs/negatives/{args.corpus}" + (f"-seed{args.seed}" if args.seed is not None else ""))
+    if args.seed is not None:
+        corpus = {**corpus, "overrides": corpus["overrides"] + ["--seed", str(args.seed)]}
     uniform = ["--negative_keep_rate", str(args.uniform_rate)]
     separate = ["--negative_keep_rate", str(args.answerable_rate), "--unanswerable_keep_rate", str(args.unanswerable_rate)]
     scores = out / "hard-negatives.jsonl"
