@@ -54,7 +54,7 @@ def run(args: list, stdout=None) -> float:
     print(f"$ python {' '.join(args)}", flush=True)
     t0 = time.perf_counter()
     r = subprocess.run([PY] + args, cwd=ROOT, stdout=stdout)
-    if r.returncode not in (0,):
+    if r.returncode != 0:
         sys.exit(f"benchmark_negatives: command failed with exit code {r.returncode}")
     return time.perf_counter() - t0
 

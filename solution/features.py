@@ -129,14 +129,14 @@ class _Summary:
         self.by_type = Counter()
         self.misses: list = []
 
-    def add(self, example, windows, kept):
+    def add(self, example, windows, kept, answerable: bool):
         c = self.counts
         c["documents"] += 1
         c["windows"] += len(windows)
         c["windows_kept"] += len(kept)
         self.by_type.update(ANSWER_TYPES[w.answer_type] for w in kept)
         negatives = sum(w.answer_type == TYPE_ID["UNKNOWN"] for w in kept)
-        if has_answer(example):
+        if answerable:
             c["negatives_kept_answerable"] += negatives
         else:
             c["unanswerable_documents"] += 1
@@ -202,7 +202,7 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
                                             f"{hard.path} (missing, other answerability or window count); "
                                             "score this training file with python -m solution.hard_negatives")
                     kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
-                summary.add(ex, windows, kept)
+                summary.add(ex, windows, kept, answerable)
                 for w in kept:
                     yield w.as_dict()
         except NQFormatError as err:
@@ -226,8 +226,6 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     sampling = sampling or NegativeSampling()
-    if sampling.hard_negatives_file:  # read once here, so a bad file fails before any worker starts
-        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
     key = cache_key(path, tokenizer, window, sampling, limit, on_error)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     if (final / "summary.json").is_file():
@@ -235,6 +233,10 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
         return _load_arrow(final / "arrow"), summary
 
+    if sampling.hard_negatives_file:
+        # Read here first, so a bad file is an error naming it rather than a worker's failure inside
+        # `datasets` (a cache hit above means this same file, by size and mtime, was read already).
+        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
     tmp = Path(cache_dir) / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "side").mkdir(parents=True)

@@ -131,10 +131,9 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
 
         def flush():
             negatives = [w for _, ws in chunk for w in ws if w.answer_type == TYPE_ID["UNKNOWN"]]
-            logits = iter(score_windows(run, negatives, pad_id, batch_size))
-            probs = {}
-            for w, (_, _, t) in zip(negatives, logits):
-                probs[(w.example_id, w.window_index)] = float(answer_probability(t[None])[0])
+            logits = score_windows(run, negatives, pad_id, batch_size)
+            p = answer_probability(np.stack([t for _, _, t in logits])) if logits else []
+            probs = {(w.example_id, w.window_index): float(x) for w, x in zip(negatives, p)}
             for ex, ws in chunk:
                 scores = [None if w.answer_type != TYPE_ID["UNKNOWN"] else round(probs[(w.example_id, w.window_index)], 6)
                           for w in ws]

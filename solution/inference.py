@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from solution.nq import Example, is_html_token
-from solution.postprocess import DocumentPrediction, PostprocessConfig, postprocess_document
+from solution.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
 from solution.windows import Featurizer
 
 
@@ -149,13 +149,12 @@ def windows_with_candidates(example: Example, windows: list) -> list:
 
 
 def _blank(example: Example, error: Exception) -> DocumentPrediction:
-    return DocumentPrediction(example.example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1,
-                              error=f"{type(error).__name__}: {error}")
+    return blank_prediction(example.example_id, error=f"{type(error).__name__}: {error}")
 
 
 def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
     if not windows:  # nothing that could hold an answer
-        return DocumentPrediction(example.example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1)
+        return blank_prediction(example.example_id)
     seq = max(len(w.input_ids) for w in windows)
     n = len(windows)
     start = np.full((n, seq), -1e4, dtype=np.float32)

@@ -67,6 +67,11 @@ class DocumentPrediction:
     raw_short: str = ""
 
 
+def blank_prediction(example_id: str, error: str = "") -> DocumentPrediction:
+    """Both rows blank: no answer, or (with `error`) a document that could not be answered."""
+    return DocumentPrediction(example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1, error=error)
+
+
 def apply_thresholds(raw_long: str, raw_short: str, answer_type: str, score: float, short_score: float,
                      long_threshold: float, short_threshold: float) -> tuple:
     """(long, short) rows from a document's unthresholded answers. The one rule, shared by
@@ -88,7 +93,7 @@ def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: 
     start_logits, end_logits: float [num_windows, seq]; type_logits [num_windows, 5];
     nq_token_index: int [num_windows, seq], the NQ token of each position, -1 where none.
     """
-    blank = DocumentPrediction(example_id, "", "", "UNKNOWN", float("-inf"), float("-inf"), -1)
+    blank = blank_prediction(example_id)
     if start_logits.shape[0] == 0:
         return blank
     null = start_logits[:, 0] + end_logits[:, 0]  # [num_windows]
