@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# The edit loop: every test but multi-process launches and full trainings (marked slow).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf runs cache data/synth
