@@ -2,7 +2,7 @@
 
     python scripts/benchmark_strategies.py [--json FILE] [--png FILE] [--strategies ddp,zero3,...]
 
-For each workload (random windows without I/O, as the seed recipe's dummy
+For each workload (random windows without I/O, as the trainer's `dummy`
 dataset, to isolate communication; then real windows read from the feature
 cache), each strategy trains the same BERT-base-size model (configs/train/
 bench_base.yaml: ~110M parameters, random init, AdamW, bf16) with two ranks
@@ -19,7 +19,7 @@ under torchrun, and the trainer reports per rank:
     ZeRO-3 and FSDP (2+2+K) Psi/N;
   * optimizer-state bytes (Adam's moments held by the rank).
 
-Then the seed recipe's table: time per epoch with 1 process (2 threads) and
+Then the scaling table: time per epoch with 1 process (2 threads) and
 2 processes (1 thread each), DDP. Writes a Markdown table to stdout and to
 OUT/strategies.md, a PNG chart, and with --json the rows as a list of objects.
 """

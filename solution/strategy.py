@@ -15,7 +15,7 @@ Where the strategy comes from (first match wins):
   4. otherwise `ddp` when the launcher started several ranks, `single` if not.
 A config's explicit `strategy` that disagrees with the launcher is an error.
 
-CPU-only machines (see ../shared/notes/cpu-distributed-facts.md). Several
+CPU-only machines (see docs/cpu-distributed-facts.md for the measurements). Several
 obvious calls silently run something else there, so this module never relies
 on them and checks the result:
   * `Accelerator(cpu=True, deepspeed_plugin=...)` or `(cpu=True, fsdp_plugin=...)`
