@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model directory (output_dir/model of a training run); repeat it for an ensemble, "
                         "which averages the models: per-window logits where they share the tokenizer and "
                         "window settings, else per-candidate and per-span scores. The ensemble uses the "
-                        "FIRST model's post-processing settings and thresholds (its qa_config.json); tune "
-                        "an ensemble's thresholds on its own --scores-out")
+                        "FIRST model's post-processing settings and thresholds (its qa_config.json; the first "
+                        "with a nonzero weight); tune an ensemble's thresholds on its own --scores-out "
+                        "(evaluate --tune --model FIRST_DIR writes them there)")
     p.add_argument("--weights", default=None, metavar="W1,W2,...",
                    help="one weight per --model, normalised to sum 1 (default: equal); a model weighted 0 is not run")
     p.add_argument("--input", required=True, help="simplified-NQ test file (.jsonl or .jsonl.gz)")
@@ -84,7 +85,7 @@ def resolve_precision(precision: str, device: str) -> str:
 
 def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: str,
                   precision: str) -> tuple:
-    """(groups, the first model's PostprocessConfig, per-model timing records) for `predict_ensemble`.
+    """(groups, the first weighted model's PostprocessConfig, per-model timing records) for `predict_ensemble`.
 
     Models are grouped by tokenizer and window settings (a group shares its windows). A directory
     listed twice, or two directories with byte-identical weights and settings, is loaded and run
@@ -93,10 +94,10 @@ def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: s
     members: dict = {}  # key -> [weight, model, tokenizer, meta, path]
     first_post = None
     for path, weight in zip(model_dirs, weights):
-        model, tokenizer, meta = load_model_dir(path, device)
-        first_post = first_post or PostprocessConfig(**meta["postprocess"])
-        if weight == 0:  # not run: weights 1,0 are exactly the first model
+        model, tokenizer, meta = load_model_dir(path, device)  # every directory is checked, weight 0 too
+        if weight == 0:  # not run, and not "first": weights 0,1 are exactly the second model
             continue
+        first_post = first_post or PostprocessConfig(**meta["postprocess"])
         group_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
         key = (group_key, model.config.to_json_string(), _file_digest(os.path.join(path, WEIGHTS_FILE)))
         if key in members:

@@ -186,3 +186,42 @@ def test_decide_follows_the_postprocessing_rule():
     assert (blank.long, blank.short, blank.raw_long, blank.raw_short) == ("", "", "0:10", "3:4")
     yes = decide("7", scores([1.0, np.nan, 3.0], {}, types=(0, 4, 0, 1, 3)), cfg)
     assert (yes.long, yes.short) == ("10:20", "YES")
+
+
+def test_kaggle_kernel_runs_an_ensemble_offline(models, predict, corpus, tmp_path):
+    """An ensemble kernel, run from another directory with accelerate, deepspeed and datasets
+    unimportable: the same rows as submission.predict with the same models and weights, and the
+    projection for the whole ensemble."""
+    import json
+    import os
+
+    kernel = tmp_path / "kernel"
+    proc = subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", models["a"], "--model",
+                           models["b"], "--model", models["a"], "--weights", "1,2,1", "--out", str(kernel)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((kernel / "MANIFEST.json").read_text())
+    assert manifest["models"] == ["model-1", "model-2", "model-1"] and not (kernel / "model-3").exists()
+    out = tmp_path / "submission.csv"
+    code = ("import sys, runpy\n"
+            "for name in ('accelerate', 'deepspeed', 'datasets'):\n    sys.modules[name] = None\n"
+            "kernel = sys.argv[1]\n"
+            "sys.argv = [kernel + '/run.py', '--input', sys.argv[2], '--output', sys.argv[3], '--precision', 'fp32']\n"
+            "try:\n    runpy.run_path(kernel + '/run.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert sys.modules['solution.ensemble'].__file__.startswith(kernel), 'used code outside the kernel'\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code, str(kernel), str(corpus), str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "per 1,000 real-length documents at these windows for the ensemble of 2 models" in proc.stdout
+    assert "model-2 (weight 0.500)" in proc.stdout
+    assert out.read_text() == predict(models["a"], models["b"])[0]  # 1,2,1 over a, b, a is 1,1 over a, b
+
+
+def test_kaggle_kernel_refuses_bad_weights(models, tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", models["a"], "--model",
+                           models["b"], "--weights", "1", "--out", str(tmp_path / "k")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "error: --weights '1': 1 weights for 2 models" in proc.stderr
+    assert not (tmp_path / "k").exists()
