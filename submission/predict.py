@@ -216,6 +216,10 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
             "lines_without_id": unrecoverable, "fatal": fatal}
 
 
+def _through(models: list) -> str:
+    return f" through {len(models)} models" if len(models) > 1 else ""
+
+
 def _finite(x: float) -> float:
     return x if x > -1e30 else -1e30  # JSON has no -Infinity; a document with no answer at all
 
@@ -231,7 +235,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
-          f"documents ({result['windows']} windows run, {result['precision']}) in {result['seconds']:.1f}s")
+          f"documents ({result['windows']} windows run{_through(result['models'])}, {result['precision']}) "
+          f"in {result['seconds']:.1f}s")
     problems = 0
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)
