@@ -1,11 +1,13 @@
-"""Build the offline Kaggle kernel folder: `python scripts/make_kaggle_kernel.py --model DIR --out kernel/`.
+"""Build the offline Kaggle kernel folder: `python scripts/make_kaggle_kernel.py --model DIR [--model DIR2 ... --weights 2,1] --out kernel/`.
 
 The folder is what a Kaggle dataset holds and a code-competition notebook
 runs with internet off and no custom packages:
 
     kernel/
       run.py          python run.py  (Kaggle paths)  |  python run.py --input TEST.jsonl --output CSV
-      model/          the model directory (safetensors, config, tokenizer, qa_config.json)
+      model/          the model directory (safetensors, config, tokenizer, qa_config.json);
+                      an ensemble has model-1/, model-2/, ... instead, averaged as
+                      `submission.predict --model ... --weights ...` does
       code/solution/  the reading, windowing, model, post-processing and inference modules
       code/submission/predict.py
       MANIFEST.json   what was copied, from where, with sizes
@@ -22,18 +24,20 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
 CODE = ["solution/__init__.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
-        "solution/inference.py", "solution/model.py", "submission/__init__.py", "submission/predict.py"]
+        "solution/inference.py", "solution/ensemble.py", "solution/model.py", "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 
 RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
 
-Defaults are the competition's paths. The model is the folder beside this file.
-Prints documents/s, windows/s and the projected time per 1,000 real-length
-documents (about 40 windows each) against the notebook limits.
+Defaults are the competition's paths. The model (or the ensemble's models,
+MODELS below) are the folders beside this file. Prints documents/s, windows/s
+and the projected time per 1,000 real-length documents (about 40 windows
+each, through every model of the ensemble) against the notebook limits.
 """
 import argparse
 import os
@@ -50,6 +54,8 @@ KAGGLE_INPUT = "/kaggle/input/tensorflow2-question-answering/simplified-nq-test.
 KAGGLE_OUTPUT = "/kaggle/working/submission.csv" if Path("/kaggle/working").is_dir() else "submission.csv"
 WINDOWS_PER_REAL_DOCUMENT = 40  # real NQ documents: about 40 windows of 512 tokens on average
 LIMITS_H = {"GPU notebook": 3.0, "CPU notebook": 9.0}
+MODELS = __MODELS__  # folders beside this file; several: an ensemble
+WEIGHTS = __WEIGHTS__  # as submission.predict --weights (None: equal)
 
 
 def main():
@@ -65,17 +71,24 @@ def main():
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
-    r = predict_file(str(HERE / "model"), args.input, args.output, args.batch_size, device, args.precision)
+    r = predict_file([str(HERE / m) for m in MODELS], args.input, args.output, args.batch_size, device,
+                     args.precision, weights=WEIGHTS)
     dt = time.perf_counter() - t0
     wps = r["windows"] / dt if dt else 0.0
     print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows run "
           f"in {dt:.1f}s on {device} ({r['precision']}): {r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
     if wps:
-        hours = 1000 * WINDOWS_PER_REAL_DOCUMENT / wps / 3600
+        # Every window set (one per group of models sharing windows) is cut and run by its models: the
+        # wall clock above holds all of them, so this is the whole ensemble's time.
+        hours = 1000 * WINDOWS_PER_REAL_DOCUMENT * r["window_groups"] / wps / 3600
         limit = LIMITS_H["GPU notebook" if device == "cuda" else "CPU notebook"]
-        print(f"projected: {hours:.2f} h per 1,000 real-length documents at these windows "
+        who = f"the ensemble of {len(r['models'])} models" if len(r["models"]) > 1 else "the model"
+        print(f"projected: {hours:.2f} h per 1,000 real-length documents at these windows for {who} "
               f"({'within' if hours <= limit else 'OVER'} the {limit:.0f} h {'GPU' if device == 'cuda' else 'CPU'} "
               f"notebook limit per 1,000 documents)")
+        for m in r["models"] if len(r["models"]) > 1 else []:
+            own = 1000 * WINDOWS_PER_REAL_DOCUMENT * m["seconds"] / m["windows"] / 3600 if m["windows"] else 0.0
+            print(f"  {Path(m['model']).name} (weight {m['weight']:.3f}): {own:.2f} h of that in its forward passes")
     failed = len(r["failed"]) + len(r["lines_without_id"]) + (1 if r["fatal"] else 0)
     for item in r["failed"][:20]:
         print(f"FAILED {item['example_id']}: {item['error']} -> written blank", file=sys.stderr)
@@ -87,9 +100,18 @@ if __name__ == "__main__":
 '''
 
 
-def build(model_dir: Path, out: Path) -> dict:
-    if not (model_dir / "qa_config.json").is_file() or not (model_dir / "model.safetensors").is_file():
-        raise ValueError(f"{model_dir}: not a model directory (needs qa_config.json and model.safetensors)")
+def build(model_dirs, out: Path, weights: Optional[str] = None) -> dict:
+    """Write the kernel folder for one model directory or an ensemble of several."""
+    model_dirs = [Path(model_dirs)] if isinstance(model_dirs, (str, Path)) else [Path(d) for d in model_dirs]
+    for d in model_dirs:
+        if not (d / "qa_config.json").is_file() or not (d / "model.safetensors").is_file():
+            raise ValueError(f"{d}: not a model directory (needs qa_config.json and model.safetensors)")
+    if weights is not None:
+        # The rule of submission.predict --weights, checked here so a bad kernel is never written.
+        sys.path.insert(0, str(ROOT))
+        from solution.ensemble import parse_weights
+
+        parse_weights(weights, len(model_dirs))
     if out.exists():
         shutil.rmtree(out)
     (out / "code").mkdir(parents=True)
@@ -104,26 +126,38 @@ def build(model_dir: Path, out: Path) -> dict:
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_text(text)
         copied.append({"file": f"code/{rel}", "bytes": len(text.encode())})
-    shutil.copytree(model_dir, out / "model")
-    (out / "run.py").write_text(RUN_PY)
-    size = sum(p.stat().st_size for p in (out / "model").rglob("*") if p.is_file())
-    manifest = {"model_from": str(model_dir.resolve()), "model_bytes": size, "code": copied,
-                "entry": "run.py", "needs": ["torch", "transformers", "numpy", "safetensors"]}
+    # One folder per distinct directory: a model listed twice is copied once (predict merges it anyway).
+    names: dict = {}
+    for d in model_dirs:
+        key = d.resolve()
+        if key not in names:
+            names[key] = "model" if len(model_dirs) == 1 else f"model-{len(names) + 1}"
+            shutil.copytree(d, out / names[key])
+    folders = [names[d.resolve()] for d in model_dirs]
+    (out / "run.py").write_text(RUN_PY.replace("__MODELS__", repr(folders)).replace("__WEIGHTS__", repr(weights)))
+    size = sum(p.stat().st_size for f in set(folders) for p in (out / f).rglob("*") if p.is_file())
+    manifest = {"models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
+                "model_bytes": size, "code": copied, "entry": "run.py",
+                "needs": ["torch", "transformers", "numpy", "safetensors"]}
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="model directory (output_dir/model, or from solution.consolidate)")
+    p.add_argument("--model", required=True, action="append",
+                   help="model directory (output_dir/model, or from solution.consolidate); repeat it for an "
+                        "ensemble (see python -m submission.predict --help)")
+    p.add_argument("--weights", default=None, metavar="W1,W2,...", help="one weight per --model (default: equal)")
     p.add_argument("--out", default="kernel", help="folder to write (replaced)")
     args = p.parse_args(argv)
     try:
-        m = build(Path(args.model), Path(args.out))
+        m = build(args.model, Path(args.out), args.weights)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"kernel folder {args.out}: run.py, model ({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
+    print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "
+          f"({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
     print(f"dry run: python {args.out}/run.py --input data/synth/simplified-nq-test.jsonl --output /tmp/submission.csv")
     return 0
 

@@ -94,12 +94,17 @@ def score_windows(run: Callable, windows: list, pad_id: int, batch_size: int) ->
 
 def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[Example],
                       cfg: PostprocessConfig, batch_size: int = 32, docs_per_chunk: int = 64,
-                      progress: Optional[Callable[[int, int], None]] = None) -> Iterator[DocumentPrediction]:
+                      progress: Optional[Callable[[int, int], None]] = None,
+                      answer: Optional[Callable] = None) -> Iterator[DocumentPrediction]:
     """Yield one prediction per example, in input order.
 
     `run` maps a collated batch to logits (see `model_runner`); `progress`, if
     given, is called with (documents done, windows done) after each chunk.
+    `answer(example, windows, logits, cfg)` replaces post-processing (an ensemble of models
+    with different windows takes each document's scores instead); a failed document still
+    yields a blank prediction.
     """
+    answer = answer or _answer
     pad_id = featurizer.tokenizer.pad_token_id or 0
     docs_done = windows_done = 0
     chunk: list = []  # (example, windows) or (example, the exception that stopped it)
@@ -115,7 +120,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
                 yield _blank(ex, failed[id(ex)])
                 continue
             try:
-                yield _answer(ex, ws, logits[pos:pos + len(ws)], cfg)
+                yield answer(ex, ws, logits[pos:pos + len(ws)], cfg)
             except Exception as e:  # one document's post-processing must not cost the others their rows
                 yield _blank(ex, e)
             pos += len(ws)
@@ -155,6 +160,13 @@ def _blank(example: Example, error: Exception) -> DocumentPrediction:
 def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
     if not windows:  # nothing that could hold an answer
         return blank_prediction(example.example_id)
+    start, end, types, nq_idx = window_arrays(windows, logits)
+    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg)
+
+
+def window_arrays(windows: list, logits: list) -> tuple:
+    """One document's windows as padded arrays: start, end float32 [num_windows, seq] (padding -1e4),
+    type float32 [num_windows, 5], nq_token_index int [num_windows, seq] (-1 where no NQ token)."""
     seq = max(len(w.input_ids) for w in windows)
     n = len(windows)
     start = np.full((n, seq), -1e4, dtype=np.float32)
@@ -164,7 +176,7 @@ def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfi
     for i, (w, (s, e, t)) in enumerate(zip(windows, logits)):
         k = len(w.input_ids)
         start[i, :k], end[i, :k], nq_idx[i, :k], types[i] = s, e, w.nq_token_index, t
-    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg)
+    return start, end, types, nq_idx
 
 
 def submission_rows(predictions: Iterable[DocumentPrediction]) -> Iterator[tuple]:

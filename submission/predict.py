@@ -1,6 +1,7 @@
-"""Write Kaggle's submission.csv from a model directory, offline.
+"""Write Kaggle's submission.csv from a model directory (or an ensemble of several), offline.
 
     python -m submission.predict --model runs/demo/model --input simplified-nq-test.jsonl --output submission.csv
+    python -m submission.predict --model runs/a/model --model runs/b/model [--weights 2,1] --input ... --output ...
 
 Runs where a Kaggle code-competition notebook runs: internet off, no extra
 packages. It imports torch, transformers, numpy and the project's own
@@ -18,7 +19,7 @@ import json
 import os
 import sys
 import time
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 # Before transformers is imported: never reach for a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,8 +27,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from solution.inference import model_runner, predict_documents, submission_rows  # noqa: E402
-from solution.model import load_model_dir  # noqa: E402
+from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
+from solution.inference import model_runner, submission_rows  # noqa: E402
+from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
 from solution.postprocess import PostprocessConfig  # noqa: E402
 from solution.windows import Featurizer, WindowConfig  # noqa: E402
@@ -35,7 +37,15 @@ from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m submission.predict", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="model directory (output_dir/model of a training run)")
+    p.add_argument("--model", required=True, action="append",
+                   help="model directory (output_dir/model of a training run); repeat it for an ensemble, "
+                        "which averages the models: per-window logits where they share the tokenizer and "
+                        "window settings, else per-candidate and per-span scores. The ensemble uses the "
+                        "FIRST model's post-processing settings and thresholds (its qa_config.json; the first "
+                        "with a nonzero weight); tune an ensemble's thresholds on its own --scores-out "
+                        "(evaluate --tune --model FIRST_DIR writes them there)")
+    p.add_argument("--weights", default=None, metavar="W1,W2,...",
+                   help="one weight per --model, normalised to sum 1 (default: equal); a model weighted 0 is not run")
     p.add_argument("--input", required=True, help="simplified-NQ test file (.jsonl or .jsonl.gz)")
     p.add_argument("--output", default="submission.csv", help="CSV to write (default: submission.csv)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per forward pass")
@@ -73,19 +83,77 @@ def resolve_precision(precision: str, device: str) -> str:
     return precision
 
 
-def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 32, device: str = "cpu",
-                 precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
-                 scores_out: Optional[str] = None) -> dict:
-    """Score every example of `input_path` and write the CSV; returns counts and speed."""
+def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: str,
+                  precision: str) -> tuple:
+    """(groups, the first weighted model's PostprocessConfig, per-model timing records) for `predict_ensemble`.
+
+    Models are grouped by tokenizer and window settings (a group shares its windows). A directory
+    listed twice, or two directories with byte-identical weights and settings, is loaded and run
+    once with the weights summed: its logits are then exactly that model's.
+    """
+    members: dict = {}  # key -> [weight, model, tokenizer, meta, path]
+    first_post = None
+    for path, weight in zip(model_dirs, weights):
+        model, tokenizer, meta = load_model_dir(path, device)  # every directory is checked, weight 0 too
+        if weight == 0:  # not run, and not "first": weights 0,1 are exactly the second model
+            continue
+        first_post = first_post or PostprocessConfig(**meta["postprocess"])
+        group_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
+        key = (group_key, model.config.to_json_string(), _file_digest(os.path.join(path, WEIGHTS_FILE)))
+        if key in members:
+            members[key][0] += weight
+            continue
+        if precision == "bf16":
+            # The whole model in bfloat16 rather than autocast: autocast keeps layer norms, softmax and the
+            # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
+            model = model.to(torch.bfloat16)
+        members[key] = [weight, model, tokenizer, meta, path]
+    groups, timings = [], []
+    for group_key in dict.fromkeys(k[0] for k in members):
+        chosen = [m for k, m in members.items() if k[0] == group_key]
+        group_weight = sum(m[0] for m in chosen)
+        runs = []
+        for weight, model, _, _, path in chosen:
+            record = {"model": str(path), "weight": weight, "windows": 0, "seconds": 0.0}
+            timings.append(record)
+            runs.append(_timed(model_runner(model, device), record))
+        run = weighted_runner(runs, [m[0] / group_weight for m in chosen])
+        featurizer = Featurizer(chosen[0][2], WindowConfig(**chosen[0][3]["window"]))
+        groups.append(ModelGroup(featurizer, run, group_weight, len(chosen)))
+    return groups, first_post, timings
+
+
+def _file_digest(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _timed(run, record: dict):
+    """`run`, counting the windows it scores and its seconds into `record` (the kernel's per-model projection)."""
+    def timed(batch):
+        t = time.perf_counter()
+        out = run(batch)
+        record["seconds"] += time.perf_counter() - t
+        record["windows"] += int(batch["input_ids"].shape[0])
+        return out
+
+    return timed
+
+
+def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
+                 device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
+                 scores_out: Optional[str] = None, weights: Optional[str] = None) -> dict:
+    """Score every example of `input_path` and write the CSV; returns counts and speed.
+
+    `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights)."""
+    model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     precision = resolve_precision(precision, device)
-    model, tokenizer, meta = load_model_dir(model_dir, device)
-    featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
-    post = PostprocessConfig(**meta["postprocess"])
-    if precision == "bf16":
-        # The whole model in bfloat16 rather than autocast: autocast keeps layer norms, softmax and the
-        # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
-        model = model.to(torch.bfloat16)
-    run = model_runner(model, device)
+    groups, post, timings = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
     stats = ReadStats()
     t0 = time.perf_counter()
     progress_state = {"docs": 0, "windows": 0}
@@ -105,7 +173,7 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
         try:
-            for pred in predict_documents(run, featurizer, examples, post, batch_size, progress=progress):
+            for pred in predict_ensemble(groups, examples, post, batch_size, progress=progress):
                 if pred.example_id in written:
                     continue
                 written.add(pred.example_id)
@@ -143,9 +211,13 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
         print(file=sys.stderr)
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
-            "precision": precision,
+            "precision": precision, "models": timings, "window_groups": len(groups),
             "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
             "lines_without_id": unrecoverable, "fatal": fatal}
+
+
+def _through(models: list) -> str:
+    return f" through {len(models)} models" if len(models) > 1 else ""
 
 
 def _finite(x: float) -> float:
@@ -158,12 +230,13 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     try:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.precision, args.on_error, args.quiet, args.scores_out)
+                              args.precision, args.on_error, args.quiet, args.scores_out, args.weights)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
-          f"documents ({result['windows']} windows run, {result['precision']}) in {result['seconds']:.1f}s")
+          f"documents ({result['windows']} windows run{_through(result['models'])}, {result['precision']}) "
+          f"in {result['seconds']:.1f}s")
     problems = 0
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)

@@ -1,0 +1,227 @@
+"""Ensembles in the submission: averaged logits for models sharing windows, averaged document scores otherwise.
+
+Two tiny random models (different seeds) predict six synthetic documents in-process; the checks are
+bit-for-bit comparisons of the CSV and of --scores-out.
+"""
+
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+
+from solution.ensemble import DocumentScores, combine_scores, decide, document_scores, parse_weights, weighted_runner
+from solution.postprocess import PostprocessConfig
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
+
+
+def make_model_dir(out, seed: int, window: dict = WINDOW):
+    from solution.config import TrainConfig
+    from solution.model import build_model, load_tokenizer, save_model_dir
+
+    cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
+    torch.manual_seed(seed)
+    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    return save_model_dir(out, model.state_dict(), model.config, load_tokenizer(cfg.model_name_or_path),
+                          {"window": {**asdict(cfg.window), **window}, "postprocess": asdict(cfg.postprocess)})
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1", "--num-dev", "1",
+                    "--num-test", "6", "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
+                   capture_output=True)
+    return out / "simplified-nq-test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    a, b = make_model_dir(root / "a", seed=1), make_model_dir(root / "b", seed=2)
+    shutil.copytree(a, root / "a-copy")
+    wide = make_model_dir(root / "a-wide", seed=1, window={"max_seq_length": 96, "doc_stride": 16})
+    return {"a": str(a), "b": str(b), "a-copy": str(root / "a-copy"), "a-wide": str(wide)}
+
+
+@pytest.fixture(scope="module")
+def predict(corpus, tmp_path_factory):
+    """predict(*model dirs, weights=None) -> (CSV text, --scores-out text), cached per call."""
+    from submission import predict as cli
+
+    out = tmp_path_factory.mktemp("pred")
+    cache = {}
+
+    def go(*dirs, weights=None):
+        key = (dirs, weights)
+        if key not in cache:
+            name = f"p{len(cache)}"
+            argv = [a for d in dirs for a in ("--model", d)] + ["--input", str(corpus), "--output",
+                                                               str(out / f"{name}.csv"), "--scores-out",
+                                                               str(out / f"{name}.jsonl"), "--quiet",
+                                                               "--precision", "fp32"]
+            if weights:
+                argv += ["--weights", weights]
+            assert cli.main(argv) == 0
+            cache[key] = ((out / f"{name}.csv").read_text(), (out / f"{name}.jsonl").read_text(),
+                          str(out / f"{name}.csv"))
+        return cache[key]
+
+    return go
+
+
+def test_a_model_with_itself_and_weights_one_zero_are_that_model_exactly(models, predict):
+    a, b = predict(models["a"])[:2], predict(models["b"])[:2]
+    assert a != b  # different seeds: the exactness checks below can fail
+    assert predict(models["a"], models["a"])[:2] == a
+    assert predict(models["a"], models["a-copy"], models["a"])[:2] == a  # a copy counts as the same model
+    assert predict(models["a"], models["b"], weights="1,0")[:2] == a
+    assert predict(models["a"], models["b"], weights="0,1")[:2] == b
+    assert predict(models["a-wide"], models["b"], weights="0,3")[:2] == b
+
+
+def test_an_unweighted_pair_differs_from_both_and_is_a_valid_submission(models, predict, corpus):
+    from solution.evaluate import main as evaluate
+
+    csv_ab, scores_ab, path = predict(models["a"], models["b"])
+    assert scores_ab != predict(models["a"])[1] and scores_ab != predict(models["b"])[1]
+    assert evaluate(["--validate", path, "--test", str(corpus)]) == 0
+    weighted = predict(models["a"], models["b"], weights="3,1")[1]
+    assert weighted not in (scores_ab, predict(models["a"])[1])
+
+
+def test_models_with_different_windows_average_their_document_scores(models, predict, corpus):
+    from solution.evaluate import main as evaluate
+
+    csv_mixed, scores_mixed, path = predict(models["a"], models["a-wide"])
+    assert evaluate(["--validate", path, "--test", str(corpus)]) == 0
+    assert scores_mixed not in (predict(models["a"])[1], predict(models["a-wide"])[1])
+
+
+def test_bad_weights_are_a_clear_error(models, corpus, tmp_path, capsys):
+    from submission import predict as cli
+
+    for weights, message in (("1", "1 weights for 2 models"), ("1,x", "comma-separated numbers"),
+                             ("0,0", "not all 0"), ("1,-1", ">= 0")):
+        code = cli.main(["--model", models["a"], "--model", models["b"], "--weights", weights, "--input",
+                         str(corpus), "--output", str(tmp_path / "x.csv"), "--quiet"])
+        assert code == 2 and message in capsys.readouterr().err
+
+
+def test_parse_weights_normalises():
+    assert parse_weights(None, 4) == [0.25] * 4
+    assert parse_weights("1,0", 2) == [1.0, 0.0]
+    assert parse_weights("3,1", 2) == [0.75, 0.25]
+
+
+def test_weighted_runner_is_the_weighted_mean_of_logits():
+    rng = np.random.default_rng(0)
+    outs = [tuple(rng.normal(size=(3, 8)).astype(np.float32) for _ in range(3)) for _ in range(2)]
+    run = weighted_runner([lambda b, o=o: tuple(x.copy() for x in o) for o in outs], [0.75, 0.25])
+    for got, x, y in zip(run(None), *outs):
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, 0.75 * x + 0.25 * y, rtol=1e-6)
+    same = weighted_runner([lambda b: outs[0], lambda b: outs[0]], [0.5, 0.5])
+    for got, x in zip(same(None), outs[0]):
+        assert np.array_equal(got, x)  # halves of the same logits add back exactly
+
+
+def test_the_scores_adapter_answers_exactly_as_postprocessing(models, corpus):
+    """decide(document_scores(...)) over one model's windows gives every field postprocess_document gives."""
+    from solution.inference import model_runner, predict_documents
+    from solution.model import load_model_dir
+    from solution.nq import read_examples
+    from solution.windows import Featurizer, WindowConfig
+
+    model, tokenizer, meta = load_model_dir(models["a"])
+    featurizer, run = Featurizer(tokenizer, WindowConfig(**meta["window"])), model_runner(model)
+    for cfg in (PostprocessConfig(), PostprocessConfig(long_threshold=-1e9, short_threshold=-1e9, top_k=5)):
+        examples = list(read_examples(str(corpus)))
+        plain = list(predict_documents(run, featurizer, examples, cfg))
+        via_scores = list(predict_documents(run, featurizer, examples, cfg, answer=lambda ex, ws, lg, c: decide(
+            ex.example_id, document_scores(ex, ws, lg, c), c)))
+        assert via_scores == plain
+        assert any(p.raw_long for p in plain)
+
+
+CANDS = np.array([[0, 10, 1, 1, 9], [2, 5, 0, 2, 4], [10, 20, 1, 11, 19]])
+
+
+def scores(cand, spans, types=(0, 0, 0, 3, 1)):
+    scored = ~np.isnan(np.asarray(cand, dtype=float))
+    return DocumentScores(CANDS, np.nan_to_num(np.asarray(cand, dtype=float)), scored, dict(spans),
+                          np.asarray(types, dtype=np.float32))
+
+
+def test_combined_scores_are_weighted_means_with_a_floor_for_what_a_model_did_not_score():
+    x = scores([1.0, np.nan, 3.0], {(3, 4): 2.0, (12, 14): 5.0})
+    y = scores([2.0, 4.0, np.nan], {(3, 4): 6.0}, types=(0, 0, 0, 1, 3))
+    same = combine_scores([x, x], [0.5, 0.5])
+    assert same.candidate_scores.tolist() == x.candidate_scores.tolist() and same.spans == x.spans
+    assert same.candidate_scored.tolist() == x.candidate_scored.tolist()
+    both = combine_scores([x, y], [0.75, 0.25])
+    # candidate 1: x scored none of it -> x's lowest candidate score (1.0); candidate 2: y's lowest (2.0)
+    assert both.candidate_scores.tolist() == [1.25, 0.75 * 1.0 + 0.25 * 4.0, 0.75 * 3.0 + 0.25 * 2.0]
+    assert both.spans == {(3, 4): 3.0, (12, 14): 0.75 * 5.0 + 0.25 * 6.0}
+    assert both.type_logits.tolist() == [0, 0, 0, 2.5, 1.5]
+    nothing = DocumentScores(CANDS, np.zeros(3), np.zeros(3, dtype=bool), {}, None)
+    assert combine_scores([x, nothing], [0.5, 0.5]).spans == x.spans  # a model without windows has no say
+    with pytest.raises(ValueError, match="different candidate lists"):
+        combine_scores([x, DocumentScores(CANDS[:2], np.zeros(2), np.zeros(2, dtype=bool), {}, None)], [1, 1])
+
+
+def test_decide_follows_the_postprocessing_rule():
+    cfg = PostprocessConfig()
+    short = decide("7", scores([1.0, np.nan, 3.0], {(3, 4): 5.0}), cfg)  # SHORT wins: long is its top-level container
+    assert (short.long, short.short, short.answer_type, short.score) == ("0:10", "3:4", "SHORT", 5.0)
+    long = decide("7", scores([1.0, np.nan, 3.0], {(3, 4): 5.0}, types=(0, 0, 0, 1, 3)), cfg)
+    assert (long.long, long.short, long.answer_type) == ("10:20", "", "LONG")
+    blank = decide("7", scores([-1.0, np.nan, -3.0], {(3, 4): -2.0}), cfg)  # below the threshold
+    assert (blank.long, blank.short, blank.raw_long, blank.raw_short) == ("", "", "0:10", "3:4")
+    yes = decide("7", scores([1.0, np.nan, 3.0], {}, types=(0, 4, 0, 1, 3)), cfg)
+    assert (yes.long, yes.short) == ("10:20", "YES")
+
+
+def test_kaggle_kernel_runs_an_ensemble_offline(models, predict, corpus, tmp_path):
+    """An ensemble kernel, run from another directory with accelerate, deepspeed and datasets
+    unimportable: the same rows as submission.predict with the same models and weights, and the
+    projection for the whole ensemble."""
+    import json
+    import os
+
+    kernel = tmp_path / "kernel"
+    proc = subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", models["a"], "--model",
+                           models["b"], "--model", models["a"], "--weights", "1,2,1", "--out", str(kernel)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((kernel / "MANIFEST.json").read_text())
+    assert manifest["models"] == ["model-1", "model-2", "model-1"] and not (kernel / "model-3").exists()
+    out = tmp_path / "submission.csv"
+    code = ("import sys, runpy\n"
+            "for name in ('accelerate', 'deepspeed', 'datasets'):\n    sys.modules[name] = None\n"
+            "kernel = sys.argv[1]\n"
+            "sys.argv = [kernel + '/run.py', '--input', sys.argv[2], '--output', sys.argv[3], '--precision', 'fp32']\n"
+            "try:\n    runpy.run_path(kernel + '/run.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert sys.modules['solution.ensemble'].__file__.startswith(kernel), 'used code outside the kernel'\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", code, str(kernel), str(corpus), str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "per 1,000 real-length documents at these windows for the ensemble of 2 models" in proc.stdout
+    assert "model-2 (weight 0.500)" in proc.stdout
+    assert out.read_text() == predict(models["a"], models["b"])[0]  # 1,2,1 over a, b, a is 1,1 over a, b
+
+
+def test_kaggle_kernel_refuses_bad_weights(models, tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", models["a"], "--model",
+                           models["b"], "--weights", "1", "--out", str(tmp_path / "k")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "error: --weights '1': 1 weights for 2 models" in proc.stderr
+    assert not (tmp_path / "k").exists()
