@@ -164,7 +164,9 @@ def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfi
     for i, (w, (s, e, t)) in enumerate(zip(windows, logits)):
         k = len(w.input_ids)
         start[i, :k], end[i, :k], nq_idx[i, :k], types[i] = s, e, w.nq_token_index, t
-    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg)
+    doc_starts = np.array([w.doc_start for w in windows], dtype=np.int64)  # for max_context
+    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg,
+                                doc_starts)
 
 
 def submission_rows(predictions: Iterable[DocumentPrediction]) -> Iterator[tuple]:

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from solution.inference import model_runner, predict_documents, submission_rows  # noqa: E402
 from solution.model import load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
-from solution.postprocess import PostprocessConfig  # noqa: E402
+from solution.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
 from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
 
@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scores-out", default=None, metavar="JSONL",
                    help="also write each document's answers before the thresholds and its scores "
                         "(for python -m solution.evaluate --tune)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one post-processing setting of the model directory for this run (repeatable), "
+                        "e.g. --set top_level_only=true --set n_best_size=3")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
@@ -75,12 +78,12 @@ def resolve_precision(precision: str, device: str) -> str:
 
 def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: int = 32, device: str = "cpu",
                  precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
-                 scores_out: Optional[str] = None) -> dict:
+                 scores_out: Optional[str] = None, overrides=()) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed."""
     precision = resolve_precision(precision, device)
     model, tokenizer, meta = load_model_dir(model_dir, device)
     featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
-    post = PostprocessConfig(**meta["postprocess"])
+    post = apply_overrides(PostprocessConfig(**meta["postprocess"]), overrides)
     if precision == "bf16":
         # The whole model in bfloat16 rather than autocast: autocast keeps layer norms, softmax and the
         # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
@@ -110,10 +113,7 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                     continue
                 written.add(pred.example_id)
                 if scores:
-                    scores.write(json.dumps({"example_id": pred.example_id, "raw_long": pred.raw_long,
-                                             "raw_short": pred.raw_short, "answer_type": pred.answer_type,
-                                             "score": _finite(pred.score),
-                                             "short_score": _finite(pred.short_score)}) + "\n")
+                    scores.write(json.dumps(score_record(pred)) + "\n")
                 if pred.error:
                     if on_error == "raise":
                         raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
@@ -148,17 +148,13 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
             "lines_without_id": unrecoverable, "fatal": fatal}
 
 
-def _finite(x: float) -> float:
-    return x if x > -1e30 else -1e30  # JSON has no -Infinity; a document with no answer at all
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.precision, args.on_error, args.quiet, args.scores_out)
+                              args.precision, args.on_error, args.quiet, args.scores_out, args.overrides)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
