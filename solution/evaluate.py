@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 from solution.metric import format_report, load_gold, read_submission, score
-from solution.postprocess import PostprocessConfig, apply_overrides
 
 EXIT_USER_ERROR = 2
 
@@ -84,8 +83,10 @@ def run_validate(args: argparse.Namespace) -> int:
     return 1
 
 
-def tune_config(args: argparse.Namespace) -> PostprocessConfig:
+def tune_config(args: argparse.Namespace):
     """The post-processing settings --tune starts from: --model's, then --set."""
+    from solution.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
+
     cfg = PostprocessConfig()
     if args.model:
         path = Path(args.model) / "qa_config.json"
