@@ -419,7 +419,9 @@ def max_context_mask(nq_token_index: np.ndarray, doc_starts: np.ndarray) -> np.n
 
 
 def decide(scores: DocumentScores, cfg: PostprocessConfig) -> DocumentPrediction:
-    """The answer and its rows from a document's scores (see the module docstring)."""
+    """The answer and its rows from a document's scores (see the module docstring). Candidates with exactly
+    equal scores: the first is taken (window order, which `score_document` also uses for the answer
+    window, is not part of NQ-keyed scores)."""
     s = scores
     if s.empty:
         return blank_prediction(s.example_id)
