@@ -153,6 +153,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
+        apply_overrides(PostprocessConfig(), args.overrides)  # a bad --set fails before the model loads
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                               args.precision, args.on_error, args.quiet, args.scores_out, args.overrides)
     except (ValueError, FileNotFoundError) as e:

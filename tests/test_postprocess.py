@@ -370,11 +370,13 @@ def test_apply_overrides_errors_name_the_key(item, message):
         apply_overrides(PostprocessConfig(), [item])
 
 
-def test_predict_takes_repeated_set():
-    from submission.predict import build_parser
+def test_predict_takes_repeated_set(capsys):
+    from submission.predict import build_parser, main
 
     args = build_parser().parse_args(["--model", "m", "--input", "i", "--set", "top_k=5", "--set", "max_context=true"])
     assert args.overrides == ["top_k=5", "max_context=true"]
+    assert main(["--model", "no-such-dir", "--input", "i", "--set", "top_k=5", "--set", "bogus=1"]) == 2
+    assert "error: --set bogus: unknown post-processing setting" in capsys.readouterr().err
 
 
 def test_windows_record_doc_start_and_inference_carries_it():
