@@ -3,6 +3,8 @@
     python -m solution.evaluate --submission submission.csv --gold simplified-nq-dev.jsonl
     python -m solution.evaluate --submission submission.csv --gold dev.jsonl.gz --json
     python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
+    python -m solution.evaluate --tune --scores dev-scores.jsonl --gold dev.jsonl --model runs/x/model \
+        [--set separate_thresholds=true]
 
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
 file) print `error: <message>` on stderr and exit with status 2. `--validate`
@@ -37,10 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "inside the document, YES/NO only in short rows")
     parser.add_argument("--test", metavar="JSONL", help="the simplified-NQ test file --validate checks against")
     parser.add_argument("--tune", action="store_true",
-                        help="search the long and short thresholds maximising micro-F1 on --gold, from --scores "
-                             "(submission.predict --scores-out); with --model, write them into its qa_config.json")
+                        help="search the thresholds maximising micro-F1 on --gold, from --scores "
+                             "(submission.predict --scores-out): long and short, or long, short, YES and NO when the "
+                             "model's separate_thresholds is on; with --model, write them (and any --set settings) "
+                             "into its qa_config.json")
     parser.add_argument("--scores", metavar="JSONL", help="per-document scores for --tune")
     parser.add_argument("--model", metavar="DIR", help="model directory whose thresholds --tune replaces")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="--tune: override one post-processing setting of --model (repeatable), as "
+                             "submission.predict --set does; with separate_thresholds=true all four thresholds "
+                             "(long, short, yes, no) are searched. Use the --set the scores were written with")
     parser.add_argument("--submission", metavar="CSV",
                         help="submission CSV with header example_id,PredictionString and two rows per "
                              "gold example; PredictionString is blank, start:end, YES or NO")
@@ -75,33 +83,52 @@ def run_validate(args: argparse.Namespace) -> int:
     return 1
 
 
-def run_tune(args: argparse.Namespace) -> int:
-    from solution.tuning import predictions_at, read_scores, tune, write_thresholds
+def tune_config(args: argparse.Namespace):
+    """The post-processing settings --tune starts from: --model's, then --set."""
+    from solution.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
 
+    cfg = PostprocessConfig()
+    if args.model:
+        path = Path(args.model) / "qa_config.json"
+        if not path.is_file():
+            raise ValueError(f"{args.model}: not a model directory (no qa_config.json)")
+        cfg = PostprocessConfig(**json.loads(path.read_text())["postprocess"])
+    return apply_overrides(cfg, args.overrides)
+
+
+def _thresholds_text(values: dict) -> str:
+    return ", ".join(f"{k.replace('_threshold', '')} {v:.4f}" for k, v in values.items())
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from solution.tuning import predictions_with, read_scores, tune, write_thresholds
+
+    cfg = tune_config(args)  # first: a bad --set needs no files read
     records = read_scores(args.scores)
     gold = load_gold(args.gold)
-    lt0 = st0 = 0.0
-    if args.model:
-        meta = json.loads((Path(args.model) / "qa_config.json").read_text())
-        lt0, st0 = meta["postprocess"]["long_threshold"], meta["postprocess"]["short_threshold"]
     subset = {r["example_id"]: gold[r["example_id"]] for r in records if r["example_id"] in gold}
-    before = score(predictions_at([r for r in records if r["example_id"] in subset], lt0, st0), subset)
-    best = tune(records, gold)
-    after = best["result"]
+    before = score(predictions_with([r for r in records if r["example_id"] in subset], cfg), subset)
+    best = tune(records, gold, cfg=cfg)
+    after, tuned = best["result"], best["thresholds"]
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print  # --json: stdout is one JSON object
-    say(f"thresholds before: long {lt0:.4f}, short {st0:.4f}: micro-F1 {before['micro_f1']:.4f} "
-          f"(long {before['long']['micro_f1']:.4f}, short {before['short']['micro_f1']:.4f})")
-    say(f"tuned:             long {best['long_threshold']:.4f}, short {best['short_threshold']:.4f}: "
-          f"micro-F1 {after['micro_f1']:.4f} (long {after['long']['micro_f1']:.4f}, "
-          f"short {after['short']['micro_f1']:.4f}) on {after['num_examples']} documents")
+    say(f"thresholds before: {_thresholds_text({k: getattr(cfg, k) for k in tuned})}: "
+        f"micro-F1 {before['micro_f1']:.4f} "
+        f"(long {before['long']['micro_f1']:.4f}, short {before['short']['micro_f1']:.4f})")
+    say(f"tuned:             {_thresholds_text(tuned)}: "
+        f"micro-F1 {after['micro_f1']:.4f} (long {after['long']['micro_f1']:.4f}, "
+        f"short {after['short']['micro_f1']:.4f}) on {after['num_examples']} documents")
     if args.model:
+        # The --set settings go with the thresholds: thresholds tuned under them mean nothing without them.
+        others = {k: getattr(cfg, k) for k in (o.partition("=")[0].strip() for o in args.overrides)}
+        others.update({k: v for k, v in tuned.items() if k not in ("long_threshold", "short_threshold")})
         path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"],
                                 {"gold": str(args.gold), "documents": after["num_examples"],
-                                 "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]})
+                                 "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]},
+                                others)
         say(f"written to {path}")
     if args.json:
         print(json.dumps({"before": before, "after": after, "long_threshold": best["long_threshold"],
-                          "short_threshold": best["short_threshold"]}))
+                          "short_threshold": best["short_threshold"], "thresholds": tuned}))
     return 0
 
 

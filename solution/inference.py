@@ -160,13 +160,15 @@ def _blank(example: Example, error: Exception) -> DocumentPrediction:
 def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
     if not windows:  # nothing that could hold an answer
         return blank_prediction(example.example_id)
-    start, end, types, nq_idx = window_arrays(windows, logits)
-    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg)
+    start, end, types, nq_idx, doc_starts = window_arrays(windows, logits)
+    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg,
+                                doc_starts)
 
 
 def window_arrays(windows: list, logits: list) -> tuple:
     """One document's windows as padded arrays: start, end float32 [num_windows, seq] (padding -1e4),
-    type float32 [num_windows, 5], nq_token_index int [num_windows, seq] (-1 where no NQ token)."""
+    type float32 [num_windows, 5], nq_token_index int [num_windows, seq] (-1 where no NQ token),
+    doc_starts int [num_windows] (each window's first document piece, for the max-context rule)."""
     seq = max(len(w.input_ids) for w in windows)
     n = len(windows)
     start = np.full((n, seq), -1e4, dtype=np.float32)
@@ -176,7 +178,8 @@ def window_arrays(windows: list, logits: list) -> tuple:
     for i, (w, (s, e, t)) in enumerate(zip(windows, logits)):
         k = len(w.input_ids)
         start[i, :k], end[i, :k], nq_idx[i, :k], types[i] = s, e, w.nq_token_index, t
-    return start, end, types, nq_idx
+    doc_starts = np.array([w.doc_start for w in windows], dtype=np.int64)  # for max_context
+    return start, end, types, nq_idx, doc_starts
 
 
 def submission_rows(predictions: Iterable[DocumentPrediction]) -> Iterator[tuple]:

@@ -1,16 +1,25 @@
-"""Threshold tuning: the long and short thresholds that maximise dev micro-F1. Pure numpy.
+"""Threshold tuning: the thresholds that maximise dev micro-F1. Pure numpy.
 
-`submission.predict --scores-out FILE` writes one JSON line per document with its
-answers before the thresholds (`raw_long`, `raw_short`), its answer type and
-its two scores. `python -m solution.evaluate --tune --scores FILE --gold DEV
---model DIR` searches both thresholds against the gold and writes the best
-into DIR/qa_config.json, where `submission.predict` reads them.
+`submission.predict --scores-out FILE` writes one JSON line per document
+(`postprocess.score_record`): its answers before the thresholds (`raw_long`,
+`raw_short`), its answer type and its scores. `python -m solution.evaluate
+--tune --scores FILE --gold DEV --model DIR` searches the thresholds against
+the gold and writes the best into DIR/qa_config.json, where
+`submission.predict` reads them.
 
-The search applies exactly `postprocess.apply_thresholds` to every document
-for every pair of thresholds on a grid of the observed scores (midpoints
-between neighbours, thinned to at most `max_grid` per axis), counting TP, FP
-and FN as the competition metric does; the winner is re-scored with
-`metric.score` itself.
+With `separate_thresholds` off (the default), the search applies exactly
+`postprocess.apply_thresholds` to every document for every pair of long and
+short thresholds on a grid of the observed scores (midpoints between
+neighbours, thinned to at most `max_grid` per axis), counting TP, FP and FN as
+the competition metric does. With it on, the four thresholds (long, short,
+YES, NO) each decide their own rows (`postprocess.threshold_rows`), so every
+group's TP/FP/FN is a vector over its own grid, and the best combination of
+the four is found exactly by Dinkelbach's method: for a ratio F1 = 2TP /
+(2TP + FP + FN), maximising 2TP - f (2TP + FP + FN) is separable into the
+groups; start at f = 0, take each group's best threshold, set f to the F1 of
+that choice, and repeat until F1 stops rising (a finite number of rounds; the
+last choice is the global optimum over the grids). Either way the winner is
+re-scored with `metric.score` itself.
 """
 
 from __future__ import annotations
@@ -21,9 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from solution.metric import parse_prediction, score
-from solution.postprocess import apply_thresholds
+from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
 
 SCORE_FIELDS = ("example_id", "raw_long", "raw_short", "answer_type", "score", "short_score")
+TYPE_SCORE_FIELDS = ("yes_score", "no_score")  # needed by the separate-threshold search only
 
 
 def read_scores(path) -> list:
@@ -55,6 +65,14 @@ def predictions_at(records: list, long_threshold: float, short_threshold: float)
     return out
 
 
+def predictions_with(records: list, cfg: PostprocessConfig) -> dict:
+    """Row predictions of scored documents under `cfg`'s thresholds (the rule post-processing applies)."""
+    out = {}
+    for r in records:
+        out[f"{r['example_id']}_long"], out[f"{r['example_id']}_short"] = threshold_rows(r, cfg)
+    return out
+
+
 def _grid(values: np.ndarray, max_grid: int) -> np.ndarray:
     v = np.unique(values[np.isfinite(values)])
     cuts = (v[:-1] + v[1:]) / 2 if len(v) > 1 else v
@@ -65,14 +83,22 @@ def _grid(values: np.ndarray, max_grid: int) -> np.ndarray:
     return np.unique(np.concatenate([[lo], cuts, [hi]]))
 
 
-def tune(records: list, gold: dict, max_grid: int = 300) -> dict:
-    """{"long_threshold", "short_threshold", "micro_f1", "result"} maximising dev micro-F1."""
+def _matched(records: list, gold: dict) -> list:
     records = [r for r in records if r["example_id"] in gold]
     if not records:
         raise ValueError("no scored document is in the gold file")
     missing = set(gold) - {r["example_id"] for r in records}
     if missing:
         raise ValueError(f"{len(missing)} gold examples have no scores, e.g. {sorted(missing)[:3]}")
+    return records
+
+
+def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig = None) -> dict:
+    """{"long_threshold", "short_threshold", "thresholds", "micro_f1", "result"} maximising dev micro-F1.
+    `thresholds` holds every tuned PostprocessConfig field: the four of them when `cfg.separate_thresholds`."""
+    if cfg is not None and cfg.separate_thresholds:
+        return tune_separate(records, gold, cfg, max_grid)
+    records = _matched(records, gold)
     g = [gold[r["example_id"]] for r in records]
     sc = np.array([r["score"] for r in records], dtype=np.float64)
     ssc = np.array([r["short_score"] for r in records], dtype=np.float64)
@@ -109,17 +135,79 @@ def tune(records: list, gold: dict, max_grid: int = 300) -> dict:
     j = int(cols_i[len(cols_i) // 2])
     lt, st = float(long_grid[i]), float(short_grid[j])
     result = score(predictions_at(records, lt, st), {r["example_id"]: gold[r["example_id"]] for r in records})
-    return {"long_threshold": lt, "short_threshold": st, "micro_f1": result["micro_f1"], "result": result}
+    return {"long_threshold": lt, "short_threshold": st, "thresholds": {"long_threshold": lt, "short_threshold": st},
+            "micro_f1": result["micro_f1"], "result": result}
 
 
-def write_thresholds(model_dir, long_threshold: float, short_threshold: float, tuned_on: dict) -> Path:
-    """Store tuned thresholds in the model directory's qa_config.json (atomically)."""
+# (threshold field, the score it compares, the row it decides, the answer types it applies to)
+_GROUPS = (("long_threshold", "score", "raw_long", None), ("short_threshold", "short_score", "raw_short", "SHORT"),
+           ("yes_threshold", "yes_score", "raw_short", "YES"), ("no_threshold", "no_score", "raw_short", "NO"))
+
+
+def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: int = 300) -> dict:
+    """The four thresholds of `separate_thresholds` (see the module docstring)."""
+    records = _matched(records, gold)
+    for r in records:
+        missing = [k for k in TYPE_SCORE_FIELDS if k not in r]
+        if missing:
+            raise ValueError(f"example_id {r['example_id']}: field '{missing[0]}' missing: the separate-threshold "
+                             "search needs scores written by this version of submission.predict --scores-out")
+    g = [gold[r["example_id"]] for r in records]
+    gold_short = np.array([bool(x.short) for x in g])
+    groups, const_fn = [], 0
+    for name, key, row, kind in _GROUPS:
+        member = np.ones(len(records), bool) if kind is None else np.array([r["answer_type"] == kind for r in records])
+        raw = [parse_prediction(r[row]) for r, m in zip(records, member) if m]
+        gg = [x for x, m in zip(g, member) if m]
+        right = np.array([p in (x.long if row == "raw_long" else x.short) for p, x in zip(raw, gg)], bool)
+        has_gold = np.array([bool(x.long if row == "raw_long" else x.short) for x in gg], bool)
+        nonblank = np.array([bool(p) for p in raw], bool)
+        sc = np.array([r[key] for r, m in zip(records, member) if m], dtype=np.float64)
+        grid = _grid(sc, max_grid) if len(sc) else np.array([getattr(cfg, name)])
+        ans = nonblank[:, None] & (sc[:, None] > grid[None, :])  # [docs, grid]
+        counts = np.stack([np.sum(ans & right[:, None], 0), np.sum(ans & ~right[:, None], 0),
+                           np.sum(~ans & has_gold[:, None], 0)], axis=1)  # [grid, (tp, fp, fn)]
+        groups.append((name, grid, counts))
+    # Short rows no threshold can fill (LONG answers, blank documents) still count their misses.
+    in_short = np.array([r["answer_type"] in ("SHORT", "YES", "NO") for r in records])
+    const_fn = int(np.sum(gold_short & ~in_short))
+    choice = _dinkelbach([c for _, _, c in groups], const_fn)
+    thresholds = {name: float(grid[i]) for (name, grid, _), i in zip(groups, choice)}
+    tuned = PostprocessConfig(**{**cfg.__dict__, **thresholds})
+    result = score(predictions_with(records, tuned), {r["example_id"]: gold[r["example_id"]] for r in records})
+    return {"long_threshold": thresholds["long_threshold"], "short_threshold": thresholds["short_threshold"],
+            "thresholds": thresholds, "micro_f1": result["micro_f1"], "result": result}
+
+
+def _dinkelbach(counts: list, const_fn: int) -> list:
+    """Per group, the grid index maximising pooled F1 = 2TP / (2TP + FP + FN) over all groups; each
+    group's pick is the middle of its plateau of equally good thresholds (as `tune` does)."""
+    f, previous = 0.0, None
+    while True:
+        choice = []
+        for c in counts:
+            gain = 2 * c[:, 0] - f * (2 * c[:, 0] + c[:, 1] + c[:, 2])
+            best = np.flatnonzero(gain >= gain.max() - 1e-9)
+            choice.append(int(best[(len(best) - 1) // 2]))
+        tp, fp, fn = (sum(int(c[i, k]) for c, i in zip(counts, choice)) for k in range(3))
+        denom = 2 * tp + fp + fn + const_fn
+        f_new = 2 * tp / denom if denom else 0.0
+        if f_new <= f + 1e-12:
+            return choice if previous is None or f_new >= f else previous
+        f, previous = f_new, choice
+
+
+def write_thresholds(model_dir, long_threshold: float, short_threshold: float, tuned_on: dict,
+                     others: dict = None) -> Path:
+    """Store tuned thresholds (and `others`: yes/no thresholds) in the model directory's qa_config.json
+    (atomically)."""
     path = Path(model_dir) / "qa_config.json"
     if not path.is_file():
         raise ValueError(f"{model_dir}: not a model directory (no qa_config.json)")
     meta = json.loads(path.read_text())
     meta["postprocess"]["long_threshold"] = long_threshold
     meta["postprocess"]["short_threshold"] = short_threshold
+    meta["postprocess"].update(others or {})
     meta["tuned_thresholds"] = tuned_on
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(meta, indent=2) + "\n")

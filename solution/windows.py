@@ -68,6 +68,7 @@ class Window:
     start_position: int = 0  # label: position of the first answer token, 0 ([CLS]) when none
     end_position: int = 0
     answer_type: int = 0  # index into ANSWER_TYPES
+    doc_start: int = 0  # index of the window's first document piece in the document's piece sequence
 
     def as_dict(self) -> dict:
         return {"example_id": self.example_id, "window_index": self.window_index,
@@ -153,7 +154,7 @@ class Featurizer:
             types[offset:] = 1
             nq_idx = np.full(len(ids), -1, dtype=np.int32)
             nq_idx[offset:offset + (e - s)] = doc.nq_token_index[s:e]
-            win = Window(example.example_id, w, ids, types, nq_idx)
+            win = Window(example.example_id, w, ids, types, nq_idx, doc_start=s)
             if target is not None:
                 type_id, p0, p1 = target
                 if s <= p0 and p1 < e:

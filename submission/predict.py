@@ -31,7 +31,7 @@ from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weigh
 from solution.inference import model_runner, submission_rows  # noqa: E402
 from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
-from solution.postprocess import PostprocessConfig  # noqa: E402
+from solution.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
 from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
 
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scores-out", default=None, metavar="JSONL",
                    help="also write each document's answers before the thresholds and its scores "
                         "(for python -m solution.evaluate --tune)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one post-processing setting of the model directory for this run (repeatable), "
+                        "e.g. --set top_level_only=true --set n_best_size=3")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 
@@ -147,13 +150,15 @@ def _timed(run, record: dict):
 
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
-                 scores_out: Optional[str] = None, weights: Optional[str] = None) -> dict:
+                 scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=()) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed.
 
-    `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights)."""
+    `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights); `overrides`:
+    post-processing settings for this run (--set KEY=VALUE), over the first weighted model's."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     precision = resolve_precision(precision, device)
     groups, post, timings = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
+    post = apply_overrides(post, overrides)
     stats = ReadStats()
     t0 = time.perf_counter()
     progress_state = {"docs": 0, "windows": 0}
@@ -178,10 +183,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                     continue
                 written.add(pred.example_id)
                 if scores:
-                    scores.write(json.dumps({"example_id": pred.example_id, "raw_long": pred.raw_long,
-                                             "raw_short": pred.raw_short, "answer_type": pred.answer_type,
-                                             "score": _finite(pred.score),
-                                             "short_score": _finite(pred.short_score)}) + "\n")
+                    scores.write(json.dumps(score_record(pred)) + "\n")
                 if pred.error:
                     if on_error == "raise":
                         raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
@@ -220,17 +222,15 @@ def _through(models: list) -> str:
     return f" through {len(models)} models" if len(models) > 1 else ""
 
 
-def _finite(x: float) -> float:
-    return x if x > -1e30 else -1e30  # JSON has no -Infinity; a document with no answer at all
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
+        apply_overrides(PostprocessConfig(), args.overrides)  # a bad --set fails before the model loads
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.precision, args.on_error, args.quiet, args.scores_out, args.weights)
+                              args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
+                              args.overrides)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
