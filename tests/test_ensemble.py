@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import ROOT
 
-from solution.ensemble import DocumentScores, combine_scores, decide, document_scores, parse_weights, weighted_runner
-from solution.postprocess import PostprocessConfig
+from solution.ensemble import combine_scores, document_scores, parse_weights, weighted_runner
+from solution.postprocess import DocumentScores, PostprocessConfig, decide
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
@@ -145,7 +145,7 @@ def test_the_scores_adapter_answers_exactly_as_postprocessing(models, corpus):
         examples = list(read_examples(str(corpus)))
         plain = list(predict_documents(run, featurizer, examples, cfg))
         via_scores = list(predict_documents(run, featurizer, examples, cfg, answer=lambda ex, ws, lg, c: decide(
-            ex.example_id, document_scores(ex, ws, lg, c), c)))
+            document_scores(ex, ws, lg, c), c)))
         assert via_scores == plain
         assert any(p.raw_long for p in plain)
 
@@ -154,38 +154,46 @@ CANDS = np.array([[0, 10, 1, 1, 9], [2, 5, 0, 2, 4], [10, 20, 1, 11, 19]])
 
 
 def scores(cand, spans, types=(0, 0, 0, 3, 1)):
-    scored = ~np.isnan(np.asarray(cand, dtype=float))
-    return DocumentScores(CANDS, np.nan_to_num(np.asarray(cand, dtype=float)), scored, dict(spans),
-                          np.asarray(types, dtype=np.float32))
+    """DocumentScores with NaN for an unscored candidate, spans {(start, end): score} (any order)."""
+    ranked = sorted(spans.items(), key=lambda kv: -kv[1])
+    return DocumentScores("7", CANDS, np.nan_to_num(np.asarray(cand, dtype=float), nan=-np.inf),
+                          np.array([k for k, _ in ranked], dtype=np.int64).reshape(-1, 2),
+                          np.array([v for _, v in ranked]), np.asarray(types, dtype=np.float32))
+
+
+def spans_of(s: DocumentScores) -> dict:
+    return {(int(a), int(b)): float(x) for (a, b), x in zip(s.span_bounds, s.span_scores)}
 
 
 def test_combined_scores_are_weighted_means_with_a_floor_for_what_a_model_did_not_score():
     x = scores([1.0, np.nan, 3.0], {(3, 4): 2.0, (12, 14): 5.0})
     y = scores([2.0, 4.0, np.nan], {(3, 4): 6.0}, types=(0, 0, 0, 1, 3))
     same = combine_scores([x, x], [0.5, 0.5])
-    assert same.candidate_scores.tolist() == x.candidate_scores.tolist() and same.spans == x.spans
-    assert same.candidate_scored.tolist() == x.candidate_scored.tolist()
+    assert same.candidate_scores.tolist() == x.candidate_scores.tolist() and spans_of(same) == spans_of(x)
+    assert same.span_bounds.tolist() == x.span_bounds.tolist()  # still best first
     both = combine_scores([x, y], [0.75, 0.25])
     # candidate 1: x scored none of it -> x's lowest candidate score (1.0); candidate 2: y's lowest (2.0)
     assert both.candidate_scores.tolist() == [1.25, 0.75 * 1.0 + 0.25 * 4.0, 0.75 * 3.0 + 0.25 * 2.0]
-    assert both.spans == {(3, 4): 3.0, (12, 14): 0.75 * 5.0 + 0.25 * 6.0}
-    assert both.type_logits.tolist() == [0, 0, 0, 2.5, 1.5]
-    nothing = DocumentScores(CANDS, np.zeros(3), np.zeros(3, dtype=bool), {}, None)
-    assert combine_scores([x, nothing], [0.5, 0.5]).spans == x.spans  # a model without windows has no say
+    assert spans_of(both) == {(3, 4): 3.0, (12, 14): 0.75 * 5.0 + 0.25 * 6.0}
+    assert list(both.span_scores) == sorted(both.span_scores, reverse=True)
+    assert both.type_scores.tolist() == [0, 0, 0, 2.5, 1.5]
+    nothing = DocumentScores("7", CANDS, np.full(3, -np.inf), np.zeros((0, 2), np.int64), np.zeros(0),
+                             np.zeros(5), empty=True)
+    assert spans_of(combine_scores([x, nothing], [0.5, 0.5])) == spans_of(x)  # a model without windows has no say
     with pytest.raises(ValueError, match="different candidate lists"):
-        combine_scores([x, DocumentScores(CANDS[:2], np.zeros(2), np.zeros(2, dtype=bool), {}, None)], [1, 1])
+        combine_scores([x, DocumentScores("7", CANDS[:2], np.zeros(2), np.zeros((0, 2), np.int64), np.zeros(0),
+                                          np.zeros(5))], [1, 1])
 
 
-def test_decide_follows_the_postprocessing_rule():
-    cfg = PostprocessConfig()
-    short = decide("7", scores([1.0, np.nan, 3.0], {(3, 4): 5.0}), cfg)  # SHORT wins: long is its top-level container
-    assert (short.long, short.short, short.answer_type, short.score) == ("0:10", "3:4", "SHORT", 5.0)
-    long = decide("7", scores([1.0, np.nan, 3.0], {(3, 4): 5.0}, types=(0, 0, 0, 1, 3)), cfg)
-    assert (long.long, long.short, long.answer_type) == ("10:20", "", "LONG")
-    blank = decide("7", scores([-1.0, np.nan, -3.0], {(3, 4): -2.0}), cfg)  # below the threshold
-    assert (blank.long, blank.short, blank.raw_long, blank.raw_short) == ("", "", "0:10", "3:4")
-    yes = decide("7", scores([1.0, np.nan, 3.0], {}, types=(0, 4, 0, 1, 3)), cfg)
-    assert (yes.long, yes.short) == ("10:20", "YES")
+def test_combined_scores_go_through_post_processings_own_decision():
+    """The ensemble's answers come from postprocess.decide, so its thresholds apply to averaged scores
+    as to one model's (settings that act while scoring, such as top_level_only, act in each group's
+    own score_document)."""
+    x = scores([1.0, 2.0, 3.0], {(3, 4): 5.0}, types=(0, 0, 0, 1, 3))
+    y = scores([1.0, 9.0, 3.0], {(3, 4): 5.0}, types=(0, 0, 0, 1, 3))
+    both = combine_scores([x, y], [0.5, 0.5])
+    assert decide(both, PostprocessConfig()).long == "2:5"  # the nested candidate 1 wins on average
+    assert decide(both, PostprocessConfig(long_threshold=6.0)).long == ""  # 5.5 is below it
 
 
 def test_kaggle_kernel_runs_an_ensemble_offline(models, predict, corpus, tmp_path):
