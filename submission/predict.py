@@ -13,6 +13,7 @@ settings) comes from the model directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -26,6 +27,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from solution.fsutil import atomic_output, check_writable  # noqa: E402
 from solution.inference import model_runner, predict_documents, submission_rows  # noqa: E402
 from solution.model import load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
@@ -78,6 +80,9 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                  scores_out: Optional[str] = None) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed."""
     precision = resolve_precision(precision, device)
+    check_writable(output_path, "--output")  # before the model loads, not after every document is scored
+    if scores_out:
+        check_writable(scores_out, "--scores-out")
     model, tokenizer, meta = load_model_dir(model_dir, device)
     featurizer = Featurizer(tokenizer, WindowConfig(**meta["window"]))
     post = PostprocessConfig(**meta["postprocess"])
@@ -98,10 +103,11 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                   end="", file=sys.stderr, flush=True)
 
     examples = read_examples(input_path, on_error=on_error, stats=stats)
-    tmp = output_path + ".tmp"
     rows, written, failed, fatal = 0, set(), [], None
-    scores = open(scores_out, "w", encoding="utf-8") if scores_out else None
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    # Both files go to temporary names and are renamed only when whole: never half a submission
+    # under the real name, and a full disk or an error removes the temporary files.
+    with atomic_output(output_path, "w", newline="") as f, \
+            (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
         try:
@@ -136,9 +142,7 @@ def predict_file(model_dir: str, input_path: str, output_path: str, batch_size: 
                 writer.writerow([f"{example_id}_short", ""])
                 rows += 2
                 failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
-    if scores:
-        scores.close()
-    os.replace(tmp, output_path)  # never leave half a submission under the real name
+        f.flush()  # a full disk shows here, before the scores file is renamed
     if not quiet:
         print(file=sys.stderr)
     dt = time.perf_counter() - t0
@@ -159,7 +163,7 @@ def main(argv=None) -> int:
     try:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                               args.precision, args.on_error, args.quiet, args.scores_out)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
