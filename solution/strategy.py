@@ -50,6 +50,17 @@ def _env_true(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("true", "1", "yes")
 
 
+def _env_number(name: str):
+    """A number the accelerate launch YAML put in the environment, or "auto" where it set none."""
+    value = os.environ.get(name, "auto").strip().lower()
+    if value in ("auto", "none", ""):
+        return "auto"
+    try:
+        return int(value) if value.isdigit() else float(value)
+    except ValueError:
+        return value  # not a number: refused by the check as contradicting the training config
+
+
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -183,7 +194,9 @@ def plan_strategy(cfg) -> Plan:
                 "offload_optimizer": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")},
                 "offload_param": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none")}},
                 "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                # The YAML's own numbers: checked against the training config like a JSON's (below).
+                "gradient_accumulation_steps": _env_number("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
+                "gradient_clipping": _env_number("ACCELERATE_GRADIENT_CLIPPING"),
                 "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
             origin = "accelerate launch (deepspeed_config)"
             ds_path = "accelerate launch config (deepspeed_config)"

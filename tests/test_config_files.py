@@ -13,7 +13,8 @@ from solution.config import load_config, read_settings_file
 from solution.strategy import plan_strategy
 
 LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP",
-                 "ACCELERATE_DEEPSPEED_CONFIG_FILE")
+                 "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                 "ACCELERATE_GRADIENT_CLIPPING")
 SHIPPED_DS = sorted(Path("configs/ds").glob("*.json"))
 
 
@@ -150,6 +151,20 @@ def test_the_accelerate_launch_json_is_checked_too(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", ds_file(tmp_path, gradient_accumulation_steps=2))
     with pytest.raises(ValueError, match=r"ds.json: field 'gradient_accumulation_steps'"):
+        plan_strategy(cfg())
+
+
+def test_numbers_in_an_accelerate_yaml_without_json_are_checked_too(monkeypatch):
+    # `deepspeed_config: {gradient_accumulation_steps: 4}` reaches the trainer as this variable, which the
+    # DeepSpeed plugin would ignore because the trainer passes the config's accumulation explicitly.
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_GRADIENT_CLIPPING", "1.0")
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "1")
+    assert plan_strategy(cfg()).name == "zero2"
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
+    with pytest.raises(ValueError, match=r"accelerate launch config \(deepspeed_config\): field "
+                                         r"'gradient_accumulation_steps': 4 contradicts"):
         plan_strategy(cfg())
 
 
