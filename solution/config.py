@@ -263,6 +263,10 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping (raised inside the parsers, re-raised naming the file)."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """`yaml.safe_load`, except that a key repeated in one mapping is an error naming both lines.
 
@@ -288,10 +292,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     raise _DuplicateKey(f"line {line}: key '{key}' repeats the one on line {first}; "
                                         "a settings file gives each key (and each section) once")
         return super().construct_mapping(node, deep=deep)
-
-
-class _DuplicateKey(Exception):
-    """A key given twice in one mapping (raised inside the parsers, re-raised naming the file)."""
 
 
 def _unique_json_object(pairs: list) -> dict:
