@@ -227,6 +227,12 @@ def _unknown(name: str, source: str) -> ValueError:
     return ValueError(f"{source}: unknown config key '{name}'{hint}")
 
 
+def _twice(key: str, section: str, source: str) -> ValueError:
+    # Which of the two would win depends only on their order in the file: refuse rather than guess.
+    return ValueError(f"{source}: '{key}' is set both as a top-level key and in the '{section}:' section; "
+                      f"give it once")
+
+
 def build_config(values: dict, source: str = "config") -> TrainConfig:
     """A TrainConfig from a flat or sectioned dict, every value type-checked."""
     owners = _field_owner()
@@ -239,12 +245,16 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
             for sub_key, sub_value in value.items():
                 if sub_key not in _hints(SECTIONS[key]):
                     raise _unknown(f"{key}.{sub_key}", source)
+                if sub_key in sections[key]:
+                    raise _twice(sub_key, key, source)
                 sections[key][sub_key] = _coerce(sub_value, _hints(SECTIONS[key])[sub_key], f"{key}.{sub_key}")
             continue
         if key not in owners:
             raise _unknown(key, source)
         section, typ = owners[key]
         target = top if section is None else sections[section]
+        if key in target:
+            raise _twice(key, section, source)
         target[key] = _coerce(value, typ, key)
     try:
         built = {s: SECTIONS[s](**kw) for s, kw in sections.items()}
@@ -253,16 +263,61 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping (raised inside the parsers, re-raised naming the file)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.safe_load`, except that a key repeated in one mapping is an error naming both lines.
+
+    Plain YAML keeps the last value silently, so a second `window:` section would wipe the
+    fields the first one set. Keys brought in by a merge (`<<: *base`) may still be overridden.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is None:
+                    seen[key] = line
+                else:
+                    raise _DuplicateKey(f"line {line}: key '{key}' repeats the one on line {first}; "
+                                        "a settings file gives each key (and each section) once")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_json_object(pairs: list) -> dict:
+    # JSON's parser gives no line numbers here; the key and the file name are enough to find it.
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key '{key}' appears twice in one object; a settings file gives each key once")
+        out[key] = value
+    return out
+
+
 def read_settings_file(path: str, what: str):
-    """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file."""
+    """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file.
+
+    A key repeated in one mapping is an error (YAML: naming both lines), never "the last wins"."""
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{path}: no such {what} file")
     try:
         text = p.read_text(encoding="utf-8")
         if p.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return json.loads(text, object_pairs_hook=_unique_json_object)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ValueError(f"{path}: {e}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -287,6 +342,7 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
         section = _field_owner().get(key, (None, None))[0]
         if section is not None and isinstance(values.get(section), dict):
             values[section] = {**values[section], key: value}
+            values.pop(key, None)  # the command line replaces the file's value wherever the file set it
         else:
             values[key] = value
     return build_config(values, source=path or "config")

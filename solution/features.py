@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from solution.fsutil import publish_dir
 from solution.inference import candidate_array
 from solution.hard_negatives import HardNegativeWeights
 from solution.nq import NQFormatError, ReadStats, label_annotation, read_examples
@@ -279,10 +280,8 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
     shutil.rmtree(tmp / "hf", ignore_errors=True)
     shutil.rmtree(tok_dir, ignore_errors=True)
-    if final.exists():  # another process finished first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
+    if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
+        log(f"features: {final} was published by another process meanwhile; using it")
     return _load_arrow(final / "arrow"), summary
 
 

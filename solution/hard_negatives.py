@@ -38,6 +38,8 @@ from typing import Optional
 
 import numpy as np
 
+from solution.fsutil import atomic_output, check_writable
+
 FORMAT = "nq-hard-negative-scores"
 VERSION = 1
 
@@ -112,6 +114,7 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     from solution.nq import ReadStats, read_examples
     from solution.windows import TYPE_ID, Featurizer, WindowConfig, has_answer
 
+    check_writable(out, "--out")  # before the model loads and the scoring runs
     model, tokenizer, meta = load_model_dir(model_dir, "cpu")
     window = WindowConfig(**meta["window"])
     featurizer = Featurizer(tokenizer, window)
@@ -122,8 +125,7 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
                              max_lines=max_examples)
     counts = {"documents": 0, "windows": 0, "negatives": 0}
     t0 = time.perf_counter()
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_output(out, "w") as f:
         f.write(json.dumps({"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
                             "train_file": os.path.abspath(train_file), "window": asdict(window), "bf16": bf16,
                             "score": "1 - P(UNKNOWN), answer-type head"}) + "\n")
@@ -156,7 +158,6 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
             flush()
     if not quiet:
         print(file=sys.stderr)
-    os.replace(tmp, out)
     counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report())
     return counts
 
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
     try:
         c = score_file(args.model, args.train_file, args.out, args.batch_size, args.bf16, args.on_error,
                        args.max_examples, quiet=args.quiet)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}: {c['documents']} documents, {c['negatives']} of {c['windows']} windows without an "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.model_selection import train_test_split
 
+from solution.fsutil import atomic_output, check_writable
 from solution.nq import NQFormatError, ReadStats, iter_lines, read_examples
 
 CLASSES = ("NONE", "SHORT", "LONG", "YES", "NO")
@@ -94,6 +94,8 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
     if any(p.resolve() == input_path.resolve() for p in outputs.values()):
         raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
 
+    check_writable(out, "--out", create_dir=True)  # now, not after pass 1 has read 17 GB
+
     # Pass 1: validate every line, keep (line number, answer type).
     stats = ReadStats()
     line_numbers, labels = [], []
@@ -110,17 +112,15 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
     del line_numbers, labels
 
     # Pass 2: copy raw lines, byte for byte; write to temporary names so a failure leaves no half split.
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = {k: p.with_name(p.name + ".tmp") for k, p in outputs.items()}
-    with open(tmp["train"], "w", encoding="utf-8", newline="") as f_train, \
-            open(tmp["dev"], "w", encoding="utf-8", newline="") as f_dev:
+    with atomic_output(outputs["train"], "w", newline="") as f_train, \
+            atomic_output(outputs["dev"], "w", newline="") as f_dev:
         files = {_TRAIN: f_train, _DEV: f_dev}
         for line_no, text in iter_lines(input_path):
             where = dest[line_no] if line_no < len(dest) else _NOWHERE
             if where != _NOWHERE:
                 files[where].write(text if text.endswith("\n") else text + "\n")  # a last line may lack its newline
-    for k in outputs:
-        os.replace(tmp[k], outputs[k])
+        for f in files.values():  # a full disk shows here, before either file is renamed
+            f.flush()
     return SplitResult(+train_counts, dev_counts, stratified, in_train_only, stats,
                        {k: str(p) for k, p in outputs.items()})
 

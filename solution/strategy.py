@@ -50,6 +50,17 @@ def _env_true(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("true", "1", "yes")
 
 
+def _env_number(name: str):
+    """A number the accelerate launch YAML put in the environment, or "auto" where it set none."""
+    value = os.environ.get(name, "auto").strip().lower()
+    if value in ("auto", "none", ""):
+        return "auto"
+    try:
+        return int(value) if value.isdigit() else float(value)
+    except ValueError:
+        return value  # not a number: refused by the check as contradicting the training config
+
+
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -65,6 +76,50 @@ def read_ds_config(path: str) -> dict:
         raise ValueError(f"{path}: fields 'optimizer'/'scheduler': leave them out; the training config's "
                          "`optim`, `learning_rate` and warm-up are the one source of truth")
     return config
+
+
+def _ds_number(ds: dict, field: str):
+    """The JSON's value at a dotted field, or None where it is absent or "auto" (then the training config fills it)."""
+    value = ds
+    for part in field.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return None if value == "auto" else value
+
+
+def check_ds_against_config(ds: dict, cfg, path: str, world: int) -> None:
+    """Refuse a DeepSpeed JSON whose fixed numbers contradict the training config.
+
+    The training config is the one source of truth (the shipped files say "auto" throughout). A fixed
+    value that disagrees would otherwise win silently (accumulation: Accelerate only warns, while the start
+    record still shows the config's figure) or fail late inside DeepSpeed's own assertion, after featurisation.
+    """
+    accumulation = cfg.gradient_accumulation_steps
+    precision = cfg.mixed_precision
+    expected = {
+        "train_micro_batch_size_per_gpu": (cfg.per_device_train_batch_size, "per_device_train_batch_size"),
+        "gradient_accumulation_steps": (accumulation, "gradient_accumulation_steps"),
+        "train_batch_size": (cfg.per_device_train_batch_size * world * accumulation,
+                             f"per_device_train_batch_size {cfg.per_device_train_batch_size} x world size {world} "
+                             f"x gradient_accumulation_steps {accumulation}"),
+        "gradient_clipping": (cfg.max_grad_norm, "max_grad_norm"),
+        "bf16.enabled": (precision == "bf16", f"mixed_precision {precision}"),
+        "bfloat16.enabled": (precision == "bf16", f"mixed_precision {precision}"),  # DeepSpeed's older spelling
+        "fp16.enabled": (precision == "fp16", f"mixed_precision {precision}"),
+    }
+    for field, (want, source) in expected.items():
+        got = _ds_number(ds, field)
+        if got is None:
+            continue
+        if isinstance(want, bool):
+            same = isinstance(got, bool) and got == want
+        else:
+            same = isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == float(want)
+        if not same:
+            raise ValueError(f"{path}: field '{field}': {got!r} contradicts the training config "
+                             f"({source} gives {want!r}); set it to \"auto\" so the training config decides, "
+                             f"or change the training config")
 
 
 def _offloads(ds: dict) -> bool:
@@ -85,6 +140,8 @@ class Plan:
     name: str
     origin: str
     ds_config: Optional[dict] = None
+    ds_path: Optional[str] = None
+    """The DeepSpeed JSON the plan read (named in errors about it)."""
     fsdp_from_env: bool = False
     cpu_offload: bool = False
 
@@ -124,24 +181,28 @@ def plan_strategy(cfg) -> Plan:
         ds = read_ds_config(cfg.deepspeed)
         name = ds_strategy_name(ds)
         agree(name, f"--deepspeed {cfg.deepspeed}")
-        plan = Plan(name, f"--deepspeed {cfg.deepspeed}", ds_config=ds)
+        plan = Plan(name, f"--deepspeed {cfg.deepspeed}", ds_config=ds, ds_path=cfg.deepspeed)
     elif _env_true("ACCELERATE_USE_DEEPSPEED"):
         path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
         if path != "none":
             ds = read_ds_config(path)
             origin = f"accelerate launch (deepspeed_config_file {path})"
+            ds_path = path
         else:  # a YAML written by `accelerate config` without a JSON file
             ds = {"zero_optimization": {
                 "stage": int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")),
                 "offload_optimizer": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")},
                 "offload_param": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none")}},
                 "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                # The YAML's own numbers: checked against the training config like a JSON's (below).
+                "gradient_accumulation_steps": _env_number("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
+                "gradient_clipping": _env_number("ACCELERATE_GRADIENT_CLIPPING"),
                 "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
             origin = "accelerate launch (deepspeed_config)"
+            ds_path = "accelerate launch config (deepspeed_config)"
         name = ds_strategy_name(ds)
         agree(name, origin)
-        plan = Plan(name, origin, ds_config=ds)
+        plan = Plan(name, origin, ds_config=ds, ds_path=ds_path)
     elif _env_true("ACCELERATE_USE_FSDP"):
         version = os.environ.get("FSDP_VERSION", "1")
         if version != "2":
@@ -161,12 +222,14 @@ def plan_strategy(cfg) -> Plan:
             path = DS_CONFIG_DIR / f"{name}.json"
             if not path.is_file():
                 raise ValueError(f"strategy {name}: {path} is missing; pass --deepspeed FILE instead")
-            plan.ds_config = read_ds_config(str(path))
+            plan.ds_config, plan.ds_path = read_ds_config(str(path)), str(path)
             plan.origin = f"config strategy (configs/ds/{name}.json)"
         plan.cpu_offload = cfg.cpu_offload
     else:
         plan = Plan("ddp" if world > 1 else "single", f"launcher world size {world}")
 
+    if plan.is_deepspeed:
+        check_ds_against_config(plan.ds_config, cfg, plan.ds_path, world)
     if cfg.cpu_offload and not (plan.is_fsdp or plan.name == "zero3_offload"):
         raise ValueError(f"config: cpu_offload needs strategy zero3 or fsdp/fsdp_grad_op, not {plan.name}")
     if plan.name == "single" and world > 1:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solution.fsutil import atomic_write_text
 from solution.metric import parse_prediction, score
 from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
 
@@ -209,7 +210,4 @@ def write_thresholds(model_dir, long_threshold: float, short_threshold: float, t
     meta["postprocess"]["short_threshold"] = short_threshold
     meta["postprocess"].update(others or {})
     meta["tuned_thresholds"] = tuned_on
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

@@ -14,6 +14,7 @@ settings) comes from the model directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -28,6 +29,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
+from solution.fsutil import atomic_output, check_writable  # noqa: E402
 from solution.inference import model_runner, submission_rows  # noqa: E402
 from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
@@ -157,6 +159,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post-processing settings for this run (--set KEY=VALUE), over the first weighted model's."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     precision = resolve_precision(precision, device)
+    check_writable(output_path, "--output")  # before the models load, not after every document is scored
+    if scores_out:
+        check_writable(scores_out, "--scores-out")
     groups, post, timings = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
     post = apply_overrides(post, overrides)
     stats = ReadStats()
@@ -171,10 +176,11 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                   end="", file=sys.stderr, flush=True)
 
     examples = read_examples(input_path, on_error=on_error, stats=stats)
-    tmp = output_path + ".tmp"
     rows, written, failed, fatal = 0, set(), [], None
-    scores = open(scores_out, "w", encoding="utf-8") if scores_out else None
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+    # Both files go to temporary names and are renamed only when whole: never half a submission
+    # under the real name, and a full disk or an error removes the temporary files.
+    with atomic_output(output_path, "w", newline="") as f, \
+            (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
         try:
@@ -206,9 +212,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                 writer.writerow([f"{example_id}_short", ""])
                 rows += 2
                 failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
-    if scores:
-        scores.close()
-    os.replace(tmp, output_path)  # never leave half a submission under the real name
+        f.flush()  # a full disk shows here, before the scores file is renamed
     if not quiet:
         print(file=sys.stderr)
     dt = time.perf_counter() - t0
@@ -231,7 +235,7 @@ def main(argv=None) -> int:
         result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                               args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
                               args.overrides)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "

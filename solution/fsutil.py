@@ -1,0 +1,180 @@
+"""Write-to-temp-then-rename, the one way this project writes an output file or directory.
+
+A reader never sees half a file under the real name: content goes to
+`NAME.tmp-<pid>` beside it (same directory, so the rename is atomic on one
+filesystem) and is renamed when complete. Any failure removes the temporary
+file, and a full disk becomes one sentence naming the path and the free space
+(`DiskFullError`) instead of an `OSError` traceback.
+
+Standard library only: `submission/` imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class DiskFullError(OSError):
+    """No space left while writing an output; its text names the path and the free space."""
+
+    def __init__(self, path: PathLike):
+        super().__init__(errno.ENOSPC, disk_full_message(path))
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _human(num_bytes: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if num_bytes < 1024 or unit == "TiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return f"{num_bytes} B"  # unreachable; keeps type checkers quiet
+
+
+def disk_full_message(path: PathLike) -> str:
+    """'PATH: no space left on device (N free in DIR)'; the free space from the nearest existing folder."""
+    folder = Path(path).resolve().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = f"{_human(shutil.disk_usage(folder).free)} free in {folder}"
+    except OSError:
+        free = f"free space in {folder} unknown"
+    return f"{path}: no space left on device ({free})"
+
+
+def temp_name(path: PathLike) -> Path:
+    """The temporary sibling `path` is written under: `NAME.tmp-<pid>`."""
+    p = Path(path)
+    return p.with_name(f"{p.name}.tmp-{os.getpid()}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+class _Output:
+    """The temporary file as the caller sees it: a full disk while writing is named after the final path.
+
+    Raised here, at its source, because with two outputs open (a CSV and a scores file) the error
+    passes through both context managers, and only the file that failed may name itself."""
+
+    def __init__(self, f: IO, path: PathLike):
+        self._f, self._path = f, path
+
+    def _guard(self, method: str, *args):
+        try:
+            return getattr(self._f, method)(*args)
+        except OSError as e:
+            if e.errno == errno.ENOSPC and not isinstance(e, DiskFullError):
+                raise DiskFullError(self._path) from e
+            raise
+
+    def write(self, data):
+        return self._guard("write", data)
+
+    def writelines(self, lines):
+        return self._guard("writelines", lines)
+
+    def flush(self):
+        return self._guard("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@contextlib.contextmanager
+def atomic_output(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
+    """Open `path`'s temporary sibling for writing; rename it to `path` when the block ends without error.
+
+    On any exception the temporary file is removed and `path` keeps what it held before;
+    running out of space in this file raises `DiskFullError` naming `path` (not the temporary name).
+    """
+    if not any(c in mode for c in "wx"):
+        raise ValueError(f"atomic_output needs a write mode ('w', 'wb'), got {mode!r}")
+    if "b" not in mode:
+        open_kwargs.setdefault("encoding", "utf-8")
+    tmp = temp_name(path)
+    f = None
+    try:
+        f = open(tmp, mode, **open_kwargs)
+        out = _Output(f, path)
+        yield out
+        out.flush()  # a full disk often shows only here, when the last buffer is written
+        out._guard("close")
+        os.replace(tmp, path)
+    except BaseException:
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()
+        _remove(tmp)
+        raise
+
+
+def atomic_write_text(path: PathLike, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` atomically; returns the path."""
+    with atomic_output(path, "w") as f:
+        f.write(text)
+    return Path(path)
+
+
+def publish_dir(tmp: PathLike, final: PathLike) -> bool:
+    """Rename a completed directory `tmp` to `final`, atomically against a second builder.
+
+    True: ours is published. False: `final` already existed (another process finished first);
+    ours is removed and theirs is kept, since both were built from the same inputs. No
+    existence check before the rename: the rename itself decides, so there is no window
+    between a check and a rename for another builder to fall into.
+    """
+    tmp, final = Path(tmp), Path(final)
+    try:
+        os.rename(tmp, final)  # fails with ENOTEMPTY/EEXIST when a non-empty directory is there already
+        return True
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            _remove(tmp)
+            if e.errno == errno.ENOSPC:
+                raise DiskFullError(final) from e
+            raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    return False
+
+
+def check_writable(path: PathLike, what: str = "output", create_dir: bool = False) -> Path:
+    """Refuse at start-up an output whose folder is missing or cannot be written, naming the path.
+
+    `path` is a file to be written (its folder is checked), or with `create_dir` a folder that
+    is created if needed. The test is a real write of a temporary file, because permission bits
+    say nothing about a read-only mount, and nothing at all to root.
+    """
+    p = Path(path)
+    folder = p if create_dir else (p.parent if str(p.parent) else Path("."))
+    if create_dir:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"{what} {path}: cannot create the folder ({e.strerror})") from None
+    elif not folder.is_dir():
+        raise ValueError(f"{what} {path}: folder {folder} does not exist")
+    if not create_dir and p.is_dir():
+        raise ValueError(f"{what} {path}: is a folder, expected a file name")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        reason = disk_full_message(folder) if e.errno == errno.ENOSPC else e.strerror
+        raise ValueError(f"{what} {path}: folder {folder} cannot be written ({reason})") from None
+    return p

