@@ -29,7 +29,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
 CODE = ["solution/__init__.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
-        "solution/inference.py", "solution/ensemble.py", "solution/model.py", "submission/__init__.py", "submission/predict.py"]
+        "solution/inference.py", "solution/ensemble.py", "solution/model.py", "solution/fsutil.py",
+        "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 
 RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
