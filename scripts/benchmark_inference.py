@@ -271,6 +271,8 @@ def chart(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     sets = [(name, result[key]) for name, key in (("synthetic dev", "dev"), ("real NQ dev", "real_nq")) if result.get(key)]
+    if not sets:
+        raise ValueError("it holds neither a `dev` nor a `real_nq` measurement")
     runs = [("submission.predict\nfloat32", "ours_fp32"), ("submission.predict\nbfloat16", "ours_bf16"),
             (f"transformers {PIPELINE_TRANSFORMERS}\npipeline, float32", "hf_pipeline")]
     runs = [(label, key) for label, key in runs if any(key in m for _, m in sets)]
