@@ -270,9 +270,12 @@ def chart(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets = [(name, result[key]) for name, key in (("synthetic dev", "dev"), ("real NQ dev", "real_nq")) if result.get(key)]
+    sets = [(name, result[key]) for name, key in (("dev", "dev"), ("real NQ dev", "real_nq")) if result.get(key)]
     if not sets:
         raise ValueError("it holds neither a `dev` nor a `real_nq` measurement")
+    # The main set by its file: the default is the synthetic dev set.
+    sets = [("synthetic dev" if "synth" in m["input"] else Path(m["input"]).stem, m) if name == "dev" else (name, m)
+            for name, m in sets]
     runs = [("submission.predict\nfloat32", "ours_fp32"), ("submission.predict\nbfloat16", "ours_bf16"),
             (f"transformers {PIPELINE_TRANSFORMERS}\npipeline, float32", "hf_pipeline")]
     runs = [(label, key) for label, key in runs if any(key in m for _, m in sets)]

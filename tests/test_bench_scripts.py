@@ -108,3 +108,23 @@ def test_scale_input_repeats_documents_with_fresh_ids(tmp_path):
 def test_scale_rejects_bad_volumes():
     proc = run_script("benchmark_scale.py", "--scale", "1")
     assert proc.returncode == 2 and proc.stderr.startswith("error:")
+
+
+def test_gpu_check_figures_from_a_training_run(tmp_path):
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--warmup", "1", "--max-seq-length", "512"])
+    run = tmp_path / "bf16-single"
+    run.mkdir()
+    start = {"event": "start", "strategy": "single", "engine": "QAModel", "world_size": 1, "mixed_precision": "bf16",
+             "num_parameters": 110_000_000, "global_batch_size": 16}
+    steps = [{"step": s, "loss": 6.0 - s, "step_time_s": t} for s, t in ((1, 9.0), (2, 0.5), (3, 0.5), (4, 0.7))]
+    end = {"event": "end", "memory_per_rank": [{"live_tensor_bytes": 1_000, "peak_rss_bytes": 5}]}
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [start, *steps, end]) + "\n")
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"max_memory_allocated_bytes": 123, "loss_scale": 1024.0}))
+    r = gpu.train_figures("bf16-single", args, probe, 989.0)
+    assert r["step_time_s"] == 0.5  # the median after the warm-up step, which is left out
+    assert r["samples_per_s"] == 32.0 and r["tokens_per_s"] == 32.0 * 512
+    assert r["mfu"] == pytest.approx(6 * 110e6 * 32 * 512 / 989e12)
+    assert r["max_memory_allocated_bytes"] == 123 and r["loss_scale"] == 1024.0 and r["model_state_bytes"] == 1_000
+    assert (r["loss_first"], r["loss_last"]) == (5.0, 2.0)
