@@ -2,6 +2,7 @@
 
     python scripts/benchmark_negatives.py --corpus synth --json runs/negatives/synth.json
     python scripts/benchmark_negatives.py --corpus real --json runs/negatives/real.json
+    python scripts/benchmark_negatives.py --plot-only docs/benchmarks/negatives-synth.json   # redraw the chart only
 
 Trains the same model once per variant, one after the other (never two at
 once: they would share the cores), with the demo recipe
@@ -22,6 +23,10 @@ user would type, run as its own process.
 training documents, 10 five-way-annotated dev documents): far too few to
 train a good model, so its figures say little beyond "the pipeline runs on
 real documents"; they are printed for completeness.
+
+With `--json FILE` a chart is drawn next to it (FILE with `.png`): micro-F1
+per variant, and the negatives each kept; `--plot-only FILE` redraws it from
+an existing JSON without training anything.
 """
 
 from __future__ import annotations
@@ -95,11 +100,69 @@ def variant(name: str, corpus: dict, out: Path, extra: list) -> dict:
     return result
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def chart(result: dict, path: Path) -> None:
+    """Micro-F1 of each variant (untuned, tuned on dev, test with dev's thresholds) and the negatives it kept."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["results"]
+    names = [r["variant"] for r in rows]
+    series = [("dev, untuned thresholds", "dev_f1_untuned"), ("dev, thresholds tuned on dev", "dev_f1_tuned"),
+              ("test, dev-tuned thresholds", "test_f1_dev_tuned")]
+    series = [(label, key) for label, key in series if any(key in r for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.8 / len(series)
+    for i, (label, key) in enumerate(series):
+        xs = [j + i * width for j in range(len(rows))]
+        bars = axes[0].bar(xs, [r.get(key, 0) for r in rows], width, label=label)
+        axes[0].bar_label(bars, fmt="%.3f", fontsize=7)
+    axes[0].set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(rows))], names)
+    axes[0].set_ylabel("micro-F1 (higher is better)")
+    top = max(r.get(key, 0) for r in rows for _, key in series) or 1.0
+    axes[0].set_ylim(0, top * 1.3)  # the legend goes above the bars
+    axes[0].set_yticks([t for t in axes[0].get_yticks() if t <= min(1.0, top * 1.05)])
+    axes[0].set_title("Micro-F1 per negative-sampling variant")
+    axes[0].legend(fontsize=8, loc="upper center", ncol=len(series))
+    ans = [r["train_data"]["negatives_kept_answerable"] for r in rows]
+    unans = [r["train_data"]["negatives_kept_unanswerable"] for r in rows]
+    axes[1].bar(names, ans, label="in answerable documents")
+    axes[1].bar(names, unans, bottom=ans, label="in unanswerable documents")
+    axes[1].set_ylabel("no-answer windows kept for training")
+    axes[1].set_title("Negatives kept (of {:,} windows)".format(rows[0]["train_data"]["windows"]))
+    axes[1].set_ylim(0, max(x + y for x, y in zip(ans, unans)) * 1.2 or 1)  # the legend goes above the bars
+    axes[1].legend(fontsize=8, loc="upper center", ncol=2)
+    a = result["args"]
+    fig.suptitle(f"corpus {result['corpus']}, {rows[0]['train_data']['documents']} training documents; uniform "
+                 f"{a['uniform_rate']}, separate {a['answerable_rate']}/{a['unanswerable_rate']}, hard fraction "
+                 f"{a['hard_fraction']}" + (f", seed {a['seed']}" if a.get("seed") is not None else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_only(json_path: str, png) -> int:
+    try:
+        result = json.loads(Path(json_path).read_text())
+        png = Path(png or Path(json_path).with_suffix(".png"))
+        chart(result, png)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        print(f"error: {json_path}: not a benchmark_negatives JSON ({type(e).__name__}: {e})", file=sys.stderr)
+        return 2
+    print(f"chart: {png}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")
     p.add_argument("--out", default=None, help="run directory (default runs/negatives/CORPUS)")
-    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--json", default=None, help="write the results here, and the chart next to it (.png)")
+    p.add_argument("--png", default=None, help="chart (default: the --json path with .png; none without --json)")
+    p.add_argument("--plot-only", default=None, metavar="JSON",
+                   help="redraw the chart from this JSON (written by an earlier run) and exit; trains nothing")
     p.add_argument("--uniform-rate", type=float, default=0.05, help="keep rate of `uniform` and `hard`")
     p.add_argument("--answerable-rate", type=float, default=0.02, help="`separate`: rate in answerable documents")
     p.add_argument("--unanswerable-rate", type=float, default=0.08, help="`separate`: rate in unanswerable ones")
@@ -107,7 +170,9 @@ def main() -> int:
     p.add_argument("--bf16", action="store_true", help="score the training windows with bf16 autocast (faster)")
     p.add_argument("--variants", default="uniform,separate,hard,separate+hard")
     p.add_argument("--seed", type=int, default=None, help="training seed (default: the demo config's)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if args.plot_only:
+        return plot_only(args.plot_only, args.png)
     corpus = CORPORA[args.corpus]
     if not Path(ROOT, corpus["train"]).is_file():
         sys.exit(f"benchmark_negatives: {corpus['train']} not found"
@@ -145,6 +210,10 @@ def main() -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"corpus": args.corpus, "args": vars(args), "results": results}, indent=2))
+    if args.json or args.png:
+        png = Path(args.png or Path(args.json).with_suffix(".png"))
+        chart({"corpus": args.corpus, "args": vars(args), "results": results}, png)
+        print(f"chart: {png}")
     return 0
 
 

@@ -9,7 +9,7 @@ torch, safetensors and that transformers: not the project's code, which
 needs transformers 5.
 
 JOB.json: model_dir, questions, contexts, window settings, batch_size,
-repeats, and a probe (question, context and the start logits our model
+repeats, device (optional, default cpu), and a probe (question, context and the start logits our model
 gives for them), so that the pipeline is shown to run the same model.
 Prints one JSON object: seconds (best of repeats), documents, windows.
 """
@@ -37,16 +37,17 @@ def main(job_path: str) -> int:
     if unexpected or [k for k in missing if "pooler" not in k]:
         sys.exit(f"hf_pipeline_worker: weights do not fit {type(qa).__name__}: missing {missing}, "
                  f"unexpected {unexpected}")
+    device = job.get("device", "cpu")
     qa.eval()
     tokenizer = AutoTokenizer.from_pretrained(d, use_fast=True)
     probe = job["probe"]
     enc = tokenizer(probe["question"], probe["context"], return_tensors="pt")
     with torch.inference_mode():
-        got = qa(**enc).start_logits[0]
+        got = qa.to(device)(**enc.to(device)).start_logits[0].float().cpu()
     want = torch.tensor(probe["start_logits"])
     if got.shape != want.shape or not torch.allclose(got, want, atol=1e-3):
         sys.exit("hf_pipeline_worker: the transformers QA model does not reproduce our start logits")
-    pipe = pipeline("question-answering", model=qa, tokenizer=tokenizer, device=-1)
+    pipe = pipeline("question-answering", model=qa, tokenizer=tokenizer, device=device)
     w = job["window"]
     kwargs = dict(max_seq_len=w["max_seq_length"], doc_stride=w["doc_stride"],
                   max_question_len=w["max_question_length"], max_answer_len=30, batch_size=job["batch_size"])

@@ -1,0 +1,130 @@
+"""The benchmark scripts and the GPU check: --help without work, charts from JSON, the no-CUDA path."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_scale.py", "gpu_check.py"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_script(name: str, *args, env=None, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "scripts" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_answers_without_starting_work(name, tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / name), "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage:" in proc.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing written: no work was started
+
+
+def test_gpu_check_without_cuda_says_so_and_exits_0(tmp_path):
+    out = tmp_path / "gpu.json"
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so this is the no-CUDA path on every machine.
+    proc = run_script("gpu_check.py", "--json", str(out), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0]
+    assert json.loads(out.read_text())["cuda"] is False
+
+
+def test_gpu_check_dry_run_lists_every_launch():
+    proc = run_script("gpu_check.py", "--dry-run", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    for strategy in ("single", "zero2", "zero3", "fsdp"):
+        assert f"[bf16-{strategy}] " in text and f"--strategy {strategy} --mixed_precision bf16" in text
+    assert "--mixed_precision fp16" in text
+    # single (bf16 and fp16) as a plain process; zero2, zero3 and fsdp as one rank under torchrun.
+    assert text.count("--nproc_per_node 1") == 3
+    assert "[bf16-single] python -c" in text and "[fp16-single] python -c" in text
+    assert "--max_seq_length 512" in text and "--doc_stride 317" in text
+    assert "submission.predict" in text and "--device cuda" in text
+    assert "solution.hard_negatives" in text
+    assert "skipped bf16-ddp: DDP needs two GPUs" in text
+
+
+def test_peak_tflops_lookup():
+    gpu = load_script("gpu_check.py")
+    assert gpu.peak_tflops("NVIDIA H100 80GB HBM3", None)[0] == 989.0
+    assert gpu.peak_tflops("NVIDIA H100 PCIe", None)[0] == 756.0
+    assert gpu.peak_tflops("NVIDIA H200", None)[0] == 989.0
+    assert gpu.peak_tflops("NVIDIA A100-SXM4-80GB", None)[0] == 312.0
+    assert gpu.peak_tflops("Tesla T4", None)[0] is None
+    assert gpu.peak_tflops("Tesla T4", 65.0)[0] == 65.0
+
+
+@pytest.mark.parametrize("script,json_name", [("benchmark_inference.py", "inference.json"),
+                                              ("benchmark_negatives.py", "negatives-synth.json"),
+                                              ("benchmark_negatives.py", "negatives-real.json")])
+def test_plot_only_redraws_the_chart_from_json(script, json_name, tmp_path):
+    png = tmp_path / "chart.png"
+    proc = run_script(script, "--plot-only", str(ROOT / "docs" / "benchmarks" / json_name), "--png", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+@pytest.mark.parametrize("script", ["benchmark_inference.py", "benchmark_negatives.py"])
+def test_plot_only_bad_json_is_a_clear_error(script, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"results": "nope"}')
+    proc = run_script(script, "--plot-only", str(bad), "--png", str(tmp_path / "x.png"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error:") and str(bad) in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_scale_input_repeats_documents_with_fresh_ids(tmp_path):
+    scale = load_script("benchmark_scale.py")
+    if not scale.REAL_TRAIN.is_file():
+        pytest.skip(f"{scale.REAL_TRAIN} not here")
+    source = scale.REAL_TRAIN.read_text().splitlines()
+    path = scale.real_input(len(source) * 2 + 3, tmp_path / "in.jsonl")
+    docs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(docs) == len(source) * 2 + 3
+    assert len({d["example_id"] for d in docs}) == len(docs)
+    first = json.loads(source[0])
+    again = docs[len(source)]
+    assert again["document_text"] == first["document_text"] and again["example_id"] != first["example_id"]
+
+
+def test_scale_rejects_bad_volumes():
+    proc = run_script("benchmark_scale.py", "--scale", "1")
+    assert proc.returncode == 2 and proc.stderr.startswith("error:")
+
+
+def test_gpu_check_figures_from_a_training_run(tmp_path):
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--warmup", "1", "--max-seq-length", "512"])
+    run = tmp_path / "bf16-single"
+    run.mkdir()
+    start = {"event": "start", "strategy": "single", "engine": "QAModel", "world_size": 1, "mixed_precision": "bf16",
+             "num_parameters": 110_000_000, "global_batch_size": 16}
+    steps = [{"step": s, "loss": 6.0 - s, "step_time_s": t} for s, t in ((1, 9.0), (2, 0.5), (3, 0.5), (4, 0.7))]
+    end = {"event": "end", "memory_per_rank": [{"live_tensor_bytes": 1_000, "peak_rss_bytes": 5}]}
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [start, *steps, end]) + "\n")
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"max_memory_allocated_bytes": 123, "loss_scale": 1024.0}))
+    r = gpu.train_figures("bf16-single", args, probe, 989.0)
+    assert r["step_time_s"] == 0.5  # the median after the warm-up step, which is left out
+    assert r["samples_per_s"] == 32.0 and r["tokens_per_s"] == 32.0 * 512
+    assert r["mfu"] == pytest.approx(6 * 110e6 * 32 * 512 / 989e12)
+    assert r["max_memory_allocated_bytes"] == 123 and r["loss_scale"] == 1024.0 and r["model_state_bytes"] == 1_000
+    assert (r["loss_first"], r["loss_last"]) == (5.0, 2.0)
