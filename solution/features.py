@@ -29,11 +29,12 @@ import torch
 
 from solution.inference import candidate_array
 from solution.hard_negatives import HardNegativeWeights
-from solution.nq import NQFormatError, ReadStats, label_annotation, read_examples
+from solution.nq import NQFormatError, ReadStats, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
-from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window
+from solution.windows import (ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window,
+                              label_long_answer)
 
-FEATURES_VERSION = 3  # bump when windows, labels or the cache layout change
+FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
 
 
 def _features():
@@ -117,8 +118,33 @@ def recovered_answers(example, windows) -> tuple:
     return short, long
 
 
+def _gold_ids(featurizer: Featurizer, example, span) -> np.ndarray:
+    """Word pieces of a gold span's text, its words taken from NQ's own numbering of document_text.
+
+    The split on single spaces is spelled out here rather than read through `Example.tokens`
+    or the windows' `nq_token_index`, so that a numbering error there cannot agree with itself:
+    the labelled pieces must be the gold words."""
+    words = [t for t in example.document_text.split(" ")[span.start_token:span.end_token] if not is_html_token(t)]
+    if not words:
+        return np.zeros(0, dtype=np.int32)
+    enc = featurizer.tokenizer(words, is_split_into_words=True, add_special_tokens=False,
+                               return_attention_mask=False, return_token_type_ids=False)
+    return np.asarray(enc["input_ids"], dtype=np.int32)
+
+
+def _labelled_ids(featurizer: Featurizer, window) -> np.ndarray:
+    """Word pieces between a window's labels, structure tokens left out (they are not answer text)."""
+    ids = window.input_ids[window.start_position:window.end_position + 1]
+    return ids[~np.isin(ids, featurizer.structure_ids)]
+
+
 class _Summary:
-    """Counts for the `prepare` report, added up across workers."""
+    """Counts for the `prepare` report, added up across workers.
+
+    A gold answer counts as recovered when the labels map back to its NQ span AND the labelled
+    word pieces are the tokenised gold text (both checks, so a token-numbering error that shifts
+    gold and labels alike is still seen). With `nested_to_top_level`, the long answer the labels
+    aim at is the nested gold answer's top-level container."""
 
     KEYS = ("documents", "windows", "windows_kept", "answerable_short", "recovered_short",
             "answerable_long", "recovered_long", "unanswerable_documents",
@@ -129,7 +155,7 @@ class _Summary:
         self.by_type = Counter()
         self.misses: list = []
 
-    def add(self, example, windows, kept, answerable: bool):
+    def add(self, example, windows, kept, answerable: bool, featurizer: Featurizer):
         c = self.counts
         c["documents"] += 1
         c["windows"] += len(windows)
@@ -145,20 +171,29 @@ class _Summary:
         if ann is None:
             return
         short, long = recovered_answers(example, windows)
+        labelled = [w for w in windows if w.answer_type != TYPE_ID["UNKNOWN"]]
         if ann.answer_type == "SHORT":
-            c["answerable_short"] += 1
-            gold = ann.short_answers[0]
-            if short == (gold.start_token, gold.end_token):
-                c["recovered_short"] += 1
-            elif len(self.misses) < 20:
-                self.misses.append(f"{example.example_id}: short {gold.start_token}:{gold.end_token} -> {short}")
-        if ann.long_answer is not None:
-            c["answerable_long"] += 1
-            gold = ann.long_answer
-            if long == (gold.start_token, gold.end_token):
-                c["recovered_long"] += 1
-            elif len(self.misses) < 20:
-                self.misses.append(f"{example.example_id}: long {gold.start_token}:{gold.end_token} -> {long}")
+            self._check("short", example, ann.short_answers[0], short, labelled, featurizer)
+        gold_long = label_long_answer(example, featurizer.config.nested_to_top_level)
+        if gold_long is not None:
+            # A SHORT label's long answer is the candidate containing it: no labelled text of its own.
+            self._check("long", example, gold_long, long, [] if ann.answer_type == "SHORT" else labelled, featurizer)
+
+    def _check(self, kind: str, example, gold, got, labelled: list, featurizer: Featurizer) -> None:
+        self.counts[f"answerable_{kind}"] += 1
+        problem = None if got == (gold.start_token, gold.end_token) else f"-> {got}"
+        if problem is None:
+            want = _gold_ids(featurizer, example, gold)
+            for w in labelled:
+                have = _labelled_ids(featurizer, w)
+                if not np.array_equal(have, want):
+                    decode = featurizer.tokenizer.decode
+                    problem = f"-> labels hold {decode(have)!r}, the gold text is {decode(want)!r}"
+                    break
+        if problem is None:
+            self.counts[f"recovered_{kind}"] += 1
+        elif len(self.misses) < 20:
+            self.misses.append(f"{example.example_id}: {kind} {gold.start_token}:{gold.end_token} {problem}")
 
     def to_dict(self) -> dict:
         return {**dict(self.counts), "windows_per_type": {t: self.by_type.get(t, 0) for t in ANSWER_TYPES},
@@ -202,7 +237,7 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
                                             f"{hard.path} (missing, other answerability or window count); "
                                             "score this training file with python -m solution.hard_negatives")
                     kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
-                summary.add(ex, windows, kept, answerable)
+                summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:
                     yield w.as_dict()
         except NQFormatError as err:
