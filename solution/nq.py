@@ -45,7 +45,7 @@ def nq_tokens(document_text: str) -> list:
 
 def is_text_token(token: str) -> bool:
     """A token that can hold answer text: not an HTML tag, not empty or whitespace only."""
-    return bool(token.strip()) and not _HTML_TAG.match(token)
+    return token != "" and not token.isspace() and not _HTML_TAG.match(token)
 
 
 class NQFormatError(ValueError):
