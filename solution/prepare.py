@@ -48,8 +48,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     try:
-        window = WindowConfig(args.max_seq_length, args.doc_stride, args.max_question_length,
-                              args.structure_tokens, args.nested_to_top_level)
+        window = WindowConfig(max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
+                              max_question_length=args.max_question_length,
+                              structure_tokens=args.structure_tokens, nested_to_top_level=args.nested_to_top_level)
         tokenizer = load_tokenizer(args.model)
         add_structure_tokens(tokenizer, window)
         _, summary = build_train_features(args.input, tokenizer, window,

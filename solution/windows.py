@@ -1,7 +1,7 @@
 """Documents -> fixed-size model windows with labels and a map back to NQ tokens.
 
 A window is `[CLS] question [SEP] document slice [SEP]`. The document is
-tokenised once as a list of words (NQ's whitespace tokens with the HTML tags
+tokenised once as a list of words (NQ's tokens with the HTML tags
 left out: they carry layout, not answers, and `<Td_colspan="2">` alone costs
 a dozen word pieces), and windows are numpy slices of that single encoding,
 so featurising costs about one pass of the fast tokenizer.
