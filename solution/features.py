@@ -30,11 +30,12 @@ import torch
 from solution.fsutil import publish_dir
 from solution.inference import candidate_array
 from solution.hard_negatives import HardNegativeWeights
-from solution.nq import NQFormatError, ReadStats, label_annotation, read_examples
+from solution.nq import NQFormatError, ReadStats, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
-from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window
+from solution.windows import (ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window,
+                              label_long_answer)
 
-FEATURES_VERSION = 3  # bump when windows, labels or the cache layout change
+FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
 
 
 def _features():
@@ -118,8 +119,47 @@ def recovered_answers(example, windows) -> tuple:
     return short, long
 
 
+# Words compared at each end of a long answer: a numbering shift shows at its edges, and a whole
+# long answer (tables run to thousands of words) would cost a tokenizer pass of its own.
+TEXT_EDGE_WORDS = 16
+
+
+def _text_mismatch(featurizer: Featurizer, example, span, labelled: list) -> Optional[str]:
+    """Why the labelled word pieces are not the gold text (None when they are).
+
+    The gold words come from NQ's own numbering of document_text, spelled out here rather than
+    read through `Example.tokens` or the windows' `nq_token_index`, so that a numbering error
+    there cannot agree with itself. A long span is compared on its first and last
+    TEXT_EDGE_WORDS words."""
+    if not labelled:
+        return None
+    words = [t for t in example.document_text.split(" ")[span.start_token:span.end_token] if not is_html_token(t)]
+    whole = len(words) <= 2 * TEXT_EDGE_WORDS
+    parts = [words] if whole else [words[:TEXT_EDGE_WORDS], words[-TEXT_EDGE_WORDS:]]
+    enc = featurizer.tokenizer(parts, is_split_into_words=True, add_special_tokens=False,
+                               return_attention_mask=False, return_token_type_ids=False)
+    head, tail = (np.asarray(ids, dtype=np.int32) for ids in (enc["input_ids"][0], enc["input_ids"][-1]))
+    for w in labelled:
+        ids = w.input_ids[w.start_position:w.end_position + 1]
+        have = ids[~np.isin(ids, featurizer.structure_ids)]  # structure tokens are not answer text
+        if whole:
+            ok = np.array_equal(have, head)
+        else:
+            ok = (np.array_equal(have[:len(head)], head) and len(have) >= len(tail)
+                  and np.array_equal(have[len(have) - len(tail):], tail))
+        if not ok:
+            decode = featurizer.tokenizer.decode
+            return f"-> labels hold {decode(have[:40])!r}, the gold text is {decode(head[:40])!r}"
+    return None
+
+
 class _Summary:
-    """Counts for the `prepare` report, added up across workers."""
+    """Counts for the `prepare` report, added up across workers.
+
+    A gold answer counts as recovered when the labels map back to its NQ span AND the labelled
+    word pieces are the tokenised gold text (both checks, so a token-numbering error that shifts
+    gold and labels alike is still seen). With `nested_to_top_level`, the long answer the labels
+    aim at is the nested gold answer's top-level container."""
 
     KEYS = ("documents", "windows", "windows_kept", "answerable_short", "recovered_short",
             "answerable_long", "recovered_long", "unanswerable_documents",
@@ -130,7 +170,7 @@ class _Summary:
         self.by_type = Counter()
         self.misses: list = []
 
-    def add(self, example, windows, kept, answerable: bool):
+    def add(self, example, windows, kept, answerable: bool, featurizer: Featurizer):
         c = self.counts
         c["documents"] += 1
         c["windows"] += len(windows)
@@ -146,20 +186,24 @@ class _Summary:
         if ann is None:
             return
         short, long = recovered_answers(example, windows)
+        labelled = [w for w in windows if w.answer_type != TYPE_ID["UNKNOWN"]]
         if ann.answer_type == "SHORT":
-            c["answerable_short"] += 1
-            gold = ann.short_answers[0]
-            if short == (gold.start_token, gold.end_token):
-                c["recovered_short"] += 1
-            elif len(self.misses) < 20:
-                self.misses.append(f"{example.example_id}: short {gold.start_token}:{gold.end_token} -> {short}")
-        if ann.long_answer is not None:
-            c["answerable_long"] += 1
-            gold = ann.long_answer
-            if long == (gold.start_token, gold.end_token):
-                c["recovered_long"] += 1
-            elif len(self.misses) < 20:
-                self.misses.append(f"{example.example_id}: long {gold.start_token}:{gold.end_token} -> {long}")
+            self._check("short", example, ann.short_answers[0], short, labelled, featurizer)
+        gold_long = label_long_answer(example, featurizer.config.nested_to_top_level)
+        if gold_long is not None:
+            # A SHORT label's long answer is the candidate containing it: no labelled text of its own.
+            self._check("long", example, gold_long, long, [] if ann.answer_type == "SHORT" else labelled, featurizer)
+
+    def _check(self, kind: str, example, gold, got, labelled: list, featurizer: Featurizer) -> None:
+        self.counts[f"answerable_{kind}"] += 1
+        if got != (gold.start_token, gold.end_token):
+            problem = f"-> {got}"
+        else:
+            problem = _text_mismatch(featurizer, example, gold, labelled)
+        if problem is None:
+            self.counts[f"recovered_{kind}"] += 1
+        elif len(self.misses) < 20:
+            self.misses.append(f"{example.example_id}: {kind} {gold.start_token}:{gold.end_token} {problem}")
 
     def to_dict(self) -> dict:
         return {**dict(self.counts), "windows_per_type": {t: self.by_type.get(t, 0) for t in ANSWER_TYPES},
@@ -203,7 +247,7 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
                                             f"{hard.path} (missing, other answerability or window count); "
                                             "score this training file with python -m solution.hard_negatives")
                     kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
-                summary.add(ex, windows, kept, answerable)
+                summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:
                     yield w.as_dict()
         except NQFormatError as err:

@@ -34,6 +34,20 @@ def is_html_token(token: str) -> bool:
     return bool(_HTML_TAG.match(token))
 
 
+def nq_tokens(document_text: str) -> list:
+    """The document's tokens numbered as NQ numbers them: split on single spaces, nothing else.
+
+    A tab, a non-breaking space or U+2028 inside a token stays part of it, and a double
+    space makes an empty token; `str.split()` would merge or split those and shift every
+    later index away from the annotations' `start_token`/`end_token`."""
+    return document_text.split(" ")
+
+
+def is_text_token(token: str) -> bool:
+    """A token that can hold answer text: not an HTML tag, not empty or whitespace only."""
+    return token != "" and not token.isspace() and not _HTML_TAG.match(token)
+
+
 class NQFormatError(ValueError):
     """A line that is not valid simplified-NQ. `str()` names file, line and field."""
 
@@ -44,7 +58,7 @@ class NQFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Span:
-    start_token: int  # first NQ whitespace token, inclusive
+    start_token: int  # first NQ token (document_text split on single spaces), inclusive
     end_token: int  # exclusive
 
     def contains(self, other: "Span") -> bool:
@@ -93,7 +107,7 @@ class Example:
     @property
     def tokens(self) -> list:
         if self._tokens is None:
-            self._tokens = self.document_text.split()
+            self._tokens = nq_tokens(self.document_text)
         return self._tokens
 
     @property
@@ -171,10 +185,23 @@ def _reason_kind(reason: str) -> str:
     return re.split(r"\s[-0-9(]|\(", reason, maxsplit=1)[0].strip()
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def open_binary(path):
-    """Open `.jsonl` or `.jsonl.gz` as a stream of bytes."""
+    """Open `.jsonl` or `.jsonl.gz` as a stream of bytes.
+
+    A file not named `.gz` that starts with gzip's magic bytes is refused by name: read as
+    text it would fail on line 1 with a UTF-8 or JSON error that hides the real problem."""
     path = str(path)
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")
+    f = open(path, "rb")
+    if f.peek(2)[:2] == _GZIP_MAGIC:
+        f.close()
+        raise NQFormatError(path, 1, "<file>", f"this file is gzip-compressed; name it {Path(path).name}.gz")
+    return f
 
 
 def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
@@ -200,6 +227,8 @@ def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
             if not raw:
                 break
             line_no += 1
+            if line_no == 1 and raw.startswith(_UTF8_BOM):
+                raw = raw[len(_UTF8_BOM):]  # a UTF-8 BOM (Windows editors write one): not part of the JSON
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -279,9 +308,9 @@ def parse_example(text: str, path: str = "<string>", line: int = 1, require_anno
     if not question.strip():
         fail("question_text", "empty question")
     document = _required(obj, "document_text", str, fail)
-    tokens = document.split()
-    if not tokens:
+    if not document.strip():
         fail("document_text", "empty document")
+    tokens = nq_tokens(document)
     num_tokens = len(tokens)
     url = obj.get("document_url")
     if url is not None and not isinstance(url, str):

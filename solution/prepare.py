@@ -1,12 +1,14 @@
 """Featurise a simplified-NQ file and report what the windows hold.
 
-    python -m solution.prepare --input FILE --output DIR [--model M] [--json]
+    python -m solution.prepare --input FILE --output DIR [--model M] [--structure-tokens]
+        [--nested-to-top-level] [--json]
 
 Writes the labelled windows as an Arrow dataset under DIR (the same cache the
 trainer uses) and prints: documents, windows, windows per answer type, and
 how many gold short and long answers the window labels point back to
 exactly (`recovered_short` of `answerable_short`, `recovered_long` of
-`answerable_long`), with the first misses and why.
+`answerable_long`: the NQ span and the labelled text both match), with the
+first misses and why.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 
 from solution.features import NegativeSampling, build_train_features
 from solution.model import load_tokenizer
-from solution.windows import WindowConfig
+from solution.windows import WindowConfig, add_structure_tokens
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
     p.add_argument("--doc-stride", type=int, default=d.doc_stride)
     p.add_argument("--max-question-length", type=int, default=d.max_question_length)
+    p.add_argument("--structure-tokens", action="store_true", help="BERT-joint's [Paragraph=N]-style tokens")
+    p.add_argument("--nested-to-top-level", action="store_true",
+                   help="label a nested gold long answer as its top-level container")
     p.add_argument("--negative-keep-rate", type=float, default=1.0,
                    help="share kept of the no-answer windows of answerable documents (default 1: all)")
     p.add_argument("--unanswerable-keep-rate", type=float, default=None,
@@ -43,8 +48,11 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     try:
-        window = WindowConfig(args.max_seq_length, args.doc_stride, args.max_question_length)
+        window = WindowConfig(max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
+                              max_question_length=args.max_question_length,
+                              structure_tokens=args.structure_tokens, nested_to_top_level=args.nested_to_top_level)
         tokenizer = load_tokenizer(args.model)
+        add_structure_tokens(tokenizer, window)
         _, summary = build_train_features(args.input, tokenizer, window,
                                           NegativeSampling(args.negative_keep_rate, args.unanswerable_keep_rate),
                                           args.output, args.num_proc, args.on_error, log=log)

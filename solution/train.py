@@ -32,7 +32,7 @@ from solution.inference import collate, model_runner, predict_documents
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
-from solution.windows import Featurizer
+from solution.windows import Featurizer, add_structure_tokens
 
 
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
@@ -134,6 +134,8 @@ class Trainer:
         self.is_main = self.accelerator.is_main_process
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
+        if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows
+            self.model.backbone.resize_token_embeddings(len(self.tokenizer))
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them

@@ -1,14 +1,23 @@
 """Documents -> fixed-size model windows with labels and a map back to NQ tokens.
 
 A window is `[CLS] question [SEP] document slice [SEP]`. The document is
-tokenised once as a list of words (NQ's whitespace tokens with the HTML tags
+tokenised once as a list of words (NQ's tokens with the HTML tags
 left out: they carry layout, not answers, and `<Td_colspan="2">` alone costs
 a dozen word pieces), and windows are numpy slices of that single encoding,
 so featurising costs about one pass of the fast tokenizer.
 
-Every window keeps `nq_token_index`: for each position, the NQ whitespace
-token it came from (-1 for question, special and padding positions). That is
-all prediction needs to turn a start/end position back into an NQ span.
+Every window keeps `nq_token_index`: for each position, the NQ token it came
+from (-1 for question, special and padding positions), numbered as NQ does
+(`document_text` split on single spaces, see `solution.nq.nq_tokens`). That
+is all prediction needs to turn a start/end position back into an NQ span.
+It is nondecreasing along the document pieces of a window.
+
+With `structure_tokens`, each top-level candidate starts with BERT-joint's
+`[Paragraph=N]`/`[Table=N]`/`[List=N]`/`[Other=N]` token (see
+`structure_vocabulary`). It takes the NQ index of its candidate's first text
+token, so the index stays nondecreasing, a long answer's label (searchsorted
+on NQ indices) starts on it, and post-processing's candidate scoring picks it
+as the candidate's first piece; a short answer's label skips it.
 
 Labels follow the BERT-joint baseline (Alberti et al., 2019): a window whose
 span lies fully inside it is labelled with that span and the example's
@@ -26,11 +35,19 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from solution.nq import Example, Span, is_html_token, label_annotation
+from solution.nq import Candidate, Example, Span, is_html_token, is_text_token, label_annotation
 
 # The answer-type head's classes, in the order of its logits.
 ANSWER_TYPES = ("UNKNOWN", "YES", "NO", "SHORT", "LONG")
 TYPE_ID = {name: i for i, name in enumerate(ANSWER_TYPES)}
+
+# BERT-joint's candidate kinds, by the tag that opens the candidate (get_candidate_type in its
+# prepare_nq_data); tags it did not list (<Tr>, <Li>, <Dd>, <Dt>, anything else) are "Other".
+STRUCTURE_KINDS = ("Paragraph", "Table", "List", "Other")
+_KIND_OF_TAG = {"p": "Paragraph", "table": "Table", "ul": "List", "ol": "List", "dl": "List"}
+# Candidates of a kind are numbered 1, 2, ... and every one after the 50th shares [Kind=50], as in
+# BERT-joint (its --max_position): the vocabulary stays small and far numbers carry little meaning.
+MAX_STRUCTURE_POSITION = 50
 
 
 @dataclass
@@ -43,6 +60,11 @@ class WindowConfig:
     """Document tokens shared by consecutive windows (the Hugging Face meaning of `stride`)."""
     max_question_length: int = 64
     """Question tokens kept; longer questions are truncated."""
+    structure_tokens: bool = False
+    """Start each top-level candidate with BERT-joint's `[Paragraph=N]`/`[Table=N]`/`[List=N]`/`[Other=N]` token
+    (added to the tokenizer as special tokens, see `add_structure_tokens`)."""
+    nested_to_top_level: bool = False
+    """Training labels: a gold long answer that is a nested candidate is labelled as its top-level container."""
 
     def __post_init__(self):
         if self.max_question_length < 1:
@@ -82,7 +104,8 @@ class DocumentEncoding:
     """The document tokenised once: word pieces and the NQ token each came from."""
 
     input_ids: np.ndarray  # int32 [num_pieces]
-    nq_token_index: np.ndarray  # int32 [num_pieces]
+    nq_token_index: np.ndarray  # int32 [num_pieces], nondecreasing
+    is_structure: Optional[np.ndarray] = None  # bool [num_pieces]: a structure token; None without them
 
 
 class Featurizer:
@@ -96,6 +119,7 @@ class Featurizer:
             raise ValueError(f"{type(tokenizer).__name__} has no [CLS]/[SEP] tokens; a BERT-style encoder is needed")
         self.tokenizer = tokenizer
         self.config = config
+        self.structure_ids = structure_token_ids(tokenizer, config)
         # Whole documents are tokenised on purpose (windows are cut afterwards), so
         # the tokenizer's "longer than the maximum sequence length" warning is noise.
         if hasattr(tokenizer, "deprecation_warnings"):
@@ -103,26 +127,50 @@ class Featurizer:
 
     # -- tokenising -------------------------------------------------------
     def encode_documents(self, examples: list) -> list:
-        """Tokenise a batch of documents in one call (the fast tokenizer parallelises a batch)."""
-        kept = []  # per example: NQ indices of the non-HTML tokens
-        words = []
+        """Tokenise a batch of documents in one call (the fast tokenizer parallelises a batch).
+
+        Each document goes in as a list of words, each word's NQ index beside it. A word the
+        tokenizer splits further (`a<TAB>b`) gives pieces that all carry its index, and a word
+        that gives no pieces (empty, whitespace only) simply has none: word ids count words, so
+        no later index moves."""
+        words, word_nq, structure = [], [], []
         for ex in examples:
-            idx = [i for i, t in enumerate(ex.tokens) if not is_html_token(t)]
-            kept.append(np.asarray(idx, dtype=np.int32))
+            w, nq, st = self._document_words(ex)
             # An all-HTML document still gets one (empty) word so the batch keeps its shape.
-            words.append([ex.tokens[i] for i in idx] or [""])
+            words.append(w or [""])
+            word_nq.append(nq)
+            structure.append(st)
         enc = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False,
                              return_attention_mask=False, return_token_type_ids=False)
         out = []
-        for k, idx in enumerate(kept):
-            word_ids = enc.encodings[k].word_ids
+        for k, nq in enumerate(word_nq):
             ids = np.asarray(enc.encodings[k].ids, dtype=np.int32)
-            if len(idx) == 0:
+            if len(nq) == 0:
                 out.append(DocumentEncoding(ids[:0], np.zeros(0, dtype=np.int32)))
                 continue
             # word_ids is a list of ints (no None: no special tokens were added).
-            out.append(DocumentEncoding(ids, idx[np.asarray(word_ids, dtype=np.int64)]))
+            word_ids = np.asarray(enc.encodings[k].word_ids, dtype=np.int64)
+            is_structure = structure[k][word_ids] if structure[k] is not None else None
+            out.append(DocumentEncoding(ids, nq[word_ids], is_structure))
         return out
+
+    def _document_words(self, ex: Example) -> tuple:
+        """(words, int32 NQ index of each word, bool structure mask or None) of one document."""
+        toks = ex.tokens
+        keep = [i for i, t in enumerate(toks) if not is_html_token(t)]
+        words = [toks[i] for i in keep]
+        idx = np.asarray(keep, dtype=np.int32)
+        if not self.config.structure_tokens:
+            return words, idx, None
+        names, firsts = structure_words(ex)
+        firsts = np.asarray(firsts, dtype=np.int32)
+        # A structure word goes right before its candidate's first text word, with that word's index.
+        at = np.searchsorted(idx, firsts, side="left")
+        words_arr = np.empty(len(words), dtype=object)
+        words_arr[:] = words
+        words = np.insert(words_arr, at, names).tolist()
+        mask = np.insert(np.zeros(len(idx), dtype=bool), at, True)
+        return words, np.insert(idx, at, firsts), mask
 
     def encode_questions(self, examples: list) -> list:
         enc = self.tokenizer([ex.question_text for ex in examples], add_special_tokens=False,
@@ -143,7 +191,7 @@ class Featurizer:
         while starts[-1] + capacity < n:
             starts.append(starts[-1] + step)
 
-        target = answer_target(example, doc) if with_labels else None
+        target = answer_target(example, doc, cfg.nested_to_top_level) if with_labels else None
         head = np.concatenate([[self.tokenizer.cls_token_id], question_ids, [self.tokenizer.sep_token_id]])
         offset = len(head)  # position of the first document piece in every window
         out = []
@@ -211,22 +259,108 @@ def piece_span(doc: DocumentEncoding, span: Span) -> Optional[tuple]:
     return first, last
 
 
-def answer_target(example: Example, doc: DocumentEncoding) -> Optional[tuple]:
+def answer_target(example: Example, doc: DocumentEncoding, nested_to_top_level: bool = False) -> Optional[tuple]:
     """(answer type id, first piece, last piece) of the training label, or None for no answer.
 
     The span is the first short answer for SHORT (annotations with several
     short spans are rare and each span is a valid answer on its own), and
-    the long answer for LONG, YES and NO, as in BERT-joint. A span whose
-    tokens are all HTML cannot be pointed at and counts as no answer.
+    the long answer for LONG, YES and NO, as in BERT-joint (with
+    `nested_to_top_level`, its top-level container: see `label_long_answer`).
+    A span whose tokens are all HTML cannot be pointed at and counts as no
+    answer. A long label starts on its candidate's structure token, if any;
+    a short one never does (the token is not answer text).
     """
     ann = label_annotation(example)
     if ann is None or ann.answer_type == "NONE":
         return None
-    span = ann.short_answers[0] if ann.answer_type == "SHORT" else ann.long_answer
+    if ann.answer_type == "SHORT":
+        span = ann.short_answers[0]
+    else:
+        span = label_long_answer(example, nested_to_top_level)
     pieces = piece_span(doc, span)
     if pieces is None:
         return None
-    return (TYPE_ID[ann.answer_type], *pieces)
+    first, last = pieces
+    if ann.answer_type == "SHORT" and doc.is_structure is not None and doc.is_structure[first]:
+        first += 1  # one structure token at most per position, and it shares the next piece's index
+        if first > last:
+            return None
+    return (TYPE_ID[ann.answer_type], first, last)
+
+
+def label_long_answer(example: Example, nested_to_top_level: bool = False) -> Optional[Span]:
+    """The long answer that training labels point at: the gold one, or with `nested_to_top_level`
+    the top-level candidate that contains a nested gold one (as 7th place did: only top-level
+    candidates are scored at inference then, so a nested label would teach a span never asked for)."""
+    ann = label_annotation(example)
+    if ann is None or ann.long_answer is None:
+        return None
+    if nested_to_top_level and not example.candidates[ann.candidate_index].top_level:
+        gold = ann.long_answer
+        container = next((c for c in example.candidates if c.top_level and c.contains(gold)), None)
+        if container is not None:
+            return Span(container.start_token, container.end_token)
+    return ann.long_answer
+
+
+# -- structure tokens ----------------------------------------------------------------
+
+def structure_vocabulary(config: WindowConfig) -> list:
+    """The structure tokens the tokenizer needs for these settings (none when they are off)."""
+    if not config.structure_tokens:
+        return []
+    return [f"[{kind}={n}]" for kind in STRUCTURE_KINDS for n in range(1, MAX_STRUCTURE_POSITION + 1)]
+
+
+def add_structure_tokens(tokenizer, config: WindowConfig) -> int:
+    """Add the structure tokens to the tokenizer as special tokens (never split, never lower-cased).
+
+    Returns how many were new: 0 for a tokenizer that has them already (one loaded from a model
+    directory). When it is not 0, the model's embedding matrix must grow to match:
+    `model.backbone.resize_token_embeddings(len(tokenizer))`."""
+    vocab = structure_vocabulary(config)
+    return tokenizer.add_tokens(vocab, special_tokens=True) if vocab else 0
+
+
+def structure_token_ids(tokenizer, config: WindowConfig) -> np.ndarray:
+    """int ids of the structure tokens; a ValueError when the tokenizer lacks them."""
+    vocab = structure_vocabulary(config)
+    if not vocab:
+        return np.zeros(0, dtype=np.int32)
+    known = tokenizer.get_vocab()
+    missing = [t for t in vocab if t not in known]
+    if missing:
+        raise ValueError(f"window setting structure_tokens is on but the tokenizer lacks {len(missing)} structure "
+                         f"tokens (e.g. {missing[0]}); add them with solution.windows.add_structure_tokens "
+                         "and resize the model's embeddings")
+    return np.asarray([known[t] for t in vocab], dtype=np.int32)
+
+
+def structure_words(example: Example) -> tuple:
+    """([structure token], [NQ index of its candidate's first text token]) for the top-level candidates.
+
+    A candidate's kind comes from its opening tag (`<Table>` -> Table; `<Ul>`, `<Ol>`, `<Dl>` ->
+    List; `<P>` -> Paragraph; any other -> Other), and N counts that kind's top-level candidates
+    so far, capped at MAX_STRUCTURE_POSITION. A candidate without text gets no token."""
+    toks = example.tokens
+    counts = dict.fromkeys(STRUCTURE_KINDS, 0)
+    names, firsts = [], []
+    for c in example.candidates:
+        if not c.top_level:
+            continue
+        first = _first_text_token(toks, c)
+        if first < 0:
+            continue
+        tag = toks[c.start_token]
+        kind = _KIND_OF_TAG.get(tag[1:].split("_", 1)[0].rstrip(">").lower(), "Other") if is_html_token(tag) else "Other"
+        counts[kind] = min(counts[kind] + 1, MAX_STRUCTURE_POSITION)
+        names.append(f"[{kind}={counts[kind]}]")
+        firsts.append(first)
+    return names, firsts
+
+
+def _first_text_token(toks: list, c: Candidate) -> int:
+    return next((i for i in range(c.start_token, c.end_token) if is_text_token(toks[i])), -1)
 
 
 def keep_window(window: Window, rate: float, seed: int, weight: float = 1.0) -> bool:

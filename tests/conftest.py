@@ -23,7 +23,7 @@ def nq_line(example_id="-123", question="who wrote the book", document=None, can
     if document is None:
         document = ("Book - wikipedia <H1> Book </H1> <P> The book was written by Ann Smith in 1901 . </P> "
                     "<Ul> <Li> first item </Li> <Li> second item </Li> </Ul> <P> Other text here . </P>")
-    toks = document.split()
+    toks = document.split(" ")  # NQ numbers tokens by single spaces
     if candidates is None:
         candidates = []
         stack = []

@@ -144,3 +144,48 @@ def test_real_nq_lines_parse():
 def test_parse_example_direct():
     ex = parse_example(json.dumps(nq_line(long=0, yes_no="YES")))
     assert ex.answer_type == "YES"
+
+
+def test_tokens_are_numbered_as_nq_numbers_them():
+    # NQ splits document_text on single spaces: a tab, a non-breaking space or U+2028 stays inside
+    # its token, and a double space makes an empty token. Spans are validated against that count.
+    doc = "T <P> a\tb c\u00a0d  e\u2028f Ann Smith </P>"
+    toks = doc.split(" ")
+    assert len(toks) == 9 and len(doc.split()) == 11
+    cands = [{"start_token": 1, "end_token": 9, "top_level": True}]
+    ex = parse_example(json.dumps(nq_line(document=doc, candidates=cands, long=0, shorts=[(6, 8)])))
+    assert ex.tokens == toks and ex.tokens[6:8] == ["Ann", "Smith"]
+    assert ex.tokens[2] == "a\tb" and ex.tokens[4] == ""
+    with pytest.raises(NQFormatError, match=r"span 1:10 outside the document \(0:9\)"):
+        parse_example(json.dumps(nq_line(document=doc, candidates=[{"start_token": 1, "end_token": 10}])))
+    with pytest.raises(NQFormatError, match="empty document"):
+        parse_example(json.dumps(nq_line(document=" \t ", candidates=[])))
+
+
+def test_utf8_bom_at_the_start_is_accepted(tmp_path):
+    lines = "".join(json.dumps(nq_line(example_id=str(i))) + "\n" for i in range(2)).encode()
+    plain = tmp_path / "bom.jsonl"
+    plain.write_bytes(b"\xef\xbb\xbf" + lines)
+    packed = tmp_path / "bom.jsonl.gz"
+    packed.write_bytes(gzip.compress(b"\xef\xbb\xbf" + lines))
+    for path in (plain, packed):
+        assert [e.example_id for e in read_examples(path)] == ["0", "1"]
+    # Only at the very start: a BOM on a later line is not whitespace JSON accepts.
+    later = tmp_path / "later.jsonl"
+    later.write_bytes(lines + b"\xef\xbb\xbf" + json.dumps(nq_line(example_id="9")).encode() + b"\n")
+    with pytest.raises(NQFormatError, match=r"later.jsonl:3: field '<json>'"):
+        list(read_examples(later))
+
+
+def test_gzip_file_named_jsonl_says_so(tmp_path, capsys):
+    from solution import evaluate
+
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(gzip.compress((json.dumps(nq_line()) + "\n").encode()))
+    with pytest.raises(NQFormatError, match=r"data.jsonl:1: .*this file is gzip-compressed; name it data.jsonl.gz"):
+        list(read_examples(path))
+    csv = tmp_path / "s.csv"
+    csv.write_text("example_id,PredictionString\n-123_long,\n-123_short,\n")
+    assert evaluate.main(["--validate", str(csv), "--test", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "gzip-compressed" in err and "Traceback" not in err

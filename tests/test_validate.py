@@ -60,3 +60,16 @@ def test_unreadable_submission_is_a_user_error(tmp_path, test_file, capsys):
     bad.write_text("id,pred\n11_long,\n")
     code, out = run(capsys, bad, test_file)
     assert code == 2 and "error:" in out.err and "header" in out.err
+
+
+def test_validator_counts_tokens_as_nq_does(tmp_path, capsys):
+    # A double space is an empty NQ token: this document has 7 tokens (split() would count 6).
+    doc = "T <P> a  b c </P>"
+    cands = [{"start_token": 1, "end_token": 7, "top_level": True}]
+    test_path = write_jsonl(tmp_path / "t.jsonl", [nq_line(example_id="5", document=doc, candidates=cands,
+                                                           annotations=False)])
+    rows = {"5_long": "1:7", "5_short": "5:6"}
+    code, _ = run(capsys, submit(tmp_path, rows), test_path)
+    assert code == 0
+    code, out = run(capsys, submit(tmp_path, {**rows, "5_short": "6:8"}), test_path)
+    assert code == 1 and "5_short: 6:8 is not a span inside the document (0..7 tokens)" in out.err

