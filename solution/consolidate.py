@@ -62,8 +62,11 @@ def verify_checkpoint_files(ckpt: Path) -> int:
 
     DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
     any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. Returns the number
-    of files checked."""
+    beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
+    (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
+    than failing inside Accelerate's loader. Returns the number of files checked."""
+    from solution.model import check_weights_file
+
     files = sorted(p for p in ckpt.rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
     with torch.serialization.safe_globals(_safe_globals()):
         for path in files:
@@ -76,7 +79,10 @@ def verify_checkpoint_files(ckpt: Path) -> int:
                                      f"and plain values (it names {found.group(1)})") from None
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
                 raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
-    return len(files)
+    weights = sorted(ckpt.rglob("*.safetensors"))
+    for path in weights:
+        check_weights_file(path)
+    return len(files) + len(weights)
 
 
 def full_state_dict(ckpt: Path) -> dict:

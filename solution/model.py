@@ -318,6 +318,11 @@ def read_qa_config(path) -> dict:
     return meta
 
 
+def _unreadable(path, e: Exception) -> ValueError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return ValueError(f"{path}: not a readable safetensors file, truncated or corrupt ({first})")
+
+
 def read_weights(path) -> dict:
     """The tensors of a safetensors file; a truncated or corrupt file is a ValueError naming it."""
     from safetensors.torch import load_file
@@ -327,8 +332,21 @@ def read_weights(path) -> dict:
     except FileNotFoundError:
         raise
     except Exception as e:  # safetensors raises its own error type (and OSError) for a bad file
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(f"{path}: not a readable safetensors file, truncated or corrupt ({first})") from None
+        raise _unreadable(path, e) from None
+
+
+def check_weights_file(path) -> None:
+    """Refuse a truncated or corrupt safetensors file without reading its tensors: opening it checks
+    that the header is whole and that its tensors cover the file exactly."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise _unreadable(path, e) from None
 
 
 def check_weights(path: Path, state: dict, expected: dict, file_key=lambda k: k) -> None:

@@ -235,11 +235,21 @@ def test_consolidate_refuses_a_truncated_checkpoint_file(tmp_path, capsys):
     assert code == 2 and f"{ckpt / 'model.safetensors'}" in err and "truncated" in err and "Traceback" not in err
 
 
-def train(*args):
+def train(*args, expect=0):
     proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
                            "--data_source", "dummy", "--dummy_num_windows", "8", "--dev_file", "null",
                            "--disable_tqdm", "true", *args], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == expect, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_resume_refuses_a_truncated_checkpoint_weights_file(tmp_path):
+    out = tmp_path / "run"
+    train("--max_steps", "2", "--save_steps", "1", "--output_dir", str(out))
+    weights = out / "checkpoint-2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = train("--max_steps", "3", "--output_dir", str(out), "--resume", "latest", expect=2)
+    assert f"error: {weights}: not a readable safetensors file" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_warm_start_from_a_model_directory_loads_every_weight(tmp_path):
