@@ -123,7 +123,7 @@ def consolidate(checkpoint, out) -> Path:
     tokenizer = read_tokenizer(meta_dir)
     # Checked, and a format-1 checkpoint's settings completed, so the directory written is current.
     qa = read_qa_config(meta_dir / "qa_config.json")
-    qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types")}
+    qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
     trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
     qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
     return save_model_dir(out, state, config, tokenizer, qa)

@@ -198,7 +198,10 @@ def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _hf_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config}
+    # The tokenizer's size, recorded: some backbones pad their embedding matrix past the tokenizer, so
+    # the matrix alone cannot tell a padded vocabulary from a tokenizer swapped for a smaller one.
+    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config,
+            "tokenizer_size": len(tokenizer)}
     (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
@@ -303,8 +306,10 @@ def read_qa_config(path) -> dict:
     if fmt not in READABLE_FORMATS:
         raise ValueError(f"{path}: format {fmt!r}, expected one of {list(READABLE_FORMATS)}")
     required = {"format", "answer_types", *QA_CONFIG_SECTIONS}
+    if fmt == MODEL_DIR_FORMAT:
+        required.add("tokenizer_size")
     missing = sorted(required - set(meta))
-    unknown = sorted(set(meta) - required - set(QA_CONFIG_OPTIONAL))
+    unknown = sorted(set(meta) - required - set(QA_CONFIG_OPTIONAL) - {"tokenizer_size"})
     if missing or unknown:
         raise ValueError(f"{path}: " + "; ".join(
             ([f"missing key {missing}"] if missing else []) + ([f"unknown key {unknown}"] if unknown else [])))
@@ -313,6 +318,9 @@ def read_qa_config(path) -> dict:
     for key, typ in QA_CONFIG_OPTIONAL.items():
         if key in meta and not isinstance(meta[key], typ):
             raise ValueError(f"{path}: '{key}' must be an object, got {meta[key]!r}")
+    size = meta.get("tokenizer_size")
+    if "tokenizer_size" in meta and not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
+        raise ValueError(f"{path}: 'tokenizer_size' must be a positive integer, got {size!r}")
     for section, cls in QA_CONFIG_SECTIONS.items():
         meta[section] = _check_section(path, section, meta[section], cls, old_format=fmt != MODEL_DIR_FORMAT)
     return meta
@@ -408,13 +416,18 @@ def load_qa_weights(d: Path, config) -> QAModel:
     return model
 
 
-def check_vocabulary(d: Path, tokenizer, model: QAModel) -> None:
-    """A larger tokenizer gives ids past the embedding matrix (a crash inside the forward pass); a
-    smaller one means the tokenizer is not the one trained with. Both are refused."""
+def check_vocabulary(d: Path, tokenizer, model: QAModel, recorded_size: Optional[int]) -> None:
+    """A tokenizer larger than the embedding matrix gives ids past it (a crash inside the forward pass,
+    outside the per-document isolation); one of another size than the model trained with runs silently
+    on wrong ids. Both are refused. The size trained with is the one qa_config.json records (a
+    backbone may pad its matrix past its tokenizer); a format-1 directory records none, so there the
+    tokenizer must fill the matrix exactly."""
     rows = model.backbone.get_input_embeddings().weight.shape[0]
-    if len(tokenizer) != rows:
-        raise ValueError(f"{d}: the tokenizer has {len(tokenizer)} tokens but the embedding matrix of "
-                         f"{d / WEIGHTS_FILE} has {rows} rows; the tokenizer files are not the model's")
+    size = len(tokenizer)
+    if size > rows or size != (rows if recorded_size is None else recorded_size):
+        trained = "" if recorded_size is None else f" (it was trained with {recorded_size}, {d / QA_CONFIG_FILE})"
+        raise ValueError(f"{d}: the tokenizer has {size} tokens but the embedding matrix of {d / WEIGHTS_FILE} "
+                         f"has {rows} rows{trained}; the tokenizer files are not the model's")
 
 
 def load_model_dir(model_dir, device="cpu"):
@@ -427,6 +440,6 @@ def load_model_dir(model_dir, device="cpu"):
     meta = read_qa_config(d / QA_CONFIG_FILE)
     model = load_qa_weights(d, read_backbone_config(d))
     tokenizer = read_tokenizer(d)
-    check_vocabulary(d, tokenizer, model)
+    check_vocabulary(d, tokenizer, model, meta.get("tokenizer_size"))
     model.to(device).eval()
     return model, tokenizer, meta

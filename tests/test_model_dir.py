@@ -89,9 +89,10 @@ def bigger_tokenizer(d):
 
 
 def smaller_tokenizer(d):
-    """Weights and config for 40 more words than the tokenizer has: it would run, silently."""
-    shutil.rmtree(d)
-    write_model_dir(d, {**TINY, "vocab_size": 30522 + 40})
+    """The tokenizer swapped for one of 30,000 words: it would run, silently, on wrong ids."""
+    def cut(t):
+        t["model"]["vocab"] = {w: i for w, i in t["model"]["vocab"].items() if i < 30000}
+    edit_json(d / "tokenizer.json", cut)
 
 
 def pp(change):
@@ -124,7 +125,7 @@ BAD = {
                       "config.json", "bert.encoder.layer.0.intermediate.dense.bias has shape [64]"),
     "config_not_json": (lambda d: (d / "config.json").write_text("{"), "config.json", ""),
     "bigger_tokenizer": (bigger_tokenizer, "model.safetensors", "30524 tokens"),
-    "smaller_tokenizer": (smaller_tokenizer, "model.safetensors", "30522 tokens"),
+    "smaller_tokenizer": (smaller_tokenizer, "model.safetensors", "30522 rows"),
 }
 
 
@@ -144,8 +145,24 @@ def test_bad_model_directory_is_refused_naming_the_file(name, good_dir, nq_input
     if name == "bigger_tokenizer":
         assert "30522 rows" in lines[0], err
     if name == "smaller_tokenizer":
-        assert "30562 rows" in lines[0], err
+        assert "30000 tokens" in lines[0] and "trained with 30522" in lines[0], err
     assert not (tmp_path / "s.csv").exists()
+
+
+def test_embedding_matrix_padded_past_the_tokenizer_loads(tmp_path):
+    """Some backbones pad the matrix (here 40 rows) past their tokenizer: not an error, the directory
+    records the tokenizer size it trained with. A format-1 directory records none: refused there."""
+    d = write_model_dir(tmp_path / "model", {**TINY, "vocab_size": 30522 + 40})
+    model, tokenizer, meta = qa_model.load_model_dir(d)
+    assert len(tokenizer) == meta["tokenizer_size"] == 30522
+    assert model.backbone.get_input_embeddings().weight.shape[0] == 30562
+
+    def old(o):
+        o["format"] = "nq-bert-qa/1"
+        o.pop("tokenizer_size")
+    edit_json(d / "qa_config.json", old)
+    with pytest.raises(ValueError, match="the tokenizer has 30522 tokens but the embedding matrix .* has 30562 rows"):
+        qa_model.load_model_dir(d)
 
 
 def test_good_directory_predicts(good_dir, nq_input, tmp_path, capsys):
@@ -166,6 +183,7 @@ def format_1_copy(good_dir, out):
 
     def old(o):
         o["format"] = "nq-bert-qa/1"
+        o.pop("tokenizer_size")
         o["window"] = {k: o["window"][k] for k in ("max_seq_length", "doc_stride", "max_question_length")}
         o["postprocess"] = {k: o["postprocess"][k] for k in ("top_k", "max_answer_length", "long_threshold",
                                                               "short_threshold", "skip_windows_without_candidates")}
