@@ -111,7 +111,10 @@ class QAModel(nn.Module):
 def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(resolve_backbone(name_or_path))
+    if is_model_dir(name_or_path):  # a warm start: its config.json is checked like the rest of it
+        config = read_backbone_config(Path(name_or_path))
+    else:
+        config = AutoConfig.from_pretrained(resolve_backbone(name_or_path))
     for key, value in (overrides or {}).items():
         if not hasattr(config, key):
             raise ValueError(f"backbone config has no field '{key}' (model_config_overrides)")
