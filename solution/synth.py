@@ -15,7 +15,13 @@ opening `The climate of Vemoria ...`; a no-answer question asks for an
 attribute or topic the document never states, while it states others in the
 same sentence shapes. Long answers are always top-level candidates.
 
-    python -m solution.synth --out data/synth [--seed 0] [--num-train 1000] ...
+That is `--profile easy`, the default. `--profile nq` (`make_nq_example`,
+below) writes pages shaped like real NQ: thousands of words, long plain-text
+runs outside every candidate, lists and tables nested two or three deep, long
+paragraphs, a few nested gold long answers, and the neighbour's facts in the
+question's words. `python -m solution.corpus_stats` measures either.
+
+    python -m solution.synth --out data/synth [--profile easy|nq] [--seed 0] [--num-train 1000] ...
 """
 
 from __future__ import annotations
