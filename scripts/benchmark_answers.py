@@ -59,7 +59,7 @@ TECHNIQUES = {
 # Sizes for ~30-40 minutes on 2 idle cores: 300 nq pages make ~25,000 windows of 192 pieces, of which
 # the answers and 1% of the rest are kept (~415 windows, 3 epochs). 256-piece windows instead of the
 # demo's 192: a gold paragraph of the nq profile (median ~90 words, ~120 pieces) then fits a window far
-# more often (at 192, 27 of 47 LONG answers fit none), at about the same inference cost (fewer windows).
+# more often (at 192, 300 pages gave 20 LONG training windows for 47 LONG documents), at about the same inference cost (fewer windows).
 FULL = {"config": "configs/train/demo.yaml", "seeds": [0, 1], "num_train": 300, "num_dev": 40, "num_test": 30,
         "max_words": None, "train": ["--negative_keep_rate", "0.01", "--max_seq_length", "256"]}
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "num_train": 12, "num_dev": 6, "num_test": 6,

@@ -628,11 +628,12 @@ def _nq_body(rng, page: _NQPage, entity: str, stated: list, values: dict, topics
     specials += [_nq_fact_block(page, entity, "topic:" + t, "", 0.0) for t in topics]
     # Distractors: the neighbour stated in the same words (no key: never an answer). The asked key
     # gets one more often, so a no-answer question's words are usually on the page.
-    for k in set(stated) | ({asked} if asked in ATTRIBUTES else set()):
+    # Lists, not sets: a set of strings iterates in per-process hash order, which would change the draws.
+    for k in stated + ([asked] if asked in ATTRIBUTES and asked not in stated else []):
         if rng.random() < (0.8 if k == asked else NQ_DISTRACTOR):
             toks = _sentence(rng.choice(ATTRIBUTES[k][2]), doc.neighbour, None, names.value(ATTRIBUTES[k][0]))[0]
             specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)]))
-    for t in set(topics) | ({asked[6:]} if asked.startswith("topic:") else set()):
+    for t in topics + ([asked[6:]] if asked.startswith("topic:") and asked[6:] not in topics else []):
         if rng.random() < (0.8 if "topic:" + t == asked else NQ_DISTRACTOR):
             toks = rng.choice(TOPICS[t][1]).format(E=doc.neighbour).split()
             specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)], first=True))

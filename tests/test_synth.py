@@ -247,6 +247,20 @@ def test_nq_profile_is_deterministic_and_fast(tmp_path):
         assert a[name].read_bytes() == b[name].read_bytes() != c[name].read_bytes(), name
 
 
+def test_nq_profile_does_not_depend_on_the_hash_seed(tmp_path):
+    # Separate processes with different string-hash orders must write the same bytes (no set iteration).
+    import os
+    import subprocess
+    import sys
+    for h in ("1", "2"):
+        subprocess.run([sys.executable, "-m", "solution.synth", "--profile", "nq", "--out", str(tmp_path / h),
+                        "--num-train", "20", "--num-dev", "2", "--num-test", "2"], check=True, capture_output=True,
+                       env=os.environ | {"PYTHONHASHSEED": h})
+    for name in FILES:
+        path = f"simplified-nq-{name}.jsonl"
+        assert (tmp_path / "1" / path).read_bytes() == (tmp_path / "2" / path).read_bytes(), name
+
+
 def test_cli_profile_flag(tmp_path, capsys):
     synth.main(["--out", str(tmp_path), "--profile", "nq", "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
     assert "profile nq" in capsys.readouterr().out
