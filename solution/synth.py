@@ -15,7 +15,13 @@ opening `The climate of Vemoria ...`; a no-answer question asks for an
 attribute or topic the document never states, while it states others in the
 same sentence shapes. Long answers are always top-level candidates.
 
-    python -m solution.synth --out data/synth [--seed 0] [--num-train 1000] ...
+That is `--profile easy`, the default. `--profile nq` (`make_nq_example`,
+below) writes pages shaped like real NQ: thousands of words, long plain-text
+runs outside every candidate, lists and tables nested two or three deep, long
+paragraphs, a few nested gold long answers, and the neighbour's facts in the
+question's words. `python -m solution.corpus_stats` measures either.
+
+    python -m solution.synth --out data/synth [--profile easy|nq] [--seed 0] [--num-train 1000] ...
 """
 
 from __future__ import annotations
@@ -459,6 +465,227 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
     return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}
 
 
+# ---------------------------------------------------------------------------------------------
+# The `nq` profile: pages shaped like real NQ (issue 13, part 1; `python -m solution.corpus_stats`
+# measures both). Long pages whose navigation, infobox-side and reference text sits outside every
+# candidate; tables and lists nested two or three deep; long paragraphs; a few gold long answers
+# that are the nested Li/Tr holding the fact; and the neighbour's facts stated in the same words, so
+# a question's words find two passages and only reading which country each is about answers it.
+
+NQ_MEDIAN_WORDS = 4000  # real sample: median 4,587 non-HTML words, 90th percentile 13,939
+NQ_SIGMA = 0.95  # log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma)), sigma 0.87; page assembly narrows it
+NQ_NESTED_GOLD = 0.3  # of facts in a list item or table row, the share whose gold long answer is that Li/Tr
+NQ_DISTRACTOR = 0.6  # chance a stated attribute or topic is also stated about the neighbour
+NQ_CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
+_MONTHS = ("January", "March", "April", "June", "July", "September", "October", "December")
+_NAV = ("Jump to : navigation , search", "From Wikipedia , the free encyclopedia",
+        "This article is about the {kind} . For other uses , see {E} ( disambiguation ) .",
+        "Coordinates : {K} ° N {K} ° E", "Part of a series on the History of {E}")
+
+
+def _nq_words(node) -> int:
+    """Non-HTML words of a node, a sentence or a plain-text run."""
+    if isinstance(node[0], list):  # a sentence (tokens, key, start, end)
+        return len(node[0])
+    tag, body = node
+    if tag in ("text", "H2"):
+        return len(body)
+    return sum(_nq_words(k) for k in body)
+
+
+def _nq_render(nodes):
+    """Tokens, candidates, {key: (top-level index, innermost index, value start, value end)}.
+
+    A node is ("text", tokens), ("H2", tokens) or (tag, children); a child is a node or a sentence.
+    """
+    tokens, cands, where, stack = [], [], {}, []
+
+    def rec(node):
+        if isinstance(node[0], list):
+            toks, key, vs, ve = node
+            if key is not None:
+                where[key] = (stack[0], stack[-1], len(tokens) + vs, len(tokens) + ve)
+            tokens.extend(toks)
+            return
+        tag, body = node
+        if tag == "text":
+            tokens.extend(body)
+            return
+        if tag == "H2":
+            tokens.extend(["<H2>", *body, "</H2>"])
+            return
+        name = tag.split("_")[0]
+        if name in NQ_CANDIDATE_TAGS:
+            stack.append(len(cands))
+            cands.append({"start_token": len(tokens), "top_level": len(stack) == 1, "end_token": -1})
+        tokens.append(f"<{tag}>")
+        for k in body:
+            rec(k)
+        tokens.append(f"</{name}>")
+        if name in NQ_CANDIDATE_TAGS:
+            cands[stack.pop()]["end_token"] = len(tokens)
+
+    for n in nodes:
+        rec(n)
+    return tokens, cands, where
+
+
+class _NQPage:
+    """Builds one nq-profile page: plain-text runs, long paragraphs, nested lists and tables."""
+
+    def __init__(self, rng: random.Random, doc: _Doc):
+        self.rng, self.doc, self.names = rng, doc, doc.names
+
+    def run(self, pattern: str) -> list:
+        """Plain words from a pattern with the filler slots drawn."""
+        out = []
+        for tok in pattern.split():
+            out.extend(self.doc._slot(tok[1]).split() if tok[0] == "{" and len(tok) == 3 else (tok,))
+        return out
+
+    def text(self, words: int, kind: str) -> tuple:
+        """A plain run outside every candidate: navigation boxes or references, `words` long."""
+        out, rng = [], self.rng
+        while len(out) < words:
+            if kind == "refs":
+                out += self.run(f"^ {{P}} ( {{Y}} ) . {self.names.proper()} and the {{W}} of {{E}} . {{C}} : "
+                                f"{{P}} Press . p. {rng.randint(2, 400)} . Retrieved {rng.randint(1, 28)} "
+                                f"{rng.choice(_MONTHS)} {{Y}} .")
+            else:
+                out += self.run(" · ".join(rng.choice(("{C}", "{P}", "{N}", "{W}")) for _ in range(rng.randint(4, 12))))
+        return ("text", out[:words])
+
+    def paragraph(self, words: int, core=(), first: bool = False) -> tuple:
+        """A long paragraph: filler around the core sentences (kept in order; `first`: they open it)."""
+        sents = [self.doc.filler() for _ in range(max(1, words // 11 - len(core)))]
+        at = 0 if first else self.rng.randint(0, len(sents))
+        return ("P", sents[:at] + list(core) + sents[at:])
+
+    def item(self, depth: int) -> tuple:
+        """A list item: a short phrase or sentence, sometimes with a sub-list (nesting 2-3 deep)."""
+        rng = self.rng
+        body = [self.doc.filler()] if rng.random() < 0.5 else [(self.run("{C} ( {Y} )"), None, 0, 0)]
+        if depth < 2 and rng.random() < 0.08:
+            body.append(self.ul(depth + 1))
+        return ("Li", body)
+
+    def ul(self, depth: int = 0, core=()) -> tuple:
+        items = [self.item(depth) for _ in range(self.rng.randint(2, 6))]
+        for sent in core:
+            items.insert(self.rng.randint(0, len(items)), ("Li", [sent]))
+        return ("Ul", items)
+
+    def table(self, core_rows=()) -> tuple:
+        """A table; a cell sometimes holds a list, so Table > Tr > Ul > Li nests three deep."""
+        rng = self.rng
+        head = ("Tr", [("Th", [([w], None, 0, 0)]) for w in ("Name", "Seat", "Founded")])
+        rows = [head]
+        for _ in range(rng.randint(2, 7)):
+            cells = [("Td", [(self.run("{C}"), None, 0, 0)]), ("Td", [(self.run("{C}"), None, 0, 0)]),
+                     ("Td", [(self.run("{Y}"), None, 0, 0)])]
+            if rng.random() < 0.15:
+                cells[1] = ("Td", [self.ul(1)])
+            rows.append(("Tr", cells))
+        for r in core_rows:
+            rows.insert(rng.randint(1, len(rows)), r)
+        return ("Table", rows)
+
+    def block(self) -> tuple:
+        r = self.rng.random()
+        if r < 0.72:
+            return self.paragraph(self._para_words())
+        if r < 0.87:
+            return self.ul()
+        if r < 0.95:
+            return self.table()
+        return ("text", self.run("Main article : {E} {W}") if r < 0.97 else self.text(self.rng.randint(20, 120), "nav")[1])
+
+    def _para_words(self) -> int:
+        return round(math.exp(self.rng.uniform(math.log(45), math.log(280))))
+
+
+def _nq_fact_block(page: _NQPage, entity: str, key: str, value: str, where_r: float):
+    """The block stating `key`: a long paragraph mostly, else a list item or a table row."""
+    rng = page.rng
+    if key.startswith("topic:"):
+        heading, openings, _, about = TOPICS[key[6:]]
+        sents = [_sentence(rng.choice(openings), entity, key)]
+        sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, len(about)))]
+        return page.paragraph(page._para_words(), sents, first=True)  # a section opens with its topic
+    fact = _sentence(rng.choice(ATTRIBUTES[key][2]), entity, key, value)
+    if where_r < 0.7:
+        return page.paragraph(page._para_words(), [fact])
+    if where_r < 0.85:
+        return page.ul(0, [fact])
+    label, vals = ATTRIBUTES[key][1].split(), value.split()
+    return page.table([("Tr", [("Th", [(label, None, 0, 0)]), ("Td", [(vals, key, 0, len(vals))])])])
+
+
+def _nq_body(rng, page: _NQPage, entity: str, stated: list, values: dict, topics: list, asked: str, words: int):
+    """Sections (H2 + blocks) of about `words` words, the facts, topics and neighbour distractors placed in them."""
+    doc, names = page.doc, page.names
+    specials = [_nq_fact_block(page, entity, k, values[k], rng.random()) for k in stated]
+    specials += [_nq_fact_block(page, entity, "topic:" + t, "", 0.0) for t in topics]
+    # Distractors: the neighbour stated in the same words (no key: never an answer). The asked key
+    # gets one more often, so a no-answer question's words are usually on the page.
+    # Lists, not sets: a set of strings iterates in per-process hash order, which would change the draws.
+    for k in stated + ([asked] if asked in ATTRIBUTES and asked not in stated else []):
+        if rng.random() < (0.8 if k == asked else NQ_DISTRACTOR):
+            toks = _sentence(rng.choice(ATTRIBUTES[k][2]), doc.neighbour, None, names.value(ATTRIBUTES[k][0]))[0]
+            specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)]))
+    for t in topics + ([asked[6:]] if asked.startswith("topic:") and asked[6:] not in topics else []):
+        if rng.random() < (0.8 if "topic:" + t == asked else NQ_DISTRACTOR):
+            toks = rng.choice(TOPICS[t][1]).format(E=doc.neighbour).split()
+            specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)], first=True))
+    sections, used = [], sum(_nq_words(b) for b in specials)
+    headings = [TOPICS[t][0] for t in topics] + list(GENERIC_HEADINGS)
+    while used < words or not sections:
+        h = headings.pop(0) if headings else names.proper()
+        blocks = [page.block() for _ in range(rng.randint(1, 6))]
+        used += sum(_nq_words(b) for b in blocks) + 1
+        sections.append([("H2", h.split())] + blocks)
+    for b in specials:
+        s = rng.choice(sections)
+        s.insert(rng.randint(1, len(s)), b)
+    return [n for s in sections for n in s]
+
+
+def make_nq_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
+    """One nq-profile document, its question and true answer (the easy profile's `make_example` dict)."""
+    names = _Names(rng)
+    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
+    doc = _Doc(rng, entity, names)
+    target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
+    stated = rng.sample(list(ATTRIBUTES), rng.randint(3, 12))
+    topics = rng.sample(list(TOPICS), rng.randint(2, 8))
+    values, asked, question = _question(rng, names, entity, answer_type, stated, topics)
+    page = _NQPage(rng, doc)
+    kind = rng.choice(("country", "kingdom", "island nation", "republic"))
+    nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
+    head = [("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])]
+    infobox = [("Tr", [('Th_colspan="2"', [([entity], None, 0, 0)])])]
+    for k, v in (("Demonym", entity + "n"), ("Time zone", f"UTC + {rng.randint(1, 5)}"),
+                 ("Calling code", f"+ {rng.randint(200, 999)}"), ("Motto", f"{names.proper()} {names.word()}")):
+        infobox.append(("Tr", [("Th", [(k.split(), None, 0, 0)]), ("Td", [(v.split(), None, 0, 0)])]))
+    head.append(("Table", infobox))
+    # Plain runs: navigation at the top, references and navigation boxes at the bottom (outside every candidate).
+    top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))
+    head.append(page.text(top_nav, "nav"))
+    intro = _sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
+    head.append(page.paragraph(page._para_words(), [intro]))
+    used = sum(_nq_words(n) for n in head)
+    body = _nq_body(rng, page, entity, stated, values, topics, asked, max(0, target - used - refs - bottom_nav))
+    tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
+    tokens, cands, where = _nq_render(head + body + tail)
+    answer = None
+    if answer_type != "NONE":
+        top, inner, vs, ve = where[asked]
+        nested = inner != top and rng.random() < NQ_NESTED_GOLD
+        answer = {"candidate_index": inner if nested else top, "short": [(vs, ve)] if answer_type == "SHORT" else [],
+                  "yes_no": answer_type if answer_type in ("YES", "NO") else "NONE"}
+    return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}
+
+
 def _annotation(rng: random.Random, answer, candidates) -> dict:
     """One annotator's answer in the simplified-NQ layout; `answer` None is the null annotation."""
     if answer is None:
@@ -491,11 +718,13 @@ def _answer_types(rng: random.Random, n: int) -> list:
     return types
 
 
-def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_words: int, used_ids: set):
+def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_words: int, used_ids: set,
+                   profile: str = "easy"):
     """Yield (record with int example_id, answer type) for one split; its own Random, so split sizes don't interact."""
     rng = random.Random(seed)
+    make = PROFILES[profile][0]
     for answer_type in _answer_types(rng, n):
-        ex = make_example(rng, answer_type, min_words, max_words)
+        ex = make(rng, answer_type, min_words, max_words)
         example_id = rng.randrange(-2 ** 63, 2 ** 63)
         while example_id in used_ids:  # ids are unique across train, dev and test
             example_id = rng.randrange(-2 ** 63, 2 ** 63)
@@ -529,8 +758,14 @@ class _SplitStats:
 
 
 def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 100, num_test: int = 100,
-                 min_words: int = 300, max_words: int = 3000) -> list:
-    """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test)."""
+                 min_words=None, max_words=None, profile: str = "easy") -> list:
+    """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test).
+
+    min_words/max_words default to the profile's bounds (PROFILES)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    min_words = PROFILES[profile][1] if min_words is None else min_words
+    max_words = PROFILES[profile][2] if max_words is None else max_words
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     master = random.Random(seed)
@@ -543,7 +778,7 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
         stats = _SplitStats(name, paths)
         files = [open(p, "w", encoding="utf-8", newline="\n") for p in paths]
         try:
-            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids):
+            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids, profile):
                 stats.add(record, answer_type)
                 if name == "test":
                     # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
@@ -558,6 +793,11 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
     return summary
 
 
+# name -> (document maker, default shortest and longest document in words). `easy` is the demo's and
+# the tests' corpus; `nq` is shaped like real NQ pages (log-normal lengths, median ~4,600 words).
+PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_example, 1000, 40000)}
+
+
 def _parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
@@ -565,9 +805,14 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each) (default: %(default)s)")
     parser.add_argument("--num-dev", type=int, default=100, help="dev examples (five annotations each) (default: %(default)s)")
     parser.add_argument("--num-test", type=int, default=100, help="test examples (test file without answers, plus its gold) (default: %(default)s)")
-    parser.add_argument("--min-words", type=int, default=300, help="shortest document, in whitespace tokens (at least 200) (default: %(default)s)")
-    parser.add_argument("--max-words", type=int, default=3000, help="longest document, in whitespace tokens (default: %(default)s)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="easy",
+                        help="easy: short learnable pages (the demo's); nq: pages shaped like real NQ (default: %(default)s)")
+    parser.add_argument("--min-words", type=int, default=None,
+                        help="shortest document, in words (at least 200) (default: easy 300, nq 1000)")
+    parser.add_argument("--max-words", type=int, default=None, help="longest document, in words (default: easy 3000, nq 40000)")
     args = parser.parse_args(argv)
+    args.min_words = PROFILES[args.profile][1] if args.min_words is None else args.min_words
+    args.max_words = PROFILES[args.profile][2] if args.max_words is None else args.max_words
     for name in ("num_train", "num_dev", "num_test"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1 (an empty file is not a valid NQ file)")
@@ -581,10 +826,12 @@ def _parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = _parse_args(argv)
     start = time.perf_counter()
-    summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words, args.max_words)
+    summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words, args.max_words,
+                           args.profile)
     for stats in summary:
         print(stats.line())
-    print(f"wrote {sum(len(s.paths) for s in summary)} files to {args.out} in {time.perf_counter() - start:.1f}s (seed {args.seed})")
+    print(f"wrote {sum(len(s.paths) for s in summary)} files to {args.out} in {time.perf_counter() - start:.1f}s "
+          f"(profile {args.profile}, seed {args.seed})")
 
 
 if __name__ == "__main__":

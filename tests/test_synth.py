@@ -5,8 +5,10 @@ from collections import Counter
 
 import pytest
 
-from solution import synth
+from solution import corpus_stats, synth
 from solution.nq import is_html_token, read_examples
+
+from conftest import nq_line, real_nq, write_jsonl
 
 FILES = {"train": True, "dev": True, "test": False, "test-gold": True}  # name -> require_annotations
 CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
@@ -14,7 +16,9 @@ STOPWORDS = {"what", "is", "the", "of", "in", "who", "was", "a", "like", "how", 
 
 
 def _write(out, **kw):
-    args = dict(seed=0, num_train=20, num_dev=5, num_test=5, min_words=300, max_words=1200) | kw
+    args = dict(seed=0, num_train=20, num_dev=5, num_test=5) | kw
+    if args.get("profile", "easy") == "easy":
+        args = dict(min_words=300, max_words=1200) | args
     synth.write_corpus(out, **args)
     return {name: out / f"simplified-nq-{name}.jsonl" for name in FILES}
 
@@ -89,6 +93,21 @@ def test_five_way_annotations_agree_with_the_true_answer(corpus):
                 assert len({(a.long_answer, a.short_answers) for a in ex.annotations if a.answer_type != "NONE"}) == 1
 
 
+def _candidates_from_tags(tokens) -> list:
+    """The candidate list the HTML tags imply: every P/Table/Tr/Ul/Li element, top-level when not nested."""
+    expected, stack = [], []
+    for i, tok in enumerate(tokens):
+        if tok.startswith("<") and tok.strip("</>").split("_")[0] in CANDIDATE_TAGS:
+            assert is_html_token(tok)
+            if tok.startswith("</"):
+                start = stack.pop()
+                expected.append({"start_token": start, "top_level": not stack, "end_token": i + 1})
+            else:
+                stack.append(i)
+    assert not stack
+    return sorted(expected, key=lambda c: c["start_token"])
+
+
 def test_candidates_are_exactly_the_html_elements(corpus):
     nested = 0
     for obj in _objs(corpus["train"])[:200]:
@@ -96,17 +115,7 @@ def test_candidates_are_exactly_the_html_elements(corpus):
         assert text == " ".join(text.split())  # single spaces
         tokens = text.split()
         assert tokens[1:4] == ["-", "wikipedia", "<H1>"] and tokens[4] == tokens[0]
-        expected, stack = [], []
-        for i, tok in enumerate(tokens):
-            if tok.startswith("<") and tok.strip("</>").split("_")[0] in CANDIDATE_TAGS:
-                assert is_html_token(tok)
-                if tok.startswith("</"):
-                    start = stack.pop()
-                    expected.append({"start_token": start, "top_level": not stack, "end_token": i + 1})
-                else:
-                    stack.append(i)
-        assert not stack
-        expected.sort(key=lambda c: c["start_token"])
+        expected = _candidates_from_tags(tokens)
         assert obj["long_answer_candidates"] == expected
         nested += sum(not c["top_level"] for c in expected)
         assert "<H2>" in tokens or len(tokens) < 600
@@ -143,3 +152,150 @@ def test_cli_prints_a_summary_and_rejects_bad_options(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             synth.main(["--out", str(tmp_path)] + bad)
         assert exc.value.code == 2
+
+
+# --- the nq profile: shaped like real NQ (issue 13, part 1) -------------------------------------------
+
+# The real sample's figures (issue 13's table; `python -m solution.corpus_stats` on the 49 real training lines).
+REAL_FIGURES = {"median_words": 4587, "p90_words": 13939, "median_candidates": 86, "top_level_share": 0.42,
+                "empty_chunk_share": 0.33, "median_gold_long_words": 96, "gold_top_level_share": 0.95}
+
+
+@pytest.fixture(scope="module")
+def nq_corpus(tmp_path_factory):
+    """300 nq-profile training documents (a few seconds), small dev and test."""
+    return _write(tmp_path_factory.mktemp("synth-nq"), profile="nq", num_train=300, num_dev=20, num_test=20)
+
+
+def _assert_close(figures: dict, target: dict) -> None:
+    for key, _, kind in corpus_stats.ROWS:
+        got, want = figures[key], target[key]
+        if kind == "count":
+            assert abs(got - want) <= 0.3 * want, (key, got, want)
+        else:
+            assert abs(got - want) <= 0.1, (key, got, want)
+
+
+def test_nq_profile_figures_are_within_the_issue_tolerances(nq_corpus):
+    _assert_close(corpus_stats.corpus_figures([nq_corpus["train"]]), REAL_FIGURES)
+
+
+def test_nq_profile_figures_match_the_real_sample(nq_corpus):
+    real = corpus_stats.corpus_figures([real_nq("simplified-nq-train-sample.jsonl")])
+    assert real == pytest.approx(REAL_FIGURES | {"documents": 49, "gold_long_answers": 37}, abs=0.005)
+    _assert_close(corpus_stats.corpus_figures([nq_corpus["train"]]), real)
+
+
+def test_nq_profile_format(nq_corpus):
+    for name, require in FILES.items():
+        assert len(list(read_examples(nq_corpus[name], require_annotations=require))) == (300 if name == "train" else 20)
+    train, dev, test, gold = (_objs(nq_corpus[n]) for n in FILES)
+    assert list(train[0]) == ["document_text", "long_answer_candidates", "question_text", "annotations",
+                              "document_url", "example_id"]
+    assert all(len(o["annotations"]) == 5 for o in dev + gold)
+    assert all(set(o) == {"example_id", "question_text", "document_text", "long_answer_candidates"} for o in test)
+    depth3 = 0
+    for obj in train[:100]:
+        text = obj["document_text"]
+        assert text == " ".join(text.split())
+        tokens = text.split()
+        assert tokens[1:4] == ["-", "wikipedia", "<H1>"] and tokens[4] == tokens[0]
+        assert obj["long_answer_candidates"] == _candidates_from_tags(tokens)
+        depth3 += any(text.count(p) for p in ("<Li> <Ul>", "<Td> <Ul>"))  # a list inside a list item or cell
+    assert depth3 > 10
+
+
+def test_nq_profile_answers_mix_and_five_way_gold(nq_corpus):
+    mix = Counter(ex.answer_type for ex in read_examples(nq_corpus["train"]))
+    assert mix == {"NONE": 150, "SHORT": 99, "LONG": 47, "YES": 3, "NO": 1}  # the easy profile's exact shares
+    nested = 0
+    for name in ("dev", "test-gold"):
+        for ex in read_examples(nq_corpus[name], require_annotations=True):
+            types = [a.answer_type for a in ex.annotations]
+            assert set(types) <= {"NONE", ex.answer_type} and (ex.answer_type == "NONE") == (set(types) == {"NONE"})
+    for ex in read_examples(nq_corpus["train"]):
+        ann = ex.annotations[0]
+        if ann.long_answer is not None:
+            nested += not ex.candidates[ann.candidate_index].top_level
+            for short in ann.short_answers:
+                assert ann.long_answer.contains(short)
+    assert 1 <= nested <= 20  # a few gold long answers are nested candidates, most are top-level
+
+
+def test_nq_questions_words_also_appear_in_distractor_passages(nq_corpus):
+    # An attribute question's words ("capital") appear outside the gold passage too, stated about the
+    # neighbour: keyword matching alone finds two passages, only the entity's name tells them apart.
+    outside = questions = 0
+    for ex in read_examples(nq_corpus["train"]):
+        ann = ex.annotations[0]
+        if ex.answer_type != "SHORT":
+            continue
+        questions += 1
+        words = set(ex.question_text.split()) - STOPWORDS - {ex.tokens[0].lower()}
+        rest = ex.tokens[:ann.long_answer.start_token] + ex.tokens[ann.long_answer.end_token:]
+        outside += words <= {t.lower() for t in rest}
+    assert outside / questions > 0.5
+
+
+def test_nq_profile_is_deterministic_and_fast(tmp_path):
+    import time
+    t0 = time.perf_counter()
+    a = _write(tmp_path / "a", profile="nq", num_train=100)
+    assert time.perf_counter() - t0 < 20  # seconds for hundreds of documents (~1 s per 100 on one core)
+    b, c = _write(tmp_path / "b", profile="nq", num_train=100), _write(tmp_path / "c", profile="nq", num_train=100, seed=1)
+    for name in FILES:
+        assert a[name].read_bytes() == b[name].read_bytes() != c[name].read_bytes(), name
+
+
+def test_nq_profile_does_not_depend_on_the_hash_seed(tmp_path):
+    # Separate processes with different string-hash orders must write the same bytes (no set iteration).
+    import os
+    import subprocess
+    import sys
+    for h in ("1", "2"):
+        subprocess.run([sys.executable, "-m", "solution.synth", "--profile", "nq", "--out", str(tmp_path / h),
+                        "--num-train", "20", "--num-dev", "2", "--num-test", "2"], check=True, capture_output=True,
+                       env=os.environ | {"PYTHONHASHSEED": h})
+    for name in FILES:
+        path = f"simplified-nq-{name}.jsonl"
+        assert (tmp_path / "1" / path).read_bytes() == (tmp_path / "2" / path).read_bytes(), name
+
+
+def test_cli_profile_flag(tmp_path, capsys):
+    synth.main(["--out", str(tmp_path), "--profile", "nq", "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
+    assert "profile nq" in capsys.readouterr().out
+    assert min(len(ex.tokens) for ex in read_examples(tmp_path / "simplified-nq-train.jsonl")) >= 1000
+    with pytest.raises(SystemExit) as exc:
+        synth.main(["--out", str(tmp_path), "--profile", "hard"])
+    assert exc.value.code == 2
+
+
+# --- the statistics command on hand-built lines with known figures --------------------------------------
+
+def _stats_lines(tmp_path):
+    # 4 title words + 696 plain words (two whole 350-word chunks outside every candidate), then a
+    # 10-word paragraph and a list of two items (2 and 3 words): 715 words, 3 chunks, 2 of them empty.
+    doc = ("T - wikipedia <H1> T </H1> " + "x " * 696 + "<P> a b c d e f g h i j </P> "
+           "<Ul> <Li> k l </Li> <Li> m n o </Li> </Ul>")
+    # Candidates in start order: 0 P (top), 1 Ul (top), 2 Li, 3 Li. Gold: the first Li, then the P.
+    return write_jsonl(tmp_path / "known.jsonl", [nq_line("1", document=doc, long=2), nq_line("2", document=doc, long=0)])
+
+
+def test_corpus_stats_on_hand_built_lines(tmp_path):
+    figures = corpus_stats.corpus_figures([_stats_lines(tmp_path)])
+    assert figures == {"documents": 2, "median_words": 715, "p90_words": 715, "median_candidates": 4,
+                       "top_level_share": 0.5, "empty_chunk_share": 0.6667, "median_gold_long_words": 6,
+                       "gold_top_level_share": 0.5, "gold_long_answers": 2}
+
+
+def test_corpus_stats_cli(tmp_path, capsys):
+    path = _stats_lines(tmp_path)
+    assert corpus_stats.main([str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["median_words"] == 715
+    assert corpus_stats.main([str(path)]) == 0
+    assert "| median gold long answer, words | 6 |" in capsys.readouterr().out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text().splitlines()[0] + "\n{\"example_id\": 5}\n")
+    assert corpus_stats.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "bad.jsonl:2" in err
