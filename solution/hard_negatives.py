@@ -21,8 +21,12 @@ only which ones changes; `f` < 1 keeps some easy negatives, so the new model
 does not forget them.
 
 The scores file is JSON lines: a header record (format, window settings,
-model, training file), then one record per document: example_id,
-answerable, and one score per window (null for a window with an answer).
+model, training file, and what else changes the scores' bits: precision,
+device type, batch and chunk sizes), then one record per document:
+example_id, answerable, and one score per window (null for a window with an
+answer). Records are appended chunk by chunk as they are scored, so the
+full training file (millions of windows) is never held, and a killed pass
+run again with the same arguments continues the file (`resume_point`).
 No accelerate or deepspeed here: scoring runs in one process.
 """
 
@@ -234,7 +238,7 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     header = make_header(model_dir, train_file, window, precision, torch.device(device).type, batch_size,
                          docs_per_chunk)
     done, keep_bytes = resume_point(out, header, overwrite)
-    if done and not quiet:
+    if keep_bytes:  # said even with --quiet: the run does less than the command asks
         print(f"resuming: {len(done)} documents already scored in {out}", file=sys.stderr, flush=True)
     stats = ReadStats()
     examples = read_examples(train_file, on_error=on_error, stats=stats, require_annotations=True,

@@ -234,7 +234,7 @@ def test_a_killed_pass_continues_where_it_stopped(tmp_path, tiny_model):
     assert cut.read_bytes() == whole.read_bytes()
 
 
-def test_a_cut_last_line_and_a_partial_chunk_are_scored_again(tmp_path, tiny_model):
+def test_a_cut_last_line_and_a_partial_chunk_are_scored_again(tmp_path, tiny_model, capsys):
     from solution import hard_negatives
 
     data = corpus(tmp_path / "train.jsonl", n=9)
@@ -246,9 +246,13 @@ def test_a_cut_last_line_and_a_partial_chunk_are_scored_again(tmp_path, tiny_mod
     lines = full.splitlines(keepends=True)
     # Header + 5 documents (two whole chunks and half of the third) + half of the 6th line;
     # then only the header cut in its middle.
-    for kept in (b"".join(lines[:6]) + lines[6][:17], lines[0][:30]):
+    for kept, said in ((b"".join(lines[:6]) + lines[6][:17], "resuming: 4 documents already scored"),
+                       (lines[0][:30], None)):
         cut.write_bytes(kept)
+        capsys.readouterr()
         assert hard_negatives.main(args + ["--out", str(cut)]) == 0
+        err = capsys.readouterr().err
+        assert (said in err) if said else ("resuming" not in err), err
         assert cut.read_bytes() == full
 
 
