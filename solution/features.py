@@ -243,9 +243,8 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
                 else:
                     weights = hard.weights(ex.example_id, answerable, len(windows))
                     if weights is None:
-                        raise NQFormatError(path, ex.line, "example_id", f"{ex.example_id}: no matching record in "
-                                            f"{hard.path} (missing, other answerability or window count); "
-                                            "score this training file with python -m solution.hard_negatives")
+                        raise NQFormatError(path, ex.line, "example_id",
+                                            hard.mismatch(ex.example_id, answerable, len(windows)))
                     kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
                 summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:

@@ -21,24 +21,30 @@ only which ones changes; `f` < 1 keeps some easy negatives, so the new model
 does not forget them.
 
 The scores file is JSON lines: a header record (format, window settings,
-model, training file), then one record per document: example_id,
-answerable, and one score per window (null for a window with an answer).
+model, training file, and what else changes the scores' bits: precision,
+device type, batch and chunk sizes), then one record per document:
+example_id, answerable, and one score per window (null for a window with an
+answer). Records are appended chunk by chunk as they are scored, so the
+full training file (millions of windows) is never held, and a killed pass
+run again with the same arguments continues the file (`resume_point`).
 No accelerate or deepspeed here: scoring runs in one process.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import hashlib
 import json
 import os
 import sys
 import time
 from dataclasses import asdict
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
-from solution.fsutil import atomic_output, check_writable
+from solution.fsutil import DiskFullError, check_writable
 
 FORMAT = "nq-hard-negative-scores"
 VERSION = 1
@@ -90,6 +96,18 @@ class HardNegativeWeights:
         s = np.nan_to_num(rec[1], nan=0.0)
         return (1.0 - self.fraction) + self.fraction * s / self.mean[answerable]
 
+    def mismatch(self, example_id: str, answerable: bool, num_windows: int) -> str:
+        """Why `weights` found no record for this document, for the error that stops training."""
+        rec = self.scores.get(example_id)
+        if rec is None:
+            return (f"{example_id}: no matching record in {self.path}, which holds {len(self.scores)} documents: "
+                    "an incomplete scores file (a pass stopped before the end: run the same python -m "
+                    "solution.hard_negatives command again and it finishes the file), or one of another "
+                    "training file")
+        return (f"{example_id}: no matching record in {self.path} (its record says answerable={rec[0]} and "
+                f"{len(rec[1])} windows, the training file gives answerable={answerable} and {num_windows}); "
+                "score this training file with python -m solution.hard_negatives")
+
     @staticmethod
     def stat(path: str) -> dict:
         """The file's identity for cache keys."""
@@ -104,62 +122,187 @@ def answer_probability(type_logits: np.ndarray) -> np.ndarray:
     return 1.0 - p[:, 0] / p.sum(axis=-1)
 
 
-def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, bf16: bool = False,
+def _digest(path: str) -> str:
+    """sha256 of a file (the model's weights: a model retrained into the same folder is another model)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_header(model_dir: str, train_file: str, window, precision: str, device: str, batch_size: int,
+                docs_per_chunk: int) -> dict:
+    """The scores file's first record. A restart appends only to a file with this same header: every field
+    here changes the scores (batch composition and device change their last bits, and the resumed file
+    must equal an uninterrupted run's byte for byte)."""
+    from solution.model import WEIGHTS_FILE
+
+    return {"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
+            "model_sha256": _digest(os.path.join(model_dir, WEIGHTS_FILE)),
+            "train_file": os.path.abspath(train_file), "train_file_bytes": os.path.getsize(train_file),
+            "window": asdict(window), "precision": precision, "device": device, "batch_size": batch_size,
+            "docs_per_chunk": docs_per_chunk, "score": "1 - P(UNKNOWN), answer-type head"}
+
+
+def _encode(record: dict) -> bytes:
+    return (json.dumps(record) + "\n").encode("utf-8")
+
+
+def resume_point(out: str, header: dict, overwrite: bool = False) -> tuple:
+    """(example ids already scored, byte length of the file that holds them) for a restart on `out`.
+
+    Only whole chunks count: scores depend slightly on which windows share a batch, so the
+    documents of a partly written chunk are scored again, in the same chunk as an uninterrupted
+    run would. A last line cut by a kill is dropped. ([], 0): start afresh.
+    """
+    if overwrite or not os.path.exists(out) or os.path.getsize(out) == 0:
+        return [], 0
+    ids, ends = [], []
+    with open(out, "rb") as f:
+        first = f.readline()
+        if not first.endswith(b"\n"):
+            if _encode(header).startswith(first):  # killed while writing its own header
+                return [], 0
+            raise ValueError(f"--out {out}: exists and is not a hard-negative scores file; "
+                             "choose another path or pass --overwrite")
+        try:
+            old = json.loads(first)
+        except ValueError:
+            old = None
+        if not isinstance(old, dict) or old.get("format") != FORMAT:
+            raise ValueError(f"--out {out}: exists and is not a hard-negative scores file; "
+                             "choose another path or pass --overwrite")
+        diff = [f"{k}: file {old.get(k)!r}, this run {header[k]!r}" for k in header if old.get(k) != header[k]]
+        if diff:
+            raise ValueError(f"--out {out}: scored with other settings, so this run cannot continue it ("
+                             + "; ".join(diff) + "); run with the same settings to resume, or pass --overwrite "
+                             "to score again from the start")
+        pos = len(first)
+        for line_no, raw in enumerate(iter(f.readline, b""), 2):
+            if not raw.endswith(b"\n"):
+                break  # cut by a kill: scored again
+            try:
+                ids.append(str(json.loads(raw)["example_id"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{out}:{line_no}: {type(e).__name__}: {e} (a scores file damaged other "
+                                 "than at its end; pass --overwrite to score again from the start)") from None
+            pos += len(raw)
+            ends.append(pos)
+    whole = len(ids) // header["docs_per_chunk"] * header["docs_per_chunk"]
+    return ids[:whole], (ends[whole - 1] if whole else len(first))
+
+
+def _skip_scored(examples: Iterator, done: list, out: str, train_file: str) -> Iterator:
+    """The examples after the `done` ones, checking that the input starts with exactly those."""
+    for i, example_id in enumerate(done):
+        ex = next(examples, None)
+        if ex is None or ex.example_id != example_id:
+            found = "ends there" if ex is None else f"has {ex.example_id} (line {ex.line})"
+            raise ValueError(f"--out {out}: its document {i + 1} is {example_id}, but {train_file} {found}; "
+                             "pass --overwrite to score again from the start")
+    return examples
+
+
+def _progress(initial: int, total: Optional[int], quiet: bool):
+    """A tqdm bar over documents on stderr; in a log file (not a terminal) one line every 10 s."""
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty()
+    return tqdm(initial=initial, total=total, desc="hard negatives", unit="doc", disable=quiet, file=sys.stderr,
+                dynamic_ncols=interactive, mininterval=0.1 if interactive else 10.0)
+
+
+def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, precision: str = "fp32",
                on_error: str = "raise", max_examples: Optional[int] = None, docs_per_chunk: int = 64,
-               quiet: bool = False) -> dict:
+               quiet: bool = False, device: str = "cpu", overwrite: bool = False) -> dict:
+    """Score every window without an answer, appending one line per document to `out` chunk by chunk.
+
+    precision: fp32, bf16 (autocast, the measured path) or auto (bf16 where the device computes it
+    natively). A run killed part-way continues where it stopped (see `resume_point`).
+    """
     import torch
 
-    from solution.inference import model_runner, score_windows
+    from solution.inference import model_runner
     from solution.model import load_model_dir
     from solution.nq import ReadStats, read_examples
-    from solution.windows import TYPE_ID, Featurizer, WindowConfig, has_answer
+    from solution.windows import Featurizer, WindowConfig
+    from submission.predict import resolve_precision
 
     check_writable(out, "--out")  # before the model loads and the scoring runs
-    model, tokenizer, meta = load_model_dir(model_dir, "cpu")
+    if not os.path.isfile(train_file):
+        raise ValueError(f"--train_file {train_file}: no such file")
+    precision = resolve_precision(precision, device)
+    model, tokenizer, meta = load_model_dir(model_dir, device)  # its tokenizer: it may carry added tokens
     window = WindowConfig(**meta["window"])
-    featurizer = Featurizer(tokenizer, window)
-    run = model_runner(model, "cpu", torch.bfloat16 if bf16 else None)
-    pad_id = tokenizer.pad_token_id or 0
+    header = make_header(model_dir, train_file, window, precision, torch.device(device).type, batch_size,
+                         docs_per_chunk)
+    done, keep_bytes = resume_point(out, header, overwrite)
+    if keep_bytes:  # said even with --quiet: the run does less than the command asks
+        print(f"resuming: {len(done)} documents already scored in {out}", file=sys.stderr, flush=True)
     stats = ReadStats()
     examples = read_examples(train_file, on_error=on_error, stats=stats, require_annotations=True,
                              max_lines=max_examples)
-    counts = {"documents": 0, "windows": 0, "negatives": 0}
+    examples = _skip_scored(examples, done, out, train_file)
+    run = model_runner(model, device, torch.bfloat16 if precision == "bf16" else None)
+    counts = {"documents": len(done), "resumed": len(done), "windows": 0, "negatives": 0}
     t0 = time.perf_counter()
-    with atomic_output(out, "w") as f:
-        f.write(json.dumps({"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
-                            "train_file": os.path.abspath(train_file), "window": asdict(window), "bf16": bf16,
-                            "score": "1 - P(UNKNOWN), answer-type head"}) + "\n")
-        chunk: list = []
-
-        def flush():
-            negatives = [w for _, ws in chunk for w in ws if w.answer_type == TYPE_ID["UNKNOWN"]]
-            logits = score_windows(run, negatives, pad_id, batch_size)
-            p = answer_probability(np.stack([t for _, _, t in logits])) if logits else []
-            probs = {(w.example_id, w.window_index): float(x) for w, x in zip(negatives, p)}
-            for ex, ws in chunk:
-                scores = [None if w.answer_type != TYPE_ID["UNKNOWN"] else round(probs[(w.example_id, w.window_index)], 6)
-                          for w in ws]
-                f.write(json.dumps({"example_id": ex.example_id, "answerable": has_answer(ex),
-                                    "scores": scores}) + "\n")
+    with open(out, "r+b" if keep_bytes else "wb") as f, _progress(len(done), max_examples, quiet) as bar:
+        f.truncate(keep_bytes)  # drops a partial chunk and a cut last line
+        f.seek(keep_bytes)
+        if not keep_bytes:
+            _write(f, _encode(header))
+        featurized = Featurizer(tokenizer, window).featurize(examples, with_labels=True)
+        for chunk in _chunks(featurized, docs_per_chunk):
+            lines, n_windows, n_negatives = _score_chunk(run, chunk, tokenizer.pad_token_id or 0, batch_size)
+            _write(f, b"".join(lines))
             counts["documents"] += len(chunk)
-            counts["windows"] += sum(len(ws) for _, ws in chunk)
-            counts["negatives"] += len(negatives)
-            chunk.clear()
-            if not quiet:
-                dt = time.perf_counter() - t0
-                print(f"\rhard negatives: {counts['documents']} documents, {counts['negatives']} negative windows "
-                      f"scored, {counts['negatives'] / dt:.1f} windows/s", end="", file=sys.stderr, flush=True)
-
-        for ex, ws in featurizer.featurize(examples, with_labels=True):
-            chunk.append((ex, ws))
-            if len(chunk) >= docs_per_chunk:
-                flush()
-        if chunk:
-            flush()
-    if not quiet:
-        print(file=sys.stderr)
-    counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report())
+            counts["windows"] += n_windows
+            counts["negatives"] += n_negatives
+            bar.update(len(chunk))
+            bar.set_postfix(windows=counts["windows"],
+                            windows_per_s=f"{counts['windows'] / (time.perf_counter() - t0):.1f}", refresh=False)
+    counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report(),
+                  precision=precision)
     return counts
+
+
+def _chunks(featurized: Iterator, size: int) -> Iterator[list]:
+    chunk: list = []
+    for item in featurized:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _score_chunk(run, chunk: list, pad_id: int, batch_size: int) -> tuple:
+    """(one encoded line per document, windows, windows scored) for a chunk of (example, windows)."""
+    from solution.inference import score_windows
+    from solution.windows import TYPE_ID, has_answer
+
+    unknown = TYPE_ID["UNKNOWN"]
+    negatives = [w for _, ws in chunk for w in ws if w.answer_type == unknown]
+    logits = score_windows(run, negatives, pad_id, batch_size)  # longest first, across the chunk's documents
+    p = iter(answer_probability(np.stack([t for _, _, t in logits])) if logits else [])
+    lines = [_encode({"example_id": ex.example_id, "answerable": has_answer(ex),
+                      "scores": [round(float(next(p)), 6) if w.answer_type == unknown else None for w in ws]})
+             for ex, ws in chunk]
+    return lines, sum(len(ws) for _, ws in chunk), len(negatives)
+
+
+def _write(f, data: bytes) -> None:
+    """Append and push to disk now: a kill loses at most the chunk being scored."""
+    try:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(f.name) from None
+        raise
 
 
 def main(argv=None) -> int:
@@ -167,21 +310,37 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="trained model directory (output_dir/model)")
     p.add_argument("--train_file", required=True, help="the simplified-NQ training file to score")
     p.add_argument("--out", required=True, help="scores file to write (JSON lines)")
-    p.add_argument("--batch_size", type=int, default=64)
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--batch_size", type=int, default=64, help="windows per forward pass")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="bf16: bfloat16 autocast (the path the README's hard-negative figures were measured "
+                        "with); auto (default): bf16 where the CPU or GPU computes it natively, else fp32, as "
+                        "submission.predict decides")
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    p.add_argument("--docs_per_chunk", type=int, default=64,
+                   help="documents whose windows are batched together (longest first) and then written")
+    p.add_argument("--overwrite", action="store_true",
+                   help="score from the start even if --out holds scores (default: continue a file with the same "
+                        "header, refuse one with another)")
     p.add_argument("--on_error", choices=("raise", "skip"), default="raise")
     p.add_argument("--max_examples", type=int, default=None, help="score only the first N lines")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    if args.batch_size < 1 or args.docs_per_chunk < 1:
+        p.error("--batch_size and --docs_per_chunk must be at least 1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        c = score_file(args.model, args.train_file, args.out, args.batch_size, args.bf16, args.on_error,
-                       args.max_examples, quiet=args.quiet)
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        c = score_file(args.model, args.train_file, args.out, args.batch_size, args.precision, args.on_error,
+                       args.max_examples, args.docs_per_chunk, args.quiet, device, args.overwrite)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out}: {c['documents']} documents, {c['negatives']} of {c['windows']} windows without an "
-          f"answer scored in {c['seconds']:.1f}s")
+    print(f"wrote {args.out}: {c['documents']} documents ({c['resumed']} from an earlier run), "
+          f"{c['negatives']} of {c['windows']} windows without an answer scored in {c['seconds']:.1f}s "
+          f"on {device} ({c['precision']})")
     if c["skipped"]:
         print(f"WARNING: {c['read_report']}", file=sys.stderr)
     return 0

@@ -1,9 +1,16 @@
 """Training for the metric: separate keep rates for answerable and unanswerable documents, hard negatives."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
+import torch
 from conftest import nq_line, write_jsonl
 
 from solution.config import load_config
@@ -13,6 +20,7 @@ from solution.nq import NQFormatError, read_examples
 from solution.windows import TYPE_ID, Featurizer, WindowConfig
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
+ROOT = Path(__file__).resolve().parents[1]
 NEVER = 1e-9  # a keep rate that keeps nothing here (the config refuses 0)
 
 
@@ -116,20 +124,27 @@ def test_scores_file_that_does_not_match_is_refused(tmp_path, tokenizer):
                              str(tmp_path / "c"))
 
 
-def test_scoring_a_training_file_writes_a_usable_scores_file(tmp_path, tokenizer):
-    """`python -m solution.hard_negatives` with a tiny random model: one score per negative window, null for answers."""
-    from solution import hard_negatives
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, tokenizer):
+    """A model directory holding a tiny random model (one layer, hidden size 32)."""
     from solution.config import TrainConfig
     from solution.model import build_model, save_model_dir
 
     cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
                                                                "num_attention_heads": 2, "intermediate_size": 64})
+    torch.manual_seed(0)
     model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
-    model_dir = save_model_dir(tmp_path / "model", model.state_dict(), model.config, tokenizer,
-                               {"window": asdict(WINDOW), "postprocess": asdict(cfg.postprocess)})
+    return save_model_dir(tmp_path_factory.mktemp("tiny") / "model", model.state_dict(), model.config, tokenizer,
+                          {"window": asdict(WINDOW), "postprocess": asdict(cfg.postprocess)})
+
+
+def test_scoring_a_training_file_writes_a_usable_scores_file(tmp_path, tokenizer, tiny_model):
+    """`python -m solution.hard_negatives` with a tiny random model: one score per negative window, null for answers."""
+    from solution import hard_negatives
+
     path = corpus(tmp_path / "train.jsonl")
     out = tmp_path / "hard.jsonl"
-    assert hard_negatives.main(["--model", str(model_dir), "--train_file", str(path), "--out", str(out),
+    assert hard_negatives.main(["--model", str(tiny_model), "--train_file", str(path), "--out", str(out),
                                 "--quiet", "--batch_size", "5"]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records[0]["format"] == "nq-hard-negative-scores" and records[0]["window"] == asdict(WINDOW)
@@ -142,6 +157,135 @@ def test_scoring_a_training_file_writes_a_usable_scores_file(tmp_path, tokenizer
         assert all(0.0 <= s <= 1.0 for s in r["scores"] if s is not None)
     ds, s = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5, None, str(out)), str(tmp_path / "c"))
     assert s["windows_kept"] == len(ds) > s["windows_per_type"]["UNKNOWN"]
+
+
+def test_fp32_scores_are_the_models_float32_answer_probabilities(tmp_path, tokenizer, tiny_model):
+    """--precision fp32: each score is 1 - P(UNKNOWN) of the float32 model on that window alone."""
+    from solution import hard_negatives
+    from solution.inference import collate
+    from solution.model import load_model_dir
+
+    path = corpus(tmp_path / "train.jsonl", n=6)
+    out = tmp_path / "hard.jsonl"
+    assert hard_negatives.main(["--model", str(tiny_model), "--train_file", str(path), "--out", str(out), "--quiet",
+                                "--precision", "fp32", "--device", "cpu"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (records[0]["precision"], records[0]["device"]) == ("fp32", "cpu")
+    model, _, _ = load_model_dir(tiny_model)
+    for r in records[1:]:
+        for w, s in zip(all_windows(path, tokenizer)[r["example_id"]], r["scores"]):
+            if s is not None:
+                with torch.inference_mode():
+                    t = model(**{k: v for k, v in collate([w]).items() if k in ("input_ids", "attention_mask",
+                                                                               "token_type_ids")})["type_logits"]
+                assert s == pytest.approx(float(hard_negatives.answer_probability(t.numpy())[0]), abs=2e-6)
+
+
+SLOW_MAIN = """
+import sys, time
+import solution.inference as inference
+score = inference.score_windows
+def slow(*args, **kwargs):  # slow enough that the test can kill the pass half-way
+    time.sleep(0.25)
+    return score(*args, **kwargs)
+inference.score_windows = slow
+from solution.hard_negatives import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def hard_negatives_command(model, data, out, *extra):
+    return [sys.executable, "-c", SLOW_MAIN, "--model", str(model), "--train_file", str(data), "--out", str(out),
+            "--docs_per_chunk", "2", "--batch_size", "3", "--precision", "fp32", "--device", "cpu", *extra]
+
+
+def run_pass(cmd):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def line_count(path):
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def test_a_killed_pass_continues_where_it_stopped(tmp_path, tiny_model):
+    """SIGKILL half-way, then the same command: it says what it found and ends with an uninterrupted run's bytes."""
+    data = corpus(tmp_path / "train.jsonl", n=30)
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    r = run_pass(hard_negatives_command(tiny_model, data, whole, "--quiet"))
+    assert r.returncode == 0, r.stderr
+    assert line_count(whole) == 31
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(hard_negatives_command(tiny_model, data, cut, "--quiet"), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while line_count(cut) < 9 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = line_count(cut)
+    assert 9 <= written < 31, f"killed after {written} lines: too late to test a restart"
+
+    r = run_pass(hard_negatives_command(tiny_model, data, cut))
+    assert r.returncode == 0, r.stderr
+    assert f"resuming: {(written - 1) // 2 * 2} documents already scored" in r.stderr
+    assert f"({(written - 1) // 2 * 2} from an earlier run)" in r.stdout
+    assert cut.read_bytes() == whole.read_bytes()
+
+
+def test_a_cut_last_line_and_a_partial_chunk_are_scored_again(tmp_path, tiny_model, capsys):
+    from solution import hard_negatives
+
+    data = corpus(tmp_path / "train.jsonl", n=9)
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    args = ["--model", str(tiny_model), "--train_file", str(data), "--docs_per_chunk", "2", "--batch_size", "3",
+            "--precision", "fp32", "--device", "cpu", "--quiet"]
+    assert hard_negatives.main(args + ["--out", str(whole)]) == 0
+    full = whole.read_bytes()
+    lines = full.splitlines(keepends=True)
+    # Header + 5 documents (two whole chunks and half of the third) + half of the 6th line;
+    # then only the header cut in its middle.
+    for kept, said in ((b"".join(lines[:6]) + lines[6][:17], "resuming: 4 documents already scored"),
+                       (lines[0][:30], None)):
+        cut.write_bytes(kept)
+        capsys.readouterr()
+        assert hard_negatives.main(args + ["--out", str(cut)]) == 0
+        err = capsys.readouterr().err
+        assert (said in err) if said else ("resuming" not in err), err
+        assert cut.read_bytes() == full
+
+
+def test_a_scores_file_of_another_run_is_refused_or_overwritten(tmp_path, tiny_model, capsys):
+    from solution import hard_negatives
+
+    data = corpus(tmp_path / "train.jsonl", n=4)
+    out = tmp_path / "hard.jsonl"
+    args = ["--model", str(tiny_model), "--train_file", str(data), "--out", str(out), "--device", "cpu", "--quiet"]
+    assert hard_negatives.main(args + ["--precision", "fp32"]) == 0
+    fp32 = out.read_bytes()
+    capsys.readouterr()
+    assert hard_negatives.main(args + ["--precision", "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out}: scored with other settings") and "precision: file 'fp32', this run " \
+        "'bf16'" in err and "--overwrite" in err, err
+    assert out.read_bytes() == fp32
+    assert hard_negatives.main(args + ["--precision", "bf16", "--overwrite"]) == 0
+    assert json.loads(out.read_text().splitlines()[0])["precision"] == "bf16"
+    out.write_text("id,answer\n1,2\n")
+    assert hard_negatives.main(args) == 2
+    assert "exists and is not a hard-negative scores file" in capsys.readouterr().err
+    assert out.read_text() == "id,answer\n1,2\n"
+
+
+def test_training_refuses_an_incomplete_scores_file(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl")
+    truth = all_windows(path, tokenizer)
+    prefix = dict(list(truth.items())[:5])  # what a stopped pass leaves
+    scores = write_scores(tmp_path / "hard.jsonl", prefix, lambda k, w: 0.5)
+    with pytest.raises(NQFormatError, match=f"{list(truth)[5]}: no matching record in .*hard.jsonl, which holds 5 "
+                                            "documents: an incomplete scores file"):
+        build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5, None, str(scores)), str(tmp_path / "c"))
 
 
 def test_config_checks_the_new_rates():
