@@ -9,19 +9,25 @@ Trains the demo recipe (configs/train/demo.yaml, MiniLM) on `solution.synth
 they would share the cores). Each technique is one row of TECHNIQUES: the
 training overrides it needs (a model of its own per seed) and the
 `submission.predict --set KEY=VALUE` post-processing overrides it needs (the
-baseline model, no retraining). Every variant is scored the same way, each
-step the command a user would type:
+baseline model, no retraining). Every variant is scored the same way, through
+the same functions `submission.predict` and `solution.evaluate --tune` use,
+in this process:
 
-1. predict dev (`--scores-out`), score it: dev micro-F1 untuned;
-2. tune thresholds on dev into a COPY of the model directory, so variants never
-   overwrite each other's thresholds: dev micro-F1 tuned;
-3. predict test with the copy (and the same `--set`), score it against the
-   test gold: test micro-F1 with dev-tuned thresholds, split long / short /
-   YES / NO.
+1. predict dev and score it: dev micro-F1 untuned;
+2. tune the thresholds on dev (`solution.tuning.tune`, the search behind
+   `evaluate --tune`), under the variant's settings: dev micro-F1 tuned;
+3. predict test with those thresholds, score it against the test gold: test
+   micro-F1 with dev-tuned thresholds, split long / short / YES / NO.
+
+Post-processing never changes the windows or the model, so each model runs
+once per split: its logits are kept by batch (`CachedRunner`) and every
+variant and the ensemble re-use them. That makes the whole run a few
+minutes of forward passes instead of one pass per variant.
 
 The "off" row of every technique is the baseline model of that seed. The
 `ensemble` rows are each seed's baseline (off) and both together
-(`submission.predict --model A --model B`, on). A variant whose command fails
+(the two baselines' logits averaged, as `submission.predict --model A --model B`
+does for models sharing tokenizer and windows, on). A variant whose step fails
 (a flag this checkout does not have yet) is kept as a row with its `error`,
 and the script exits 1 after writing everything else.
 
@@ -34,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -59,7 +64,8 @@ TECHNIQUES = {
 # Sizes for ~30-40 minutes on 2 idle cores: 300 nq pages make ~25,000 windows of 192 pieces, of which
 # the answers and 1% of the rest are kept (~415 windows, 3 epochs). 256-piece windows instead of the
 # demo's 192: a gold paragraph of the nq profile (median ~90 words, ~120 pieces) then fits a window far
-# more often (at 192, 300 pages gave 20 LONG training windows for 47 LONG documents), at about the same inference cost (fewer windows).
+# more often (at 192, 300 pages gave 20 LONG training windows for 47 LONG documents), at about the same
+# inference cost (fewer windows).
 FULL = {"config": "configs/train/demo.yaml", "seeds": [0, 1], "num_train": 300, "num_dev": 40, "num_test": 30,
         "max_words": None, "train": ["--negative_keep_rate", "0.01", "--max_seq_length", "256"]}
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "num_train": 12, "num_dev": 6, "num_test": 6,
@@ -104,27 +110,85 @@ def score(submission: Path, gold: str) -> dict:
     return json.loads(out.stdout) | yes_no_split(submission, gold)
 
 
+class CachedRunner:
+    """Each model directory loaded once, its logits kept by batch: post-processing variants re-use them.
+
+    Variants cut the same windows and batch them the same way (post-processing settings never change
+    either), so every batch after the first pass is a cache hit."""
+
+    def __init__(self):
+        self.models: dict = {}
+
+    def get(self, model_dir) -> tuple:
+        """(run, tokenizer, meta) of a model directory, in the precision `submission.predict` picks."""
+        import hashlib
+
+        import torch
+
+        from solution.inference import model_runner
+        from solution.model import load_model_dir
+        from submission.predict import resolve_precision
+
+        key = str(Path(model_dir).resolve())
+        if key not in self.models:
+            model, tokenizer, meta = load_model_dir(model_dir)
+            if resolve_precision("auto", "cpu") == "bf16":
+                model = model.to(torch.bfloat16)  # as submission.predict does
+            base, cache = model_runner(model, "cpu"), {}
+
+            def run(batch, base=base, cache=cache):
+                ids = batch["input_ids"].numpy()
+                k = hashlib.sha1(ids.tobytes() + repr(ids.shape).encode()).hexdigest()
+                if k not in cache:
+                    cache[k] = base(batch)
+                return cache[k]
+
+            self.models[key] = (run, tokenizer, meta)
+        return self.models[key]
+
+
+RUNNERS = CachedRunner()
+
+
+def predict(models: list, cfg, path: str, out_csv: Path) -> list:
+    """Predictions of one model, or of several averaged (equal weights), written as a submission CSV."""
+    import csv
+
+    from solution.ensemble import weighted_runner
+    from solution.inference import predict_documents, submission_rows
+    from solution.nq import read_examples
+    from solution.windows import Featurizer, WindowConfig
+
+    loaded = [RUNNERS.get(m) for m in models]
+    run = weighted_runner([r for r, _, _ in loaded], [1.0 / len(loaded)] * len(loaded))
+    featurizer = Featurizer(loaded[0][1], WindowConfig(**loaded[0][2]["window"]))
+    preds = list(predict_documents(run, featurizer, read_examples(path), cfg))
+    with open(out_csv, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["example_id", "PredictionString"])
+        writer.writerows(submission_rows(preds))
+    return preds
+
+
 def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
-    """Steps 1-3 of the module docstring for one variant; `models` has 1 or 2 directories."""
+    """Steps 1-3 of the module docstring for one variant; `models` has 1 or 2 directories (the first
+    model's post-processing settings, with `sets` over them, as `submission.predict` does)."""
+    from dataclasses import replace
+
+    from solution.metric import load_gold
+    from solution.postprocess import PostprocessConfig, apply_overrides, score_record
+    from solution.tuning import tune
+
     d.mkdir(parents=True, exist_ok=True)
-    flags = [a for m in models for a in ("--model", str(m))] + [a for s in sets for a in ("--set", s)]
-    common = ["--quiet"]  # default precision (bf16 where native): every variant alike, and half the time of fp32
-    run(["-m", "submission.predict", *flags, "--input", corpus["dev"], "--output", str(d / "dev.csv"),
-         "--scores-out", str(d / "dev-scores.jsonl"), *common])
+    cfg = apply_overrides(PostprocessConfig(**RUNNERS.get(models[0])[2]["postprocess"]), sets)
+    dev_preds = predict(models, cfg, corpus["dev"], d / "dev.csv")
     dev = score(d / "dev.csv", corpus["dev"])
-    tuned = d / "tuned-model"  # thresholds go into a copy: the trained model stays as it was
-    shutil.rmtree(tuned, ignore_errors=True)
-    shutil.copytree(models[0], tuned)
-    with open(d / "tune.json", "w") as f:
-        run(["-m", "solution.evaluate", "--tune", "--scores", str(d / "dev-scores.jsonl"), "--gold", corpus["dev"],
-             "--model", str(tuned), "--json"], stdout=f)
-    tune = json.loads((d / "tune.json").read_text())
-    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": tune["after"]["micro_f1"], "dev_untuned": dev,
-           "test_f1": None}
+    best = tune([score_record(p) for p in dev_preds], load_gold(corpus["dev"]), cfg=cfg)
+    (d / "tune.json").write_text(json.dumps({"thresholds": best["thresholds"], "after": best["result"]}) + "\n")
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], "dev_untuned": dev,
+           "thresholds": best["thresholds"], "test_f1": None}
     if corpus["test"]:
-        # An ensemble takes its thresholds from the first model directory: the tuned copy goes first.
-        tflags = ["--model", str(tuned)] + flags[2:]
-        run(["-m", "submission.predict", *tflags, "--input", corpus["test"], "--output", str(d / "test.csv"), *common])
+        predict(models, replace(cfg, **best["thresholds"]), corpus["test"], d / "test.csv")
         test = score(d / "test.csv", corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], "test": test}
     split = row.get("test") or dev  # no test gold (real corpus): the split of the untuned dev predictions
@@ -189,7 +253,8 @@ def table(rows: list, title: str) -> str:
              "| long | short | YES | NO |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['technique']} | {'on' if r['enabled'] else 'off'} | {r['seed']} | failed: {r['error'][:80]} |||||||")
+            lines.append(f"| {r['technique']} | {'on' if r['enabled'] else 'off'} | {r['seed']} "
+                         f"| failed: {r['error'][:80]} |||||||")
             continue
         lines.append(f"| {r['technique']} | {'on' if r['enabled'] else 'off'} | {r['seed']} | {_f(r['dev_f1_untuned'])} "
                      f"| {_f(r['dev_f1_tuned'])} | {_f(r['test_f1'])} | {_f(r['long_f1'])} | {_f(r['short_f1'])} "
