@@ -314,8 +314,6 @@ class Trainer:
         acc.wait_for_everyone()
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
-        if os.environ.get("NQ_TEST_KILL_IN_SAVE_AT_STEP") == str(step):  # tests: a save killed halfway
-            os.kill(os.getpid(), signal.SIGKILL)
         if self.is_main:
             save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
                             self.qa_config())
@@ -397,14 +395,7 @@ class Trainer:
                         memory.update(reading)
 
             optimizer.register_step_pre_hook(measure)
-        # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
-        fault = os.environ.get("NQ_TEST_FAULT", "")
-        if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
-            model, optimizer = acc.prepare(self.model, optimizer)
-        else:
-            model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
-        loss_scale = {"sum_gradients": acc.num_processes,
-                      "double_accumulation": cfg.gradient_accumulation_steps}.get(fault, 1)
+        model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
 
         batches_per_epoch = len(loader)
@@ -456,12 +447,6 @@ class Trainer:
         grad_norm = None
         t_log, samples_since_log = time.perf_counter(), 0
         t_step = t_log
-        # Tests only: SIGKILL after the checkpoint at this step, as a crash or an OOM kill would, on every
-        # rank or only on NQ_TEST_KILL_RANK.
-        kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))
-        kill_rank = os.environ.get("NQ_TEST_KILL_RANK")
-        if kill_rank is not None and int(kill_rank) != acc.process_index:
-            kill_after = 0
         self.stop_request.armed = True
         for epoch in range(first_epoch, num_epochs):
             if step >= total_steps:
@@ -470,7 +455,8 @@ class Trainer:
             epoch_loader = acc.skip_first_batches(loader, skip) if skip else loader
             # Accelerate's loader re-sets the sampler's epoch from its own counter at each __iter__, and that
             # counter starts at 0 in a new process: a resumed run would replay epoch 0's order. So the epoch
-            # is set on the loader itself (the skipping one too), and on the sampler for a bare DataLoader.
+            # is set on the loader itself (the skipping one too), and on the sampler, which a loader that was
+            # not prepared (tests/faulty_train.py same-data) iterates directly.
             if hasattr(epoch_loader, "set_epoch"):
                 epoch_loader.set_epoch(epoch)
             sampler.set_epoch(epoch)
@@ -480,7 +466,7 @@ class Trainer:
                 memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
                 with acc.accumulate(model):
                     out = model(**batch)
-                    acc.backward(out["loss"] * loss_scale if loss_scale != 1 else out["loss"])
+                    acc.backward(out["loss"])
                     window_loss += out["loss"].detach()
                     micro += 1
                     samples_since_log += batch["input_ids"].shape[0] * acc.num_processes
@@ -510,8 +496,6 @@ class Trainer:
                     t_log, samples_since_log = time.perf_counter(), 0
                 if cfg.save_steps and step % cfg.save_steps == 0:
                     self.save_checkpoint(step, epoch, batches)
-                    if kill_after and step >= kill_after:
-                        os.kill(os.getpid(), signal.SIGKILL)
                 if step < total_steps:
                     self._stop_if_requested(step, epoch, batches)
                 if step >= total_steps:
