@@ -133,14 +133,14 @@ def check_writable(out: Path, rank: int) -> None:
         raise ValueError(f"output_dir {out}: cannot write there ({e.strerror or e})") from None
 
 
-def disk_full(path: Path, err: OSError) -> TrainingStopped:
+def disk_full(path: Path, err: OSError, note: str = "") -> TrainingStopped:
     """One line naming what could not be written and the free space left on its filesystem."""
     where = path
     while not where.exists() and where != where.parent:
         where = where.parent
     free = shutil.disk_usage(where).free
     return TrainingStopped(f"no space left on device writing {path} ({free / 2**20:.1f} MiB free on its "
-                           f"filesystem): {err.strerror or err}", EXIT_FAULT)
+                           f"filesystem): {err.strerror or err}" + (f"; {note}" if note else ""), EXIT_FAULT)
 
 
 def linear_schedule(optimizer, num_warmup: int, num_total: int):
@@ -300,7 +300,7 @@ class Trainer:
             tmp = self.out / f"checkpoint-{step}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             (self.out / (LATEST + ".tmp")).unlink(missing_ok=True)
-            raise disk_full(tmp, e) from None
+            raise disk_full(tmp, e, self._last_good()) from None
 
     def _write_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """A resumable, strategy-native checkpoint: Accelerate's save_state (DeepSpeed's own shards,
@@ -526,11 +526,14 @@ class Trainer:
         norm is global, so every rank stops at the same step."""
         if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
             return
+        raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
+                              f"{self._last_good()}", EXIT_FAULT)
+
+    def _last_good(self) -> str:
         pointer = self.out / LATEST
-        last = (f"the last good checkpoint is {self.out / pointer.read_text().strip()} (latest)"
-                if pointer.is_file() else "no checkpoint was written")
-        raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; {last}",
-                              EXIT_FAULT)
+        if pointer.is_file():
+            return f"the last good checkpoint is {self.out / pointer.read_text().strip()} (latest)"
+        return "no checkpoint was written"
 
     def _stop_if_requested(self, step: int, epoch: int, batches: int) -> None:
         signum = self.stop_request.agreed(self.accelerator)

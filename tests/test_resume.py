@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import ROOT
 from safetensors.torch import load_file
@@ -110,6 +111,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     [line] = error_lines(proc)
     assert f"no space left on device writing {tmp_path / 'checkpoint-4.tmp'}" in line and "MiB free" in line, line
+    assert line.endswith(f"the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)"), line
     assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "checkpoint-4").exists()
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-2" and not (tmp_path / "model").exists()
     resumed = train(tmp_path, "--max_steps", "6", "--save_steps", "2", "--resume", "latest")
@@ -134,16 +136,17 @@ def wait_for_first_step(proc, out: Path, timeout: float = 120) -> None:
     raise AssertionError("no optimizer step logged")
 
 
-def test_sigterm_saves_a_checkpoint_and_resumes(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
     cmd = [sys.executable, "-m", "solution.train", *RUN, "--max_steps", "100000", "--output_dir", str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_first_step(proc, tmp_path)
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, sig)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr[-3000:]
     [line] = [l for l in stderr.splitlines() if l.startswith("stopped by")]
     step = int(line.split("at step ")[1].split(":")[0])
-    assert line == (f"stopped by SIGTERM at step {step}: saved {tmp_path / f'checkpoint-{step}'}; "
+    assert line == (f"stopped by {sig.name} at step {step}: saved {tmp_path / f'checkpoint-{step}'}; "
                     "continue with --resume latest"), line
     assert (tmp_path / "latest").read_text().strip() == f"checkpoint-{step}" and not (tmp_path / "model").exists()
     resumed = train(tmp_path, "--max_steps", str(step + 2), "--resume", "latest")
