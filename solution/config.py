@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,7 @@ class TrainConfig:
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"config: {name} must be {expected}, got {getattr(self, name)!r}")
+        _check_finite(self)
 
     @property
     def backbone_overrides(self) -> dict:
@@ -164,6 +166,16 @@ class TrainConfig:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def _check_finite(cfg: "TrainConfig") -> None:
+    """A NaN or infinite float setting (`learning_rate: .inf`) is refused: it trains on to NaN weights."""
+    parts = [("", cfg)] + [(f"{s}.", getattr(cfg, s)) for s in SECTIONS]
+    for prefix, obj in parts:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"config: {prefix}{f.name} must be a finite number, got {value!r}")
 
 
 def _hints(cls) -> dict:

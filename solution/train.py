@@ -6,11 +6,16 @@ strategy comes from `solution.strategy`, never from this file. Writes to
   config.yaml     the resolved config
   metrics.jsonl   a start record, one record per logging step, dev scores, an end record
   model/          the consolidated model directory that `submission/` loads
+
+Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
+gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM or SIGINT after
+writing a checkpoint at the step reached (continue with `--resume latest`).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -64,6 +69,78 @@ class EpochShuffle(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return self.n
+
+
+EXIT_FAULT = 1  # diverged, disk full
+EXIT_STOPPED = 3  # SIGTERM/SIGINT: a checkpoint was written at the step reached
+
+
+class TrainingStopped(Exception):
+    """Training ended before its last step for a reason it names in one line; `exit_code` is main()'s."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class StopRequest:
+    """SIGTERM/SIGINT set a flag; the loop acts on it at the next optimizer step, on every rank at once.
+
+    Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
+    at once. A second signal during the checkpoint save only sets the flag again: the save goes on."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.signum, self.armed, self._previous = 0, False, {}
+
+    def __enter__(self):
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+            signal.siginterrupt(sig, False)  # restart interrupted system calls (gloo's sockets, file writes)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+
+    def _handle(self, signum, frame) -> None:
+        if not self.armed:
+            raise TrainingStopped(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
+                                  "nothing was saved", 128 + signum)
+        self.signum = self.signum or signum
+
+    def agreed(self, accelerator) -> int:
+        """The signal any rank received (0: none). One all-reduce per step when world size > 1: a rank
+        that stopped alone would leave the others waiting forever in the next collective."""
+        if accelerator.num_processes == 1:
+            return self.signum
+        import torch.distributed as dist
+
+        flag = torch.tensor([self.signum], dtype=torch.int64, device=accelerator.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+
+def check_writable(out: Path, rank: int) -> None:
+    """Found at start-up, not after featurisation or at the first checkpoint."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{rank}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"output_dir {out}: cannot write there ({e.strerror or e})") from None
+
+
+def disk_full(path: Path, err: OSError, note: str = "") -> TrainingStopped:
+    """One line naming what could not be written and the free space left on its filesystem."""
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    return TrainingStopped(f"no space left on device writing {path} ({free / 2**20:.1f} MiB free on its "
+                           f"filesystem): {err.strerror or err}" + (f"; {note}" if note else ""), EXIT_FAULT)
 
 
 def linear_schedule(optimizer, num_warmup: int, num_total: int):
@@ -123,8 +200,9 @@ def find_checkpoint(output_dir: Path, spec: str) -> Path:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, stop_request: StopRequest | None = None):
         self.cfg = cfg
+        self.stop_request = stop_request or StopRequest()
         self.strategy = strategy.Strategy(cfg)
         self.accelerator = self.strategy.accelerator
         from accelerate.utils import set_seed
@@ -215,6 +293,18 @@ class Trainer:
                              "strategy": self.strategy.name, "world_size": self.accelerator.num_processes}}
 
     def save_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
+        """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was."""
+        try:
+            return self._write_checkpoint(step, epoch, batches_into_epoch)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            tmp = self.out / f"checkpoint-{step}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            (self.out / (LATEST + ".tmp")).unlink(missing_ok=True)
+            raise disk_full(tmp, e, self._last_good()) from None
+
+    def _write_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """A resumable, strategy-native checkpoint: Accelerate's save_state (DeepSpeed's own shards,
         FSDP's distributed checkpoint, or plain weights) plus what it takes to continue and to
         consolidate: trainer_state.json and model_meta/ (config, tokenizer, qa_config)."""
@@ -226,8 +316,6 @@ class Trainer:
         acc.wait_for_everyone()
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
-        if os.environ.get("NQ_TEST_KILL_IN_SAVE_AT_STEP") == str(step):  # tests: a save killed halfway
-            os.kill(os.getpid(), signal.SIGKILL)
         if self.is_main:
             save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
                             self.qa_config())
@@ -269,6 +357,12 @@ class Trainer:
         from solution.consolidate import verify_checkpoint_files
 
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
+        for rank in range(self.accelerator.num_processes):
+            # Accelerate only logs "Could not load random states" and goes on: dropout would then differ.
+            rng = path / f"random_states_{rank}.pkl"
+            if not rng.is_file():
+                raise ValueError(f"{rng}: missing; rank {rank}'s RNG state is needed to continue exactly "
+                                 "(dropout); resume from another checkpoint")
         self.accelerator.load_state(str(path))
         self._scheduler.load_state_dict(state["scheduler"])
         step, epoch, batches = state["step"], state["epoch"], state["batches_into_epoch"]
@@ -280,12 +374,15 @@ class Trainer:
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
         cfg, acc = self.cfg, self.accelerator
+        check_writable(self.out, acc.process_index)
         train_set = self.train_dataset()
         pad_id = self.tokenizer.pad_token_id or 0
         sampler = EpochShuffle(len(train_set), cfg.seed)
         # Fixed-length batches: the same shapes whatever the world size, so runs compare exactly.
+        # Its own generator: a new iterator draws a base seed from it, not from the global RNG stream that
+        # dropout uses and a checkpoint restores (mid-epoch resume would otherwise shift dropout by one draw).
         loader = DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
-                            drop_last=False,
+                            drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
         optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
         memory: dict = {"step": 0}
@@ -300,14 +397,7 @@ class Trainer:
                         memory.update(reading)
 
             optimizer.register_step_pre_hook(measure)
-        # Tests only: inject the bugs the strategy-equivalence test must catch (see tests/test_strategies.py).
-        fault = os.environ.get("NQ_TEST_FAULT", "")
-        if fault == "same_data":  # every rank iterates the whole loader: ranks see the same batches
-            model, optimizer = acc.prepare(self.model, optimizer)
-        else:
-            model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
-        loss_scale = {"sum_gradients": acc.num_processes,
-                      "double_accumulation": cfg.gradient_accumulation_steps}.get(fault, 1)
+        model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
 
         batches_per_epoch = len(loader)
@@ -359,25 +449,26 @@ class Trainer:
         grad_norm = None
         t_log, samples_since_log = time.perf_counter(), 0
         t_step = t_log
-        # Tests only: SIGKILL after the checkpoint at this step, as a crash or an OOM kill would, on every
-        # rank or only on NQ_TEST_KILL_RANK.
-        kill_after = int(os.environ.get("NQ_TEST_KILL_AFTER_STEP", "0"))
-        kill_rank = os.environ.get("NQ_TEST_KILL_RANK")
-        if kill_rank is not None and int(kill_rank) != acc.process_index:
-            kill_after = 0
+        self.stop_request.armed = True
         for epoch in range(first_epoch, num_epochs):
             if step >= total_steps:
                 break
-            sampler.set_epoch(epoch)
             batches = skip
             epoch_loader = acc.skip_first_batches(loader, skip) if skip else loader
+            # Accelerate's loader re-sets the sampler's epoch from its own counter at each __iter__, and that
+            # counter starts at 0 in a new process: a resumed run would replay epoch 0's order. So the epoch
+            # is set on the loader itself (the skipping one too), and on the sampler, which a loader that was
+            # not prepared (tests/faulty_train.py same-data) iterates directly.
+            if hasattr(epoch_loader, "set_epoch"):
+                epoch_loader.set_epoch(epoch)
+            sampler.set_epoch(epoch)
             skip = 0
             for batch in epoch_loader:
                 batches += 1
                 memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
                 with acc.accumulate(model):
                     out = model(**batch)
-                    acc.backward(out["loss"] * loss_scale if loss_scale != 1 else out["loss"])
+                    acc.backward(out["loss"])
                     window_loss += out["loss"].detach()
                     micro += 1
                     samples_since_log += batch["input_ids"].shape[0] * acc.num_processes
@@ -396,6 +487,7 @@ class Trainer:
                 loss = acc.reduce(window_loss / micro, reduction="mean").item()
                 window_loss.zero_()
                 micro = 0
+                self._check_finite(step, loss, grad_norm)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 if step % cfg.logging_steps == 0 or step == total_steps:
@@ -406,8 +498,8 @@ class Trainer:
                     t_log, samples_since_log = time.perf_counter(), 0
                 if cfg.save_steps and step % cfg.save_steps == 0:
                     self.save_checkpoint(step, epoch, batches)
-                    if kill_after and step >= kill_after:
-                        os.kill(os.getpid(), signal.SIGKILL)
+                if step < total_steps:
+                    self._stop_if_requested(step, epoch, batches)
                 if step >= total_steps:
                     break
             if cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files":
@@ -431,13 +523,43 @@ class Trainer:
         self.strategy.close()
         return last_eval
 
+    def _check_finite(self, step: int, loss: float, grad_norm) -> None:
+        """Stop before anything is saved from a diverged model. The loss is reduced over ranks and the
+        norm is global, so every rank stops at the same step."""
+        if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
+            return
+        raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
+                              f"{self._last_good()}", EXIT_FAULT)
+
+    def _last_good(self) -> str:
+        pointer = self.out / LATEST
+        if pointer.is_file():
+            return f"the last good checkpoint is {self.out / pointer.read_text().strip()} (latest)"
+        return "no checkpoint was written"
+
+    def _stop_if_requested(self, step: int, epoch: int, batches: int) -> None:
+        signum = self.stop_request.agreed(self.accelerator)
+        if not signum:
+            return
+        path = self.out / f"checkpoint-{step}"
+        if not (self.cfg.save_steps and step % self.cfg.save_steps == 0):  # else just written
+            path = self.save_checkpoint(step, epoch, batches)
+        raise TrainingStopped(f"stopped by {signal.Signals(signum).name} at step {step}: saved {path}; "
+                              "continue with --resume latest", EXIT_STOPPED)
+
     def save_final(self, model) -> None:
         acc = self.accelerator
         acc.wait_for_everyone()
         state = self.strategy.full_state_dict(model)  # full fp32 weights on the main process, whatever the strategy
         if self.is_main:
-            path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer,
-                                  self.qa_config())
+            try:
+                path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer,
+                                      self.qa_config())
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                shutil.rmtree(self.out / "model.tmp", ignore_errors=True)  # save_model_dir's temporary name
+                raise disk_full(self.out / "model", e) from None
             self.log(f"model directory: {path}")
 
 
@@ -458,13 +580,21 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
+    naming the step or the path), 3 stopped by SIGTERM/SIGINT after saving checkpoint-N at the step
+    reached (the line says which; continue with --resume latest)."""
     args, overrides = parse_args(argv)
     try:
-        cfg = load_config(args.config, overrides)
-        Trainer(cfg).train()
+        with StopRequest() as stop_request:
+            cfg = load_config(args.config, overrides)
+            Trainer(cfg, stop_request).train()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except TrainingStopped as e:
+        if os.environ.get("RANK", "0") == "0":  # one line, not one per rank
+            print(str(e) if e.exit_code == EXIT_STOPPED else f"error: {e}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 

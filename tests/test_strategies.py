@@ -8,7 +8,8 @@ final consolidated weights allclose. Plain SGD, because Adam's update hardly mov
 when every gradient is doubled, so an Adam comparison cannot see summed gradients.
 
 The comparison is shown to fail on injected bugs (gradients summed over ranks,
-ranks reading the same data, accumulation double-counted) and on a wrong engine.
+ranks reading the same data, accumulation double-counted; patched in by
+tests/faulty_train.py) and on a wrong engine.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300):
-    """Two ranks of `python -m solution.train` through a real launcher."""
+def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None):
+    """Two ranks of `python -m solution.train` through a real launcher; with `fault`, torchrun runs
+    tests/faulty_train.py, which patches that fault in and then calls solution.train's main."""
     port = str(free_port())
-    train = ["-m", "solution.train", *COMMON, *TWO_RANKS, "--output_dir", str(out), *extra]
+    entry = ["-m", "solution.train"] if fault is None else ["tests/faulty_train.py", fault]
+    assert fault is None or launcher == "torchrun"
+    train = [*entry, *COMMON, *TWO_RANKS, "--output_dir", str(out), *extra]
     if launcher == "accelerate":
         cmd = [str(BIN / "accelerate"), "launch", "--config_file", f"configs/accelerate/{strategy}.yaml",
                "--num_processes", "2", "--main_process_port", port, *train]
@@ -118,9 +122,9 @@ def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_fa
     compare(reference, run)
 
 
-@pytest.mark.parametrize("fault", ["sum_gradients", "same_data", "double_accumulation"])
+@pytest.mark.parametrize("fault", ["sum-gradients", "same-data", "double-accumulation"])
 def test_comparison_catches_injected_bugs(fault, reference, tmp_path):
-    run = launch("ddp", "torchrun", tmp_path / fault, env_extra={"NQ_TEST_FAULT": fault})
+    run = launch("ddp", "torchrun", tmp_path / fault, fault=fault)
     with pytest.raises(AssertionError):
         compare(reference, run)
 
@@ -133,27 +137,28 @@ def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
 def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path):
-    """SIGKILL rank 1 alone right after the step-4 checkpoint: the launcher fails naming the rank;
-    resuming from `latest` reaches bitwise the uninterrupted run's losses and weights."""
-    extra = ["--save_steps", "2"]
+    """SIGKILL rank 1 alone right after the step-5 checkpoint, one step into the third epoch (an epoch
+    is 2 steps here) with dropout 0.1: the launcher fails naming the rank; resuming from `latest`
+    reaches bitwise the uninterrupted run's losses and weights (same shuffle, same dropout draws)."""
+    extra = ["--save_steps", "5", "--max_steps", "10", "--dummy_num_windows", "16", "--dropout", "0.1"]
     whole = launch(strategy, "torchrun", tmp_path / "whole", extra=extra)
     out = tmp_path / "killed"
     with pytest.raises(AssertionError, match="failed") as failure:
-        launch(strategy, "torchrun", out, extra=extra,
-               env_extra={"NQ_TEST_KILL_AFTER_STEP": "4", "NQ_TEST_KILL_RANK": "1"})
+        launch(strategy, "torchrun", out, extra=extra, fault="kill-rank-1-after-step-5")
     message = str(failure.value)
     assert "rank: 1" in message and ("-9" in message or "SIGKILL" in message), message[-2000:]
-    assert (out / "latest").read_text().strip() == "checkpoint-4" and not (out / "model").exists()
+    assert (out / "latest").read_text().strip() == "checkpoint-5" and not (out / "model").exists()
     resumed = launch(strategy, "torchrun", out, extra=[*extra, "--resume", "latest"])
-    assert resumed["start"]["resumed_from"]["step"] == 4
-    for step in (5, 6):
-        assert resumed["steps"][step]["loss"] == whole["steps"][step]["loss"]
+    assert resumed["start"]["resumed_from"]["step"] == 5
+    assert [whole["steps"][s]["epoch"] for s in (5, 6, 7)] == [2, 2, 3]
+    for step in range(6, 11):
+        assert resumed["steps"][step]["loss"] == whole["steps"][step]["loss"], step
     for name, w in whole["weights"].items():
         assert torch.equal(resumed["weights"][name], w), name
     # Any checkpoint consolidates offline into the same weights training wrote at that step.
     from solution.consolidate import consolidate
 
-    model_dir = consolidate(tmp_path / "whole" / "checkpoint-6", tmp_path / "consolidated")
+    model_dir = consolidate(tmp_path / "whole" / "checkpoint-10", tmp_path / "consolidated")
     for name, w in load_file(str(model_dir / "model.safetensors")).items():
         torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
 
@@ -164,7 +169,7 @@ def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
     assert sorted(p.name for p in (tmp_path / "whole").glob("checkpoint-*")) == ["checkpoint-6"]  # pruned
     out = tmp_path / "killed"
     with pytest.raises(AssertionError, match="failed"):
-        launch("ddp", "torchrun", out, extra=extra, env_extra={"NQ_TEST_KILL_IN_SAVE_AT_STEP": "4"})
+        launch("ddp", "torchrun", out, extra=extra, fault="kill-in-save-4")
     assert (out / "checkpoint-4.tmp").is_dir() and not (out / "checkpoint-4").exists()
     assert (out / "latest").read_text().strip() == "checkpoint-2" and (out / "checkpoint-2").is_dir()
     resumed = launch("ddp", "torchrun", out, extra=[*extra, "--resume", "latest"])
@@ -172,6 +177,35 @@ def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
     for name, w in whole["weights"].items():
         assert torch.equal(resumed["weights"][name], w), name
     assert not (out / "checkpoint-4.tmp").exists()  # the next save at that step replaced it
+
+
+def test_sigterm_to_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
+    """torchrun forwards SIGTERM to its workers; they agree on one step, write checkpoint-N there,
+    print one line saying so and exit 3; `--resume latest` then continues on two ranks."""
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "solution.train", *COMMON, *TWO_RANKS, "--strategy", "ddp", "--max_steps", "100000",
+           "--output_dir", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not ((out / "metrics.jsonl").is_file() and '"loss"' in (out / "metrics.jsonl").read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("stopped by")]
+    assert len(lines) == 1, stderr[-3000:]
+    step = int(lines[0].split("at step ")[1].split(":")[0])
+    saved = out / f"checkpoint-{step}"
+    assert lines[0] == f"stopped by SIGTERM at step {step}: saved {saved}; continue with --resume latest", lines
+    assert (out / "latest").read_text().strip() == f"checkpoint-{step}" and not (out / "model").exists()
+    resumed = launch("ddp", "torchrun", out, extra=["--max_steps", str(step + 2), "--resume", "latest"])
+    assert resumed["start"]["resumed_from"]["step"] == step and sorted(resumed["steps"])[-1] == step + 2
 
 
 def test_two_nodes_through_the_slurm_script_train_as_one_world(reference, tmp_path):

@@ -1,0 +1,136 @@
+"""A test-side entry point: `python tests/faulty_train.py FAULT [solution.train arguments ...]`,
+also launched as the script of `torchrun ... tests/faulty_train.py FAULT ...`.
+
+Patches a fault into what `solution.train` calls, then runs its `main`, so that nothing in
+`solution/` carries test-only branches. FAULT is one of:
+  enospc-checkpoint-N      the N-th `Accelerator.save_state` writes its files, then raises ENOSPC
+                           (a disk that fills up halfway through checkpoint-N.tmp)
+  enospc-model             the final model's safetensors file is written in part, then raises ENOSPC
+  kill-after-step-N        SIGKILL right after the checkpoint of step N (or the first one past it),
+  kill-rank-R-after-step-N   on every rank or on rank R only, as a crash or an OOM kill would
+  kill-in-save-N           SIGKILL once checkpoint-N.tmp holds the engine's state, before it is complete
+  sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
+  same-data                every rank reading the whole loader (the same batches),
+  double-accumulation      accumulated gradients not divided by the accumulation steps
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def no_space(path) -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+def wrap_save_state(after) -> None:
+    """Accelerator.save_state, then `after(output_dir, call_number)`."""
+    import accelerate
+
+    original = accelerate.Accelerator.save_state
+    calls = {"n": 0}
+
+    def save_state(self, output_dir=None, *args, **kwargs):
+        calls["n"] += 1
+        result = original(self, output_dir, *args, **kwargs)
+        after(Path(output_dir), calls["n"])
+        return result
+
+    accelerate.Accelerator.save_state = save_state
+
+
+def fill_disk_in_checkpoint(n: int) -> None:
+    def after(output_dir: Path, call: int) -> None:
+        if call == n:
+            raise no_space(output_dir / "optimizer.bin")
+
+    wrap_save_state(after)
+
+
+def fill_disk_in_model_save() -> None:
+    import safetensors.torch
+
+    def save_file(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 1024)  # part of the file made it to disk
+        raise no_space(filename)
+
+    safetensors.torch.save_file = save_file
+
+
+def kill_in_save(step: int) -> None:
+    def after(output_dir: Path, call: int) -> None:
+        if output_dir.name == f"checkpoint-{step}.tmp":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    wrap_save_state(after)
+
+
+def kill_after_checkpoint(step: int, rank) -> None:
+    if rank is not None and int(os.environ.get("RANK", "0")) != rank:
+        return
+    from solution import train
+
+    original = train.Trainer.save_checkpoint
+
+    def save_checkpoint(self, at_step, *args, **kwargs):
+        path = original(self, at_step, *args, **kwargs)
+        if at_step >= step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return path
+
+    train.Trainer.save_checkpoint = save_checkpoint
+
+
+def inject_training_bug(bug: str) -> None:
+    import accelerate
+    from torch.utils.data import DataLoader
+
+    if bug == "same_data":  # the loader is not handed to prepare(): every rank iterates all of it
+        original_prepare = accelerate.Accelerator.prepare
+
+        def prepare(self, *objects, **kwargs):
+            prepared = iter(original_prepare(self, *[o for o in objects if not isinstance(o, DataLoader)], **kwargs))
+            return tuple(o if isinstance(o, DataLoader) else next(prepared) for o in objects)
+
+        accelerate.Accelerator.prepare = prepare
+        return
+    original_backward = accelerate.Accelerator.backward
+
+    def backward(self, loss, **kwargs):
+        scale = self.num_processes if bug == "sum_gradients" else self.gradient_accumulation_steps
+        return original_backward(self, loss * scale, **kwargs)
+
+    accelerate.Accelerator.backward = backward
+
+
+def apply(fault: str) -> None:
+    if m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
+        fill_disk_in_checkpoint(int(m[1]))
+    elif fault == "enospc-model":
+        fill_disk_in_model_save()
+    elif m := re.fullmatch(r"kill(?:-rank-(\d+))?-after-step-(\d+)", fault):
+        kill_after_checkpoint(int(m[2]), None if m[1] is None else int(m[1]))
+    elif m := re.fullmatch(r"kill-in-save-(\d+)", fault):
+        kill_in_save(int(m[1]))
+    elif fault in ("sum-gradients", "same-data", "double-accumulation"):
+        inject_training_bug(fault.replace("-", "_"))
+    else:
+        raise SystemExit(f"faulty_train: unknown fault {fault!r}")
+
+
+def main(argv: list) -> int:
+    apply(argv[0])
+    from solution.train import main as train_main
+
+    return train_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

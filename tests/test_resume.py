@@ -1,0 +1,154 @@
+"""Resuming exactly, and runs that stop cleanly: one process, the tiny BERT on dummy windows.
+
+An epoch here is 2 optimizer steps (16 windows, batch 8), so checkpoint-5 is one step into the third
+epoch; dropout 0.1 makes every forward draw from the RNG that a checkpoint must restore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+from safetensors.torch import load_file
+
+RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
+       "--per_device_train_batch_size", "8", "--optim", "sgd", "--learning_rate", "0.3", "--dropout", "0.1",
+       "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def train(out: Path, *extra, entry=("-m", "solution.train")) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *entry, *RUN, "--output_dir", str(out), *extra], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def steps(out: Path) -> dict:
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in records if "loss" in r and "event" not in r}
+
+
+def error_lines(proc) -> list:
+    return [line for line in proc.stderr.splitlines() if line.startswith(("error:", "stopped by"))]
+
+
+def test_resume_in_the_third_epoch_with_dropout_is_bitwise(tmp_path):
+    whole = train(tmp_path / "whole", "--max_steps", "8", "--save_steps", "5")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-5", out / "checkpoint-5")
+    resumed = train(out, "--max_steps", "8", "--save_steps", "5", "--resume", str(out / "checkpoint-5"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "step 5, epoch 2, 1 batches into it" in resumed.stdout  # one batch into the third epoch
+    ref, got = steps(tmp_path / "whole"), steps(out)
+    assert sorted(got) == [6, 7, 8]
+    for step in (6, 7, 8):
+        assert got[step]["loss"] == ref[step]["loss"], (step, got[step]["loss"], ref[step]["loss"])
+    weights = load_file(str(out / "model" / "model.safetensors"))
+    for name, w in load_file(str(tmp_path / "whole" / "model" / "model.safetensors")).items():
+        assert torch.equal(weights[name], w), name
+
+
+def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
+    assert train(tmp_path, "--max_steps", "2", "--save_steps", "1").returncode == 0
+    (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
+    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert error_lines(proc) == [l for l in proc.stderr.splitlines() if "random_states_0.pkl: missing" in l]
+    assert len(error_lines(proc)) == 1 and str(tmp_path / "checkpoint-2") in error_lines(proc)[0]
+
+
+def test_non_finite_settings_are_refused_naming_them(tmp_path, capsys):
+    from solution.train import main
+
+    yaml_config = tmp_path / "inf.yaml"
+    tiny = (ROOT / "configs/train/tiny.yaml").read_text()
+    yaml_config.write_text(tiny.replace("learning_rate: 1.0e-3", "learning_rate: .inf"))
+    for key, argv in (("learning_rate", ["--config", str(yaml_config)]),
+                      ("learning_rate", ["--config", "configs/train/tiny.yaml", "--learning_rate", "inf"]),
+                      ("postprocess.long_threshold", ["--config", "configs/train/tiny.yaml", "--long_threshold", "nan"]),
+                      ("adam_epsilon", ["--config", "configs/train/tiny.yaml", "--adam_epsilon", "-inf"])):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and f"{key} must be a finite number" in err, err
+
+
+def test_a_diverging_run_stops_naming_the_step_and_writes_no_model(tmp_path):
+    proc = train(tmp_path, "--learning_rate", "1e12", "--max_grad_norm", "0", "--max_steps", "8",
+                 "--save_steps", "1", "--dropout", "0")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert line.startswith("error: training diverged at step "), line
+    step = int(line.split("at step ")[1].split(":")[0])
+    assert step >= 2 and f"the last good checkpoint is {tmp_path / f'checkpoint-{step - 1}'} (latest)" in line
+    assert (tmp_path / "latest").read_text().strip() == f"checkpoint-{step - 1}"
+    assert not (tmp_path / f"checkpoint-{step}").exists() and not (tmp_path / "model").exists()
+
+
+def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
+                           "--train_file", str(tmp_path / "absent.jsonl"), "--output_dir", str(blocker / "run")],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    [line] = error_lines(proc)
+    assert f"output_dir {blocker / 'run'}: cannot write there" in line and "absent.jsonl" not in line, line
+
+
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
+    proc = train(tmp_path, "--max_steps", "6", "--save_steps", "2",
+                 entry=("tests/faulty_train.py", "enospc-checkpoint-2"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert f"no space left on device writing {tmp_path / 'checkpoint-4.tmp'}" in line and "MiB free" in line, line
+    assert line.endswith(f"the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)"), line
+    assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "checkpoint-4").exists()
+    assert (tmp_path / "latest").read_text().strip() == "checkpoint-2" and not (tmp_path / "model").exists()
+    resumed = train(tmp_path, "--max_steps", "6", "--save_steps", "2", "--resume", "latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_a_full_disk_during_the_model_save_names_it(tmp_path):
+    proc = train(tmp_path, "--max_steps", "1", entry=("tests/faulty_train.py", "enospc-model"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert f"no space left on device writing {tmp_path / 'model'}" in line and "MiB free" in line, line
+    assert not (tmp_path / "model.tmp").exists() and not (tmp_path / "model").exists()
+
+
+def wait_for_first_step(proc, out: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "metrics.jsonl").is_file() and steps(out):
+            return
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    raise AssertionError("no optimizer step logged")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
+    cmd = [sys.executable, "-m", "solution.train", *RUN, "--max_steps", "100000", "--output_dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_first_step(proc, tmp_path)
+    os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 3, stderr[-3000:]
+    [line] = [l for l in stderr.splitlines() if l.startswith("stopped by")]
+    step = int(line.split("at step ")[1].split(":")[0])
+    assert line == (f"stopped by {sig.name} at step {step}: saved {tmp_path / f'checkpoint-{step}'}; "
+                    "continue with --resume latest"), line
+    assert (tmp_path / "latest").read_text().strip() == f"checkpoint-{step}" and not (tmp_path / "model").exists()
+    resumed = train(tmp_path, "--max_steps", str(step + 2), "--resume", "latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(steps(tmp_path))[-2:] == [step + 1, step + 2] and (tmp_path / "model").is_dir()
