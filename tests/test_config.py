@@ -1,8 +1,16 @@
 """The typed config: YAML sections or flat keys, --name value overrides, named errors."""
 
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 
-from solution.config import load_config, parse_overrides
+from solution import config as config_module
+from solution.config import (SECTIONS, TrainConfig, _field_owner, field_docs, load_config, parse_command_line,
+                             parse_overrides)
 
 from conftest import ROOT
 
@@ -49,16 +57,6 @@ def test_parse_overrides_dash_names():
 
 
 # --- the generated command line ------------------------------------------------------------------
-
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-
-from solution import config as config_module  # noqa: E402
-from solution.config import SECTIONS, TrainConfig, _field_owner, field_docs, parse_command_line  # noqa: E402
-
 
 def test_help_lists_every_setting_with_type_default_and_docstring():
     t0 = time.perf_counter()
@@ -214,6 +212,7 @@ def _train(tmp_path, name, *args):
     return out, [r["lr"] for r in records if "lr" in r]
 
 
+@pytest.mark.slow  # three tiny trainings in subprocesses (~40 s)
 def test_tensorboard_warmup_spellings_and_schedules(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -225,7 +224,20 @@ def test_tensorboard_warmup_spellings_and_schedules(tmp_path):
     assert "train/loss" in acc.Tags()["scalars"]
     assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
     assert linear[:3] == pytest.approx([0.0, 5e-4, 1e-3])  # transformers' warmup starts at 0
-    _, cosine = _train(tmp_path, "cosine", "--lr_scheduler_type", "cosine", "--warmup-steps=2")
+    assert not list(out.glob("checkpoint-*"))  # save_steps 0: no checkpoint
+    cosine_out, cosine = _train(tmp_path, "cosine", "--lr_scheduler_type", "cosine", "--warmup-steps=2",
+                                "--save_strategy", "epoch")
     assert cosine[:3] == linear[:3] and cosine[3:] != pytest.approx(linear[3:])
-    _, ratio = _train(tmp_path, "ratio", "--warmup_steps", "0.5")  # half of 6 steps: 3
-    assert ratio[:4] == pytest.approx([0.0, 1e-3 / 3, 2e-3 / 3, 1e-3])
+    # 24 windows / 4 a batch: the 6 steps are one epoch, saved at its end.
+    assert sorted(p.name for p in cosine_out.glob("checkpoint-*")) == ["checkpoint-6"]
+    _, ratio = _train(tmp_path, "ratio", "--warmup_steps", "0.5", "--dataloader_num_workers", "1")
+    assert ratio[:4] == pytest.approx([0.0, 1e-3 / 3, 2e-3 / 3, 1e-3])  # half of 6 steps: 3
+
+
+def test_resolved_config_reloads(tmp_path):
+    """config.yaml, written with every run, loads back to the same config (aliases resolved, sampling section)."""
+    cfg = load_config("configs/train/demo.yaml", ["--fp16", "--report_to", "tensorboard", "--warmup_steps", "5",
+                                                  "--negative_keep_rate", "0.2"])
+    path = tmp_path / "config.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(str(path)) == cfg
