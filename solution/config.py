@@ -1,10 +1,13 @@
 """The one typed training config: a YAML file plus `--name value` overrides.
 
 Field names follow Hugging Face `TrainingArguments` where one exists. The
-window and post-processing settings are their own dataclasses (they travel
-with the model to `submission/`); in YAML they may be written as sections
-(`window:`, `postprocess:`) or as plain top-level keys, and on the command
-line always as plain names (`--max_seq_length 256`).
+window, post-processing and negative-sampling settings are their own
+dataclasses (the first two travel with the model to `submission/`); in YAML
+they may be written as sections (`window:`, `postprocess:`, `sampling:`) or
+as plain top-level keys, and on the command line always as plain names
+(`--max_seq_length 256`), which is why every name is unique across sections.
+`python -m solution.train --help` is generated from these classes: each
+field's type, default and the docstring under it.
 
 Values are checked when the config is built (`ValueError` naming the key);
 an unknown key is an error, never ignored.
@@ -12,8 +15,11 @@ an unknown key is an error, never ignored.
 
 from __future__ import annotations
 
+import argparse
+import ast
 import dataclasses
 import difflib
+import inspect
 import json
 import math
 import typing
@@ -23,11 +29,21 @@ from typing import Any, Optional
 
 import yaml
 
+from solution.features import NegativeSampling
 from solution.postprocess import PostprocessConfig
 from solution.windows import WindowConfig
 
-SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
+SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}
 OPTIMIZERS = ("adamw_torch", "sgd")
+# transformers' SchedulerType names that get_scheduler builds from (warmup, total) alone; the others
+# need a metric (reduce_lr_on_plateau) or extra arguments (cosine_with_min_lr, warmup_stable_decay).
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt")
+REPORT_TO = ("tensorboard", "wandb")
+SAVE_STRATEGIES = ("steps", "epoch", "no")
+DEFAULT_WARMUP_RATIO = 0.1
+# Top-level settings with two spellings (TrainingArguments' and this project's older one).
+ALIASES = ({"warmup_steps", "warmup_ratio"}, {"mixed_precision", "bf16", "fp16"})
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DATA_SOURCES = ("files", "dummy")
 STRATEGY_CHOICES = ("auto", "single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
@@ -45,11 +61,13 @@ class TrainConfig:
     dropout: Optional[float] = None
     """Sets hidden and attention dropout when given (0 makes runs exactly comparable)."""
     gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, about a third more compute."""
 
     # --- data ------------------------------------------------------------------
     data_source: str = "files"
     """`files`: train_file/dev_file; `dummy`: random windows made on the fly, no I/O (benchmarks)."""
     train_file: str = "data/synth/simplified-nq-train.jsonl"
+    """Annotated simplified-NQ training file (.jsonl or .jsonl.gz)."""
     dev_file: Optional[str] = "data/synth/simplified-nq-dev.jsonl"
     """Annotated dev file scored with the competition metric at each epoch end; null to skip."""
     max_train_examples: Optional[int] = None
@@ -58,15 +76,6 @@ class TrainConfig:
     """Score only the first N lines of dev_file (null: all)."""
     on_error: str = "raise"
     """Bad data lines: `raise` (error naming file, line, field) or `skip` (counted and reported)."""
-    negative_keep_rate: float = 0.05
-    """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
-    unanswerable_keep_rate: Optional[float] = None
-    """Share kept of the windows of documents with no answer at all (null: negative_keep_rate)."""
-    hard_negatives_file: Optional[str] = None
-    """Hard-negative pass: scores from `python -m solution.hard_negatives`; negatives are then drawn
-    in proportion to a first model's belief that they hold an answer (same expected count)."""
-    hard_negative_fraction: float = 0.5
-    """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
     cache_dir: str = "cache/features"
     """Featurised training windows are cached here, keyed by the input file and the settings."""
     num_proc: int = 1
@@ -76,30 +85,58 @@ class TrainConfig:
 
     # --- optimisation (TrainingArguments names) -------------------------------
     output_dir: str = "runs/default"
+    """Where config.yaml, metrics.jsonl, checkpoints, tracker logs and model/ are written."""
     seed: int = 42
+    """Seeds the weights, the epoch order and which no-answer windows are kept."""
     per_device_train_batch_size: int = 8
+    """Training windows per process per micro-step (global batch: x processes x accumulation)."""
     per_device_eval_batch_size: int = 32
+    """Windows per forward pass when scoring dev."""
     gradient_accumulation_steps: int = 1
+    """Micro-steps summed into one optimizer step."""
     learning_rate: float = 5e-5
+    """Peak learning rate, reached at the end of warmup."""
     weight_decay: float = 0.01
     """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights."""
     adam_beta1: float = 0.9
+    """AdamW's first-moment decay."""
     adam_beta2: float = 0.999
+    """AdamW's second-moment decay."""
     adam_epsilon: float = 1e-8
+    """AdamW's denominator epsilon."""
     optim: str = "adamw_torch"
     """`adamw_torch` or `sgd` (plain SGD: its step scales with the gradient, which equivalence tests need)."""
-    warmup_ratio: float = 0.1
+    lr_scheduler_type: str = "linear"
+    """Learning-rate schedule, built by `transformers.get_scheduler` and stepped once per optimizer step:
+    linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup or inverse_sqrt."""
+    warmup_steps: Optional[float] = None
+    """Warmup (transformers 5's convention): an integer >= 1 is a number of optimizer steps, a value below 1
+    a ratio of the total steps (null: warmup_ratio if given, else 0.1)."""
+    warmup_ratio: Optional[float] = None
+    """Older spelling of a warmup ratio in [0, 1); give warmup_steps or warmup_ratio, not both."""
     num_train_epochs: float = 1.0
+    """Passes over the training windows (a fraction stops part-way)."""
     max_steps: int = -1
     """Optimizer steps; overrides num_train_epochs when > 0."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping."""
     mixed_precision: str = "no"
     """`no`, `bf16` (CPU and GPU) or `fp16` (GPU only)."""
+    bf16: bool = False
+    """TrainingArguments' spelling of mixed_precision: bf16 (true with another mixed_precision is an error)."""
+    fp16: bool = False
+    """TrainingArguments' spelling of mixed_precision: fp16 (true with another mixed_precision is an error)."""
     logging_steps: int = 10
+    """Write a metrics.jsonl record (and a tracker point) every N optimizer steps, and at the last."""
+    report_to: list = field(default_factory=list)
+    """Trackers that also receive the logged metrics, through Accelerate: tensorboard (event files under
+    output_dir/nq-bert-qa), wandb, a list or comma list of them, or none. metrics.jsonl is always written."""
     eval_strategy: str = "epoch"
     """`epoch`: score dev at each epoch end; `no`: never."""
     disable_tqdm: bool = False
+    """No progress bar (the log lines stay)."""
+    dataloader_num_workers: int = 0
+    """Worker processes loading training batches (0: the training process itself)."""
 
     # --- distributed strategy and checkpoints -----------------------------------
     strategy: str = "auto"
@@ -109,8 +146,11 @@ class TrainConfig:
     """DeepSpeed JSON (configs/ds/*.json), as the `deepspeed` launcher's `--deepspeed FILE` passes it."""
     cpu_offload: bool = False
     """Offload parameters and optimizer state to CPU: FSDP2 `cpu_offload`, or ZeRO-3 -> zero3_offload."""
+    save_strategy: str = "steps"
+    """When to write a resumable, strategy-native checkpoint: `steps` (every save_steps), `epoch`
+    (at each epoch end) or `no`."""
     save_steps: int = 0
-    """Write a resumable, strategy-native checkpoint every N optimizer steps (0: never)."""
+    """With save_strategy steps: a checkpoint every N optimizer steps (0: never)."""
     save_total_limit: Optional[int] = None
     """Keep only the newest N checkpoints (null: all)."""
     measure_memory: bool = False
@@ -121,6 +161,7 @@ class TrainConfig:
     # --- sections --------------------------------------------------------------
     window: WindowConfig = field(default_factory=WindowConfig)
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
+    sampling: NegativeSampling = field(default_factory=NegativeSampling)
 
     def __post_init__(self):
         checks = [
@@ -132,16 +173,18 @@ class TrainConfig:
             (self.strategy in STRATEGY_CHOICES, "strategy", f"one of {STRATEGY_CHOICES}"),
             (self.save_steps >= 0, "save_steps", ">= 0"),
             (self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", ">= 1 or null"),
-            (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
-            (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
-             "unanswerable_keep_rate", "in (0, 1] or null"),
-            (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
+            (self.save_strategy in SAVE_STRATEGIES, "save_strategy", f"one of {SAVE_STRATEGIES}"),
+            (self.lr_scheduler_type in LR_SCHEDULERS, "lr_scheduler_type", f"one of {LR_SCHEDULERS}"),
+            (self.dataloader_num_workers >= 0, "dataloader_num_workers", ">= 0"),
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),
             (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", ">= 1"),
             (self.learning_rate > 0, "learning_rate", "> 0"),
             (self.weight_decay >= 0, "weight_decay", ">= 0"),
-            (0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1)"),
+            (self.warmup_ratio is None or 0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1) or null"),
+            (self.warmup_steps is None or (self.warmup_steps >= 0 and (self.warmup_steps < 1
+                                                                      or float(self.warmup_steps).is_integer())),
+             "warmup_steps", "a ratio in [0, 1) or a whole number of steps"),
             (self.num_train_epochs > 0 or self.max_steps > 0, "num_train_epochs", "> 0 (or max_steps > 0)"),
             (self.max_grad_norm >= 0, "max_grad_norm", ">= 0"),
             (self.logging_steps >= 1, "logging_steps", ">= 1"),
@@ -153,6 +196,50 @@ class TrainConfig:
             if not ok:
                 raise ValueError(f"config: {name} must be {expected}, got {getattr(self, name)!r}")
         _check_finite(self)
+        self._resolve_aliases()
+
+    def _resolve_aliases(self) -> None:
+        """TrainingArguments spellings: one value wins only when the two agree; a contradiction is an error."""
+        if self.warmup_steps is not None and self.warmup_ratio is not None:
+            raise ValueError(f"config: warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio}) "
+                             "are both set; give one (warmup_steps takes a ratio below 1 too)")
+        if self.bf16 and self.fp16:
+            raise ValueError("config: bf16 and fp16 are both true; give one (or mixed_precision)")
+        for flag in ("bf16", "fp16"):
+            if getattr(self, flag):
+                if self.mixed_precision not in ("no", flag):
+                    raise ValueError(f"config: {flag} is true but mixed_precision is {self.mixed_precision!r}; "
+                                     "give one of them")
+                self.mixed_precision = flag
+        self.report_to = _trackers(self.report_to)
+
+    def num_warmup_steps(self, num_total_steps: int) -> int:
+        """Warmup in optimizer steps: warmup_steps (steps, or a ratio below 1), else warmup_ratio, else 0.1."""
+        if self.warmup_steps is not None and self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        ratio = next(r for r in (self.warmup_steps, self.warmup_ratio, DEFAULT_WARMUP_RATIO) if r is not None)
+        return int(ratio * num_total_steps)
+
+    def save_due(self, step: int, epoch_end: bool) -> bool:
+        """Whether a checkpoint is written after this optimizer step (epoch_end: the step closes an epoch)."""
+        if self.save_strategy == "epoch":
+            return epoch_end
+        return self.save_strategy == "steps" and self.save_steps > 0 and not epoch_end and step % self.save_steps == 0
+
+    def tracker_config(self) -> dict:
+        """Every setting by its plain name, as trackers store hyperparameters (scalars and strings only)."""
+        flat = {}
+        for key, value in self.to_dict().items():
+            for name, v in (value.items() if key in SECTIONS else [(key, value)]):
+                flat[name] = v if isinstance(v, (bool, int, float, str)) else json.dumps(v)
+        return flat
+
+    def __getattr__(self, name: str):
+        # The sampling fields were top-level fields before they became a section: cfg.negative_keep_rate
+        # still reads them (only called for names not found on the config itself).
+        if name in _SAMPLING_NAMES and "sampling" in self.__dict__:
+            return getattr(self.sampling, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def backbone_overrides(self) -> dict:
@@ -176,6 +263,19 @@ def _check_finite(cfg: "TrainConfig") -> None:
             value = getattr(obj, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"config: {prefix}{f.name} must be a finite number, got {value!r}")
+
+
+_SAMPLING_NAMES = frozenset(f.name for f in dataclasses.fields(NegativeSampling))
+
+
+def _trackers(value) -> list:
+    """report_to as a list of tracker names: `none`, one name, a comma list or a list."""
+    items = value.split(",") if isinstance(value, str) else list(value or [])
+    names = [str(v).strip() for v in items if str(v).strip() and str(v).strip().lower() != "none"]
+    for name in names:
+        if name not in REPORT_TO:
+            raise ValueError(f"config: report_to must be none or some of {REPORT_TO}, got {name!r}")
+    return list(dict.fromkeys(names))
 
 
 def _hints(cls) -> dict:
@@ -209,6 +309,11 @@ def _coerce(value: Any, typ, name: str) -> Any:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
+        if typ is list or origin is list:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+                raise ValueError
+            return [v.strip() for v in items if v.strip()]
         if typ is dict or origin is dict:
             value = yaml.safe_load(value) if isinstance(value, str) else value
             if not isinstance(value, dict):
@@ -220,15 +325,20 @@ def _coerce(value: Any, typ, name: str) -> Any:
     return value
 
 
-def _field_owner() -> dict:
-    """Plain name -> (section or None, type) for every settable field."""
-    owners = {}
-    for name, typ in _hints(TrainConfig).items():
-        if name in SECTIONS:
-            continue
-        owners[name] = (None, typ)
-    for section, cls in SECTIONS.items():
+def _field_owner(sections: Optional[dict] = None) -> dict:
+    """Plain name -> (section or None, type) for every settable field.
+
+    The command line sets section fields by their plain names, so a name declared twice (by two
+    sections, or by a section and the top level) would be ambiguous: that is an error here."""
+    sections = SECTIONS if sections is None else sections
+    owners = {name: (None, typ) for name, typ in _hints(TrainConfig).items() if name not in SECTIONS}
+    for section, cls in sections.items():
         for name, typ in _hints(cls).items():
+            if name in owners or name in sections:
+                where = ("the top level" if owners[name][0] is None else f"section '{owners[name][0]}'"
+                         ) if name in owners else "a section name"
+                raise ValueError(f"config: setting '{name}' of section '{section}' is also declared by {where}; "
+                                 "names must be unique across sections")
             owners[name] = (section, typ)
     return owners
 
@@ -348,7 +458,14 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings at the top level")
         values.update(loaded)
-    for key, value in parse_overrides(overrides or []).items():
+    given = parse_overrides(overrides or [])
+    for key in given:
+        # One setting, several spellings: the command line's replaces the file's (`--warmup_steps 2`
+        # over a file's warmup_ratio); two spellings from the same source stay a contradiction.
+        for alias in next((group - {key} for group in ALIASES if key in group), ()):
+            if alias not in given:
+                values.pop(alias, None)
+    for key, value in given.items():
         if key in SECTIONS:
             raise ValueError("command line: set section fields by their own names, e.g. --max_seq_length")
         section = _field_owner().get(key, (None, None))[0]
@@ -361,7 +478,10 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
 
 
 def parse_overrides(args: list) -> dict:
-    """['--lr', '1', '--x=2'] -> {'lr': '1', 'x': '2'}; values are coerced later by type."""
+    """['--lr', '1', '--x=2', '--bf16'] -> {'lr': '1', 'x': '2', 'bf16': 'true'}; values are coerced later.
+
+    `--name-with-dashes` is `--name_with_dashes`; a true/false setting may stand alone (`--bf16`)."""
+    owners = _field_owner()
     out = {}
     i = 0
     while i < len(args):
@@ -369,13 +489,109 @@ def parse_overrides(args: list) -> dict:
         if not arg.startswith("--") or len(arg) <= 2:
             raise ValueError(f"command line: expected --name value, got {arg!r}")
         name = arg[2:].replace("-", "_")
-        if "=" in name:
-            name, value = name.split("=", 1)
+        if "=" in arg:
+            name, value = arg[2:].split("=", 1)
+            name = name.replace("-", "_")
             i += 1
+        elif owners.get(name, (None, None))[1] is bool and (i + 1 >= len(args) or args[i + 1].startswith("--")):
+            value, i = "true", i + 1
         else:
             if i + 1 >= len(args):
                 raise ValueError(f"command line: --{name} needs a value")
             value = args[i + 1]
             i += 2
+        if name not in owners and name not in SECTIONS:
+            raise _unknown(name, "command line")
         out[name] = value
     return out
+
+
+# --- the command line: generated from the dataclasses ----------------------------------------------
+
+
+def field_docs(cls) -> dict:
+    """name -> (the docstring under the field, the `# --- heading ---` comment above it), from the source."""
+    source = inspect.getsource(cls)
+    headings = [(n, line.strip().strip("#- ")) for n, line in enumerate(source.splitlines(), 1)
+                if line.strip().startswith("# ---")]
+    body = ast.parse(source).body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:] + [None]):
+        if not isinstance(node, ast.AnnAssign):
+            continue
+        doc = ""
+        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            doc = " ".join(after.value.value.split())
+        heading = next((text for n, text in reversed(headings) if n < node.lineno), "")
+        docs[node.target.id] = (doc, heading)
+    return docs
+
+
+def _type_name(typ) -> str:
+    """The option's metavar: INT, FLOAT, STR, BOOL, MAPPING, LIST; `|NULL` where null is allowed."""
+    if typing.get_origin(typ) is typing.Union:
+        return "|".join("NULL" if a is type(None) else _type_name(a) for a in typing.get_args(typ))
+    return {bool: "BOOL", dict: "MAPPING", list: "LIST"}.get(typ, getattr(typ, "__name__", str(typ)).upper())
+
+
+def _default_text(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls, title: Optional[str] = None) -> None:
+    """One option per field, in a group per `# --- heading ---` (or one group titled `title`)."""
+    hints, docs, groups = _hints(cls), field_docs(cls), {}
+    for f in dataclasses.fields(cls):
+        if f.name in SECTIONS:
+            continue
+        doc, heading = docs.get(f.name, ("", ""))
+        heading = title or heading or "settings"
+        if heading not in groups:
+            intro = (inspect.getdoc(cls) or "").split("\n\n")[0] if title else None
+            groups[heading] = parser.add_argument_group(heading, intro)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        help_text = f"{doc} (default: {_default_text(default)})".strip()
+        # A true/false setting may stand alone, as TrainingArguments' flags do: `--bf16`.
+        extra = {"nargs": "?", "const": "true"} if hints[f.name] is bool else {}
+        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+        groups[heading].add_argument(*names, dest=f.name, metavar=_type_name(hints[f.name]), default=argparse.SUPPRESS,
+                                     help=help_text.replace("%", "%%"), **extra)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # the caller prints `error: ...` and exits 2, as for every config error
+        raise ValueError(f"command line: {message}")
+
+
+def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The training command line: --config, --resume, then every setting, grouped as in the dataclasses."""
+    parser = _Parser(prog=prog, description=description, allow_abbrev=False,
+                     usage=f"{prog} [--config FILE] [--resume CHECKPOINT] [--name value ...]")
+    parser.add_argument("--config", metavar="FILE", help="YAML training config (configs/train/*.yaml), read first; "
+                                         "the options below override it")
+    parser.add_argument("--resume", metavar="CHECKPOINT", help="continue from output_dir/checkpoint-N, or `latest`")
+    # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    _add_fields(parser, TrainConfig)
+    for section, cls in SECTIONS.items():
+        _add_fields(parser, cls, title=f"{section} (in YAML at the top level or in a `{section}:` section)")
+    return parser
+
+
+def parse_command_line(argv: list, prog: str, description: str) -> tuple:
+    """(config file or None, overrides as `--name value` strings) from the training command line."""
+    args, rest = build_parser(prog, description).parse_known_args(argv)
+    parse_overrides(rest)  # anything argparse did not know: an error naming it (with a close name)
+    given = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank")}
+    if args.resume:
+        given["resume_from_checkpoint"] = args.resume
+    overrides = [item for name, value in given.items() for item in (f"--{name}", value)]
+    return args.config, overrides

@@ -28,12 +28,11 @@ import numpy as np
 import torch
 
 from solution.fsutil import publish_dir
-from solution.inference import candidate_array
 from solution.hard_negatives import HardNegativeWeights
+from solution.inference import candidate_array
 from solution.nq import NQFormatError, ReadStats, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
-from solution.windows import (ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window,
-                              label_long_answer)
+from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window, label_long_answer
 
 FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
 
@@ -61,35 +60,50 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 @dataclass
 class NegativeSampling:
-    """Which training windows without an answer are kept (windows with one always are)."""
+    """Which training windows without an answer are kept (windows with one always are).
 
-    negative_keep_rate: float = 1.0
-    """Share kept of the no-answer windows of documents that have an answer."""
+    The config's `sampling:` section. Which windows a rate keeps is drawn from the training `seed`,
+    passed beside these settings (one seed for the whole run, not a second one here)."""
+
+    negative_keep_rate: float = 0.05
+    """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
     unanswerable_keep_rate: Optional[float] = None
-    """Share kept of the windows of documents without any answer (None: negative_keep_rate)."""
+    """Share kept of the windows of documents with no answer at all (null: negative_keep_rate)."""
     hard_negatives_file: Optional[str] = None
-    """Scores from `python -m solution.hard_negatives`: draw negatives in proportion to them (see that module)."""
+    """Hard-negative pass: scores from `python -m solution.hard_negatives`; negatives are then drawn
+    in proportion to a first model's belief that they hold an answer (same expected count)."""
     hard_negative_fraction: float = 0.5
-    seed: int = 0
+    """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
+
+    def __post_init__(self):
+        checks = [
+            (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
+            (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
+             "unanswerable_keep_rate", "in (0, 1] or null"),
+            (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
 
     def rate(self, answerable: bool) -> float:
         if answerable or self.unanswerable_keep_rate is None:
             return self.negative_keep_rate
         return self.unanswerable_keep_rate
 
-    def key(self) -> dict:
-        d = asdict(self)
+    def key(self, seed: int) -> dict:
+        d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
         if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
             d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
         return d
 
 
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
-              limit: Optional[int], on_error: str) -> str:
+              limit: Optional[int], on_error: str, seed: int = 0) -> str:
     st = os.stat(path)
     blob = json.dumps({"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
                        "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
-                       "sampling": sampling.key(), "limit": limit,
+                       "sampling": sampling.key(seed), "limit": limit,
                        "on_error": on_error, "version": FEATURES_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -213,7 +227,7 @@ class _Summary:
 PROGRESS_SECONDS = 10.0
 
 
-def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, num_shards, side_dir):
+def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, limit, num_shards, side_dir):
     """datasets.Dataset.from_generator worker: windows of this worker's lines."""
     from transformers import AutoTokenizer
 
@@ -239,13 +253,13 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
                 answerable = has_answer(ex)
                 rate = sampling.rate(answerable)
                 if hard is None:
-                    kept = [w for w in windows if keep_window(w, rate, sampling.seed)]
+                    kept = [w for w in windows if keep_window(w, rate, seed)]
                 else:
                     weights = hard.weights(ex.example_id, answerable, len(windows))
                     if weights is None:
                         raise NQFormatError(path, ex.line, "example_id",
                                             hard.mismatch(ex.example_id, answerable, len(windows)))
-                    kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, sampling.seed, wt)]
+                    kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, seed, wt)]
                 summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:
                     yield w.as_dict()
@@ -262,15 +276,17 @@ def _generate(shards, path, tokenizer_dir, window, sampling, on_error, limit, nu
 
 def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: Optional[NegativeSampling] = None,
                          cache_dir: str = "cache/features", num_proc: int = 1,
-                         on_error: str = "raise", limit: Optional[int] = None, log=print):
-    """(datasets.Dataset of labelled windows, summary dict), from the cache when possible."""
+                         on_error: str = "raise", limit: Optional[int] = None, log=print, seed: int = 0):
+    """(datasets.Dataset of labelled windows, summary dict), from the cache when possible.
+
+    `seed` draws which no-answer windows the sampling rates keep."""
     import datasets
 
     datasets.disable_progress_bars()  # our own log lines say what is happening
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     sampling = sampling or NegativeSampling()
-    key = cache_key(path, tokenizer, window, sampling, limit, on_error)
+    key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     if (final / "summary.json").is_file():
         summary = json.loads((final / "summary.json").read_text())
@@ -293,7 +309,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         ds = datasets.Dataset.from_generator(
             _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
             gen_kwargs={"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
-                        "window": asdict(window), "sampling": asdict(sampling),
+                        "window": asdict(window), "sampling": asdict(sampling), "seed": seed,
                         "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")})
     except datasets.exceptions.DatasetGenerationError as e:
         # The worker's own error (an NQFormatError naming file, line, field) is the one to show.

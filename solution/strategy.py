@@ -281,7 +281,8 @@ class Strategy:
             raise ValueError(f"strategy {self.plan.name} with cpu_offload needs a GPU: FSDP2's CPUOffloadPolicy moves "
                              "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
                              "Without a GPU everything already lives in CPU memory: drop cpu_offload")
-        kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps)
+        kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                      log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
         plan = self.plan
         if plan.is_deepspeed and "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
             os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",

@@ -1,5 +1,7 @@
 """Fine-tune a BERT QA model on simplified-NQ: `python -m solution.train --config FILE [--name value ...]`.
 
+`--help` lists every setting (generated from `solution.config`).
+
 The same loop runs on one process and under `accelerate launch`; the
 strategy comes from `solution.strategy`, never from this file. Writes to
 `output_dir`:
@@ -14,7 +16,6 @@ writing a checkpoint at the step reached (continue with `--resume latest`).
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import math
@@ -31,8 +32,9 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.config import TrainConfig, load_config
-from solution.features import DummyWindows, NegativeSampling, WindowDataset, build_train_features
+from solution.config import TrainConfig, load_config, parse_command_line
+from solution.features import DummyWindows, WindowDataset, build_train_features
+from solution.fsutil import atomic_write_text, check_writable, disk_full_message
 from solution.inference import collate, model_runner, predict_documents
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
@@ -122,34 +124,26 @@ class StopRequest:
         return int(flag.item())
 
 
-def check_writable(out: Path, rank: int) -> None:
-    """Found at start-up, not after featurisation or at the first checkpoint."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{rank}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        raise ValueError(f"output_dir {out}: cannot write there ({e.strerror or e})") from None
-
-
-def disk_full(path: Path, err: OSError, note: str = "") -> TrainingStopped:
+def disk_full(path: Path, note: str = "") -> TrainingStopped:
     """One line naming what could not be written and the free space left on its filesystem."""
-    where = path
-    while not where.exists() and where != where.parent:
-        where = where.parent
-    free = shutil.disk_usage(where).free
-    return TrainingStopped(f"no space left on device writing {path} ({free / 2**20:.1f} MiB free on its "
-                           f"filesystem): {err.strerror or err}" + (f"; {note}" if note else ""), EXIT_FAULT)
+    return TrainingStopped(disk_full_message(path) + (f"; {note}" if note else ""), EXIT_FAULT)
 
 
-def linear_schedule(optimizer, num_warmup: int, num_total: int):
-    def factor(step: int) -> float:
-        if step < num_warmup:
-            return (step + 1) / max(1, num_warmup)
-        return max(0.0, (num_total - step) / max(1, num_total - num_warmup))
+def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
+    """transformers' schedule named by lr_scheduler_type (a LambdaLR: its state is JSON-safe)."""
+    from transformers import get_scheduler
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.num_warmup_steps(num_total),
+                         num_training_steps=num_total)
+
+
+TRACKER_PROJECT = "nq-bert-qa"  # TensorBoard writes under output_dir/nq-bert-qa; W&B's project name
+
+
+def tracker_values(record: dict, prefix: str) -> dict:
+    """The numbers of a metrics.jsonl record, as the trackers take them (`train/loss`, `eval/...`)."""
+    return {f"{prefix}/{k}": v for k, v in record.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("step", "event")}
 
 
 class MetricsLog:
@@ -233,11 +227,9 @@ class Trainer:
                                 cfg.seed, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
         # The main process featurises (or finds the cache); the others then load it.
         with self.accelerator.main_process_first():
-            sampling = NegativeSampling(cfg.negative_keep_rate, cfg.unanswerable_keep_rate, cfg.hard_negatives_file,
-                                        cfg.hard_negative_fraction, cfg.seed)
             ds, summary = build_train_features(
-                cfg.train_file, self.tokenizer, cfg.window, sampling, cfg.cache_dir,
-                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log)
+                cfg.train_file, self.tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
+                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed)
         self.data_summary = summary
         if summary.get("skipped"):
             self.log(f"WARNING: {cfg.train_file}: skipped {summary['skipped']} bad lines "
@@ -302,7 +294,7 @@ class Trainer:
             tmp = self.out / f"checkpoint-{step}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             (self.out / (LATEST + ".tmp")).unlink(missing_ok=True)
-            raise disk_full(tmp, e, self._last_good()) from None
+            raise disk_full(tmp, self._last_good()) from None
 
     def _write_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """A resumable, strategy-native checkpoint: Accelerate's save_state (DeepSpeed's own shards,
@@ -328,9 +320,7 @@ class Trainer:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)  # a checkpoint is complete or absent, never half-written
-            pointer = self.out / (LATEST + ".tmp")
-            pointer.write_text(final.name + "\n")
-            os.replace(pointer, self.out / LATEST)  # then the pointer; then, only now, pruning
+            atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
             self._prune_checkpoints()
         acc.wait_for_everyone()
         self.log(f"checkpoint: {final}")
@@ -374,7 +364,7 @@ class Trainer:
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
         cfg, acc = self.cfg, self.accelerator
-        check_writable(self.out, acc.process_index)
+        check_writable(self.out, "output_dir", create_dir=True)
         train_set = self.train_dataset()
         pad_id = self.tokenizer.pad_token_id or 0
         sampler = EpochShuffle(len(train_set), cfg.seed)
@@ -383,6 +373,7 @@ class Trainer:
         # dropout uses and a checkpoint restores (mid-epoch resume would otherwise shift dropout by one draw).
         loader = DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
                             drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
+                            num_workers=cfg.dataloader_num_workers,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
         optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
         memory: dict = {"step": 0}
@@ -407,7 +398,7 @@ class Trainer:
         total_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
         num_epochs = math.ceil(total_steps / steps_per_epoch)
         # Not passed to prepare(): Accelerate would step it once per process. Saved with the checkpoints.
-        scheduler = linear_schedule(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+        scheduler = lr_schedule(optimizer, cfg, total_steps)
         self._scheduler = scheduler  # its state travels in trainer_state.json (JSON, not a pickle)
 
         global_batch = cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps
@@ -433,6 +424,8 @@ class Trainer:
             start["resumed_from"] = {"checkpoint": str(path), "step": step}
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main, append=bool(cfg.resume_from_checkpoint))
         self.metrics.write(start)
+        if cfg.report_to:  # once; Accelerate's trackers act on the main process only
+            acc.init_trackers(TRACKER_PROJECT, config=cfg.tracker_config())
         self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in start.items() if k != "event"))
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -492,19 +485,26 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 if step % cfg.logging_steps == 0 or step == total_steps:
                     elapsed = time.perf_counter() - t_log
-                    self.metrics.write({"step": step, "epoch": epoch, "loss": loss, "grad_norm": grad_norm,
-                                        "lr": lr, "step_time_s": step_time,
-                                        "samples_per_s": samples_since_log / max(elapsed, 1e-9)})
+                    record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": grad_norm,
+                              "lr": lr, "step_time_s": step_time,
+                              "samples_per_s": samples_since_log / max(elapsed, 1e-9)}
+                    self.metrics.write(record)
+                    if cfg.report_to:
+                        acc.log(tracker_values(record, "train"), step=step)
                     t_log, samples_since_log = time.perf_counter(), 0
-                if cfg.save_steps and step % cfg.save_steps == 0:
+                if cfg.save_due(step, epoch_end=False):
                     self.save_checkpoint(step, epoch, batches)
                 if step < total_steps:
                     self._stop_if_requested(step, epoch, batches)
                 if step >= total_steps:
                     break
+            if cfg.save_due(step, epoch_end=True):
+                self.save_checkpoint(step, epoch, batches)
             if cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files":
                 last_eval = self.evaluate(model)
                 self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **last_eval})
+                if cfg.report_to:
+                    acc.log(tracker_values(last_eval, "eval"), step=step)
                 self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(last_eval)}")
         bar.close()
         self.save_final(model)
@@ -559,34 +559,23 @@ class Trainer:
                 if e.errno != errno.ENOSPC:
                     raise
                 shutil.rmtree(self.out / "model.tmp", ignore_errors=True)  # save_model_dir's temporary name
-                raise disk_full(self.out / "model", e) from None
+                raise disk_full(self.out / "model") from None
             self.log(f"model directory: {path}")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="python -m solution.train",
-        description="Fine-tune BERT QA on simplified-NQ. Any config field can be overridden as --name value "
-                    "(e.g. --learning_rate 3e-5 --max_steps 100 --max_seq_length 256).")
-    parser.add_argument("--config", help="YAML training config (configs/train/*.yaml)")
-    parser.add_argument("--resume", metavar="CHECKPOINT", dest="resume_from_checkpoint",
-                        help="continue from output_dir/checkpoint-N, or `latest`")
-    # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
-    args, overrides = parser.parse_known_args(argv)
-    if args.resume_from_checkpoint:
-        overrides += ["--resume_from_checkpoint", args.resume_from_checkpoint]
-    return args, overrides
+DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is read first; each option below "
+               "overrides one of its settings: --name value, --name=value or --name-with-dashes value.")
 
 
 def main(argv=None) -> int:
     """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
     naming the step or the path), 3 stopped by SIGTERM/SIGINT after saving checkpoint-N at the step
     reached (the line says which; continue with --resume latest)."""
-    args, overrides = parse_args(argv)
     try:
+        path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
+                                             DESCRIPTION)
         with StopRequest() as stop_request:
-            cfg = load_config(args.config, overrides)
+            cfg = load_config(path, overrides)
             Trainer(cfg, stop_request).train()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)

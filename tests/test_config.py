@@ -1,8 +1,16 @@
 """The typed config: YAML sections or flat keys, --name value overrides, named errors."""
 
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+
 import pytest
 
-from solution.config import load_config, parse_overrides
+from solution import config as config_module
+from solution.config import (SECTIONS, TrainConfig, _field_owner, field_docs, load_config, parse_command_line,
+                             parse_overrides)
 
 from conftest import ROOT
 
@@ -46,3 +54,190 @@ def test_shipped_configs_load():
 
 def test_parse_overrides_dash_names():
     assert parse_overrides(["--max-steps", "3"]) == {"max_steps": "3"}
+
+
+# --- the generated command line ------------------------------------------------------------------
+
+def test_help_lists_every_setting_with_type_default_and_docstring():
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "solution.train", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and time.perf_counter() - t0 < 60
+    text = proc.stdout
+    names = {f.name for f in dataclasses.fields(TrainConfig) if f.name not in SECTIONS}
+    names |= {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+    for name in names:
+        assert f"--{name} " in text, name
+    for name in ("learning_rate", "per_device_train_batch_size", "warmup_steps", "report_to", "lr_scheduler_type",
+                 "negative_keep_rate", "max_seq_length"):
+        assert f"--{name}" in text
+    assert text.count("\n  --") >= 30
+    # A docstring, a type and a default, under the section's heading.
+    assert "Peak learning rate, reached at the end of warmup. (default: 5e-05)" in " ".join(text.split())
+    assert "--learning_rate FLOAT" in text and "--unanswerable_keep_rate FLOAT|NULL" in text
+    for heading in ("model:", "data:", "window (", "postprocess (", "sampling ("):
+        assert f"\n{heading}" in text, heading
+
+
+def test_every_field_has_a_docstring():
+    for cls in (TrainConfig, *SECTIONS.values()):
+        docs = field_docs(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in SECTIONS and not docs[f.name][0]]
+        assert not missing, (cls.__name__, missing)
+
+
+def test_command_line_spellings():
+    path, overrides = parse_command_line(
+        ["--config", "c.yaml", "--learning_rate", "1e-4", "--per-device-train-batch-size", "2",
+         "--max_seq_length=256", "--negative-keep-rate=0.5", "--bf16", "--resume", "latest", "--local_rank=0"],
+        "prog", "description")
+    assert path == "c.yaml"
+    cfg = load_config(None, overrides)
+    assert (cfg.learning_rate, cfg.per_device_train_batch_size, cfg.window.max_seq_length) == (1e-4, 2, 256)
+    assert cfg.sampling.negative_keep_rate == 0.5 and cfg.mixed_precision == "bf16"
+    assert cfg.resume_from_checkpoint == "latest"
+    with pytest.raises(ValueError, match="unknown config key 'learnin_rate' \\(did you mean 'learning_rate'"):
+        parse_command_line(["--learnin_rate", "1"], "prog", "description")
+    with pytest.raises(ValueError, match="learning_rate"):
+        parse_command_line(["--learning_rate"], "prog", "description")
+    with pytest.raises(ValueError, match="unknown config key 'learning'"):  # no abbreviations
+        parse_command_line(["--learning", "1"], "prog", "description")
+
+
+# --- TrainingArguments names ---------------------------------------------------------------------
+
+
+def test_warmup_steps_and_its_alias():
+    assert load_config(None, ["--warmup_steps", "2"]).num_warmup_steps(100) == 2
+    assert load_config(None, ["--warmup_steps", "0.25"]).num_warmup_steps(100) == 25
+    assert load_config(None, ["--warmup_ratio", "0.3"]).num_warmup_steps(100) == 30
+    assert load_config(None).num_warmup_steps(100) == 10  # today's default: 10%
+    # The command line's spelling replaces the file's (tiny.yaml sets warmup_ratio)...
+    assert load_config("configs/train/tiny.yaml", ["--warmup_steps", "3"]).num_warmup_steps(8) == 3
+    # ... but one source giving both is a contradiction naming both.
+    with pytest.raises(ValueError, match="warmup_steps .* warmup_ratio .* both set"):
+        load_config(None, ["--warmup_steps", "3", "--warmup_ratio", "0.1"])
+    with pytest.raises(ValueError, match="warmup_steps must be"):
+        load_config(None, ["--warmup_steps", "2.5"])
+
+
+def test_precision_aliases():
+    assert load_config(None, ["--bf16", "true"]).mixed_precision == "bf16"
+    assert load_config(None, ["--fp16"]).mixed_precision == "fp16"
+    assert load_config("configs/train/demo.yaml", ["--fp16"]).mixed_precision == "fp16"  # demo.yaml says bf16
+    assert load_config(None, ["--bf16", "false"]).mixed_precision == "no"
+    with pytest.raises(ValueError, match="bf16 and fp16 are both true"):
+        load_config(None, ["--bf16", "--fp16"])
+    with pytest.raises(ValueError, match="fp16 is true but mixed_precision is 'bf16'"):
+        load_config(None, ["--fp16", "--mixed_precision", "bf16"])
+
+
+def test_report_to_save_strategy_and_scheduler_names():
+    assert load_config(None, ["--report_to", "tensorboard,wandb"]).report_to == ["tensorboard", "wandb"]
+    assert load_config(None, ["--report_to", "none"]).report_to == []
+    with pytest.raises(ValueError, match="report_to must be"):
+        load_config(None, ["--report_to", "tensorbored"])
+    with pytest.raises(ValueError, match="save_strategy must be"):
+        load_config(None, ["--save_strategy", "sometimes"])
+    epoch = load_config(None, ["--save_strategy", "epoch", "--save_steps", "2"])
+    assert not epoch.save_due(2, epoch_end=False) and epoch.save_due(3, epoch_end=True)
+    steps = load_config(None, ["--save_steps", "2"])
+    assert steps.save_due(2, epoch_end=False) and not steps.save_due(3, epoch_end=False)
+    assert not load_config(None, ["--save_strategy", "no", "--save_steps", "2"]).save_due(2, epoch_end=False)
+    from transformers import SchedulerType
+
+    assert set(config_module.LR_SCHEDULERS) <= {t.value for t in SchedulerType}
+    with pytest.raises(ValueError, match="lr_scheduler_type must be one of"):
+        load_config(None, ["--lr_scheduler_type", "cosine_annealing"])
+
+
+# --- negative sampling as a section --------------------------------------------------------------
+
+
+def test_sampling_section_and_plain_names(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("sampling:\n  negative_keep_rate: 0.2\n  unanswerable_keep_rate: 0.1\n")
+    cfg = load_config(str(path), ["--hard-negative-fraction", "0.25"])
+    assert (cfg.sampling.negative_keep_rate, cfg.sampling.unanswerable_keep_rate) == (0.2, 0.1)
+    assert cfg.sampling.hard_negative_fraction == 0.25 and cfg.negative_keep_rate == 0.2
+    assert load_config(str(path), ["--negative_keep_rate", "0.5"]).sampling.negative_keep_rate == 0.5
+    assert "sampling:\n  negative_keep_rate: 0.2" in cfg.to_yaml()
+    flat = load_config("configs/train/tiny.yaml")  # top-level keys, as the shipped files write them
+    assert flat.sampling.negative_keep_rate == 0.1
+    from solution.features import NegativeSampling
+
+    assert TrainConfig().sampling == NegativeSampling()  # one dataclass, one default
+    assert NegativeSampling().negative_keep_rate == 0.05
+    path.write_text("negative_keep_rate: 0.2\nsampling:\n  negative_keep_rate: 0.3\n")
+    with pytest.raises(ValueError, match="both as a top-level key and in the 'sampling:' section"):
+        load_config(str(path))
+
+
+def test_setting_names_are_unique_across_sections():
+    owners = _field_owner()
+    assert owners["negative_keep_rate"][0] == "sampling" and owners["max_seq_length"][0] == "window"
+
+    @dataclasses.dataclass
+    class Clash:
+        seed: int = 0
+
+    with pytest.raises(ValueError, match="setting 'seed' of section 'clash' is also declared by the top level"):
+        _field_owner({**SECTIONS, "clash": Clash})
+
+    @dataclasses.dataclass
+    class Twin:
+        top_k: int = 1
+
+    with pytest.raises(ValueError, match="'top_k' of section 'twin' is also declared by section 'postprocess'"):
+        _field_owner({**SECTIONS, "twin": Twin})
+
+
+def test_tracker_config_is_flat_scalars():
+    flat = load_config("configs/train/tiny.yaml").tracker_config()
+    assert flat["max_seq_length"] == 128 and flat["negative_keep_rate"] == 0.1
+    assert all(isinstance(v, (bool, int, float, str)) for v in flat.values())
+
+
+# --- tiny trainings: trackers, warmup spellings, schedules ----------------------------------------
+
+
+def _train(tmp_path, name, *args):
+    out = tmp_path / name
+    proc = subprocess.run(
+        [sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+         "--dummy_num_windows", "24", "--max_steps", "6", "--logging_steps", "1", "--disable_tqdm",
+         "--output_dir", str(out), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return out, [r["lr"] for r in records if "lr" in r]
+
+
+@pytest.mark.slow  # three tiny trainings in subprocesses (~40 s)
+def test_tensorboard_warmup_spellings_and_schedules(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, linear = _train(tmp_path, "linear", "--report_to", "tensorboard", "--warmup_steps", "2")
+    events = list(out.glob("nq-bert-qa/**/events.out.tfevents.*"))
+    assert events, sorted(p.relative_to(out) for p in out.rglob("*"))
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    assert "train/loss" in acc.Tags()["scalars"]
+    assert [e.step for e in acc.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert linear[:3] == pytest.approx([0.0, 5e-4, 1e-3])  # transformers' warmup starts at 0
+    assert not list(out.glob("checkpoint-*"))  # save_steps 0: no checkpoint
+    cosine_out, cosine = _train(tmp_path, "cosine", "--lr_scheduler_type", "cosine", "--warmup-steps=2",
+                                "--save_strategy", "epoch")
+    assert cosine[:3] == linear[:3] and cosine[3:] != pytest.approx(linear[3:])
+    # 24 windows / 4 a batch: the 6 steps are one epoch, saved at its end.
+    assert sorted(p.name for p in cosine_out.glob("checkpoint-*")) == ["checkpoint-6"]
+    _, ratio = _train(tmp_path, "ratio", "--warmup_steps", "0.5", "--dataloader_num_workers", "1")
+    assert ratio[:4] == pytest.approx([0.0, 1e-3 / 3, 2e-3 / 3, 1e-3])  # half of 6 steps: 3
+
+
+def test_resolved_config_reloads(tmp_path):
+    """config.yaml, written with every run, loads back to the same config (aliases resolved, sampling section)."""
+    cfg = load_config("configs/train/demo.yaml", ["--fp16", "--report_to", "tensorboard", "--warmup_steps", "5",
+                                                  "--negative_keep_rate", "0.2"])
+    path = tmp_path / "config.yaml"
+    path.write_text(cfg.to_yaml())
+    assert load_config(str(path)) == cfg

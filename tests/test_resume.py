@@ -102,7 +102,7 @@ def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path):
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     [line] = error_lines(proc)
-    assert f"output_dir {blocker / 'run'}: cannot write there" in line and "absent.jsonl" not in line, line
+    assert f"output_dir {blocker / 'run'}: cannot" in line and "absent.jsonl" not in line, line
 
 
 def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
@@ -110,7 +110,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
                  entry=("tests/faulty_train.py", "enospc-checkpoint-2"))
     assert proc.returncode == 1, proc.stderr[-3000:]
     [line] = error_lines(proc)
-    assert f"no space left on device writing {tmp_path / 'checkpoint-4.tmp'}" in line and "MiB free" in line, line
+    assert f"{tmp_path / 'checkpoint-4.tmp'}: no space left on device (" in line and "free in" in line, line
     assert line.endswith(f"the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)"), line
     assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "checkpoint-4").exists()
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-2" and not (tmp_path / "model").exists()
@@ -122,7 +122,7 @@ def test_a_full_disk_during_the_model_save_names_it(tmp_path):
     proc = train(tmp_path, "--max_steps", "1", entry=("tests/faulty_train.py", "enospc-model"))
     assert proc.returncode == 1, proc.stderr[-3000:]
     [line] = error_lines(proc)
-    assert f"no space left on device writing {tmp_path / 'model'}" in line and "MiB free" in line, line
+    assert f"{tmp_path / 'model'}: no space left on device (" in line and "free in" in line, line
     assert not (tmp_path / "model.tmp").exists() and not (tmp_path / "model").exists()
 
 
