@@ -586,9 +586,24 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_dash_values(argv: list) -> list:
+    """`--adam_epsilon -inf` -> `--adam_epsilon=-inf`: argparse takes a value that starts with '-' and
+    is not a plain number (`-inf`, `-1e-8`) for an option of its own."""
+    out, i = [], 0
+    while i < len(argv):
+        tok, nxt = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        if tok.startswith("--") and "=" not in tok and nxt and nxt.startswith("-") and not nxt.startswith("--"):
+            out.append(f"{tok}={nxt}")
+            i += 2
+        else:
+            out.append(tok)
+            i += 1
+    return out
+
+
 def parse_command_line(argv: list, prog: str, description: str) -> tuple:
     """(config file or None, overrides as `--name value` strings) from the training command line."""
-    args, rest = build_parser(prog, description).parse_known_args(argv)
+    args, rest = build_parser(prog, description).parse_known_args(_attach_dash_values(argv))
     parse_overrides(rest)  # anything argparse did not know: an error naming it (with a close name)
     given = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank")}
     if args.resume:
