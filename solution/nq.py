@@ -241,17 +241,16 @@ def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
 
 
 def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
-                  require_annotations: bool = False, limit: Optional[int] = None,
-                  shard: tuple = (0, 1), max_lines: Optional[int] = None,
+                  require_annotations: bool = False, shard: tuple = (0, 1), max_lines: Optional[int] = None,
                   check_duplicates: bool = True) -> Iterator[Example]:
     """Stream validated examples from a simplified-NQ file.
 
     on_error: "raise" (default) stops at the first bad line with an error
     naming file, line and field; "skip" counts it in `stats` and goes on.
     require_annotations: training and gold files must carry `annotations`.
-    limit: stop after this many examples. shard=(k, n): only lines k, k+n,
-    k+2n, ... (0-based) are parsed, so n processes can share a file; with
-    max_lines every worker stops at the same line. Duplicate ids are then
+    shard=(k, n): only lines k, k+n, k+2n, ... (0-based) are parsed, so n
+    processes can share a file; with max_lines every worker stops at the
+    same line. Duplicate ids are then
     only visible across workers, which is the caller's to check
     (check_duplicates=False).
     """
@@ -283,8 +282,6 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
             continue
         stats.examples += 1
         yield ex
-        if limit is not None and stats.examples >= limit:
-            return
     if n == 1 and stats.examples == 0 and stats.num_skipped == 0:
         raise NQFormatError(path, stats.lines, "<file>", "the file holds no examples")
 
