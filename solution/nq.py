@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 YES_NO_VALUES = ("NONE", "YES", "NO")
+# The answer types of an annotation (`Annotation.answer_type`), the classes that splits are stratified by and
+# synthetic corpora mixed by. NONE means the annotator found no answer in the whole document; the model's
+# answer-type head (windows.ANSWER_TYPES) has UNKNOWN instead, "no answer in this window".
+ANNOTATION_TYPES = ("NONE", "SHORT", "LONG", "YES", "NO")
 
 # An HTML token of the simplified format: `<P>`, `</Table>`, `<Td_colspan="2">`.
 _HTML_TAG = re.compile(r"^</?[A-Za-z][A-Za-z0-9]*(_\S*)?>$")
@@ -82,7 +86,7 @@ class Annotation:
 
     @property
     def answer_type(self) -> str:
-        """The coarse class used for stratification and reporting."""
+        """The coarse class used for stratification and reporting: one of ANNOTATION_TYPES."""
         if self.yes_no_answer != "NONE":
             return self.yes_no_answer
         if self.short_answers:
