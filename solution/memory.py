@@ -8,6 +8,7 @@ probe on the optimizer it built, whatever engine wraps it later.
 from __future__ import annotations
 
 import gc
+import warnings
 
 import torch
 
@@ -23,18 +24,20 @@ def live_tensor_bytes(optimizer: torch.optim.Optimizer) -> dict:
     all exist. Storages are counted once (views and flat buffers share them). Tensors held only
     inside C++ (DDP's gradient buckets) are not seen, which understates DDP, not the others."""
     seen, total = set(), 0
-    for obj in gc.get_objects():
-        try:
-            if not isinstance(obj, torch.Tensor):
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases (reduce_op) warns once per run
+        warnings.simplefilter("ignore", FutureWarning)
+        for obj in gc.get_objects():
+            try:
+                if not isinstance(obj, torch.Tensor):
+                    continue
+                t = getattr(obj, "_local_tensor", obj)  # a DTensor's shard
+                storage = t.untyped_storage()
+                ptr = storage.data_ptr()
+                if ptr and ptr not in seen and t.device.type != "meta":
+                    seen.add(ptr)
+                    total += storage.nbytes()
+            except Exception:  # tensor subclasses without storage
                 continue
-            t = getattr(obj, "_local_tensor", obj)  # a DTensor's shard
-            storage = t.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr and ptr not in seen and t.device.type != "meta":
-                seen.add(ptr)
-                total += storage.nbytes()
-        except Exception:  # tensor subclasses without storage
-            continue
     state = 0
     for per_param in optimizer.state.values():
         for v in per_param.values():

@@ -188,7 +188,8 @@ class Trainer:
         run = model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded)
         # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
         n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
-        run, finish = self.strategy.lockstep(run, collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n))
+        dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
+        run, finish = self.strategy.lockstep(run, dummy)
         preds = {}
         for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
             preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
