@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from solution.net import free_port  # noqa: E402
+
 STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op"]
 K = 12  # Adam, mixed precision: fp32 master copy + two fp32 moments
 
@@ -50,12 +52,6 @@ def paper_bytes(strategy: str, psi: int, n: int) -> float:
     if strategy == "zero2":
         return 2 * psi + (2 + K) * psi / n
     return (2 + 2 + K) * psi / n  # zero3, zero3_offload (held in host memory), fsdp, fsdp_grad_op
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_training(out: Path, nproc: int, args: list, threads: int) -> dict:

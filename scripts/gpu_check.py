@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from solution.net import free_port  # noqa: E402
+
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 STRATEGIES = ["single", "zero2", "zero3", "fsdp"]
 # Peak dense (no sparsity) bf16 tensor-core FLOP/s, from the vendors' data sheets; first match wins.
@@ -88,12 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=int, default=900, help="seconds each command may run")
     p.add_argument("--dry-run", action="store_true", help="print the commands it would launch and exit 0")
     return p
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_command(args, name: str, strategy: str, precision: str, nproc: int, probe: Path) -> list:

@@ -60,12 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_score(args: argparse.Namespace) -> str:
-    """The default mode: read, score, and return what to print."""
+def run_score(args: argparse.Namespace) -> int:
+    """The default mode: read, score, print the report (or one JSON object)."""
     predictions = read_submission(args.submission)  # first: its errors need no gold
     gold = load_gold(args.gold)
     result = score(predictions, gold, source=args.submission)
-    return json.dumps(result) if args.json else format_report(result)
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -132,11 +133,6 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_scoring(args: argparse.Namespace) -> int:
-    print(run_score(args))
-    return 0
-
-
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -146,7 +142,7 @@ def main(argv=None) -> int:
     elif args.tune:
         mode, ok, need = run_tune, bool(args.scores and args.gold), "--tune needs --scores JSONL and --gold JSONL"
     else:
-        mode, ok = run_scoring, bool(args.submission and args.gold)
+        mode, ok = run_score, bool(args.submission and args.gold)
         need = "scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)"
     if not ok:
         parser.error(need)

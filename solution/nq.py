@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 YES_NO_VALUES = ("NONE", "YES", "NO")
+# The answer types of an annotation (`Annotation.answer_type`), the classes that splits are stratified by and
+# synthetic corpora mixed by. NONE means the annotator found no answer in the whole document; the model's
+# answer-type head (windows.ANSWER_TYPES) has UNKNOWN instead, "no answer in this window".
+ANNOTATION_TYPES = ("NONE", "SHORT", "LONG", "YES", "NO")
 
 # An HTML token of the simplified format: `<P>`, `</Table>`, `<Td_colspan="2">`.
 _HTML_TAG = re.compile(r"^</?[A-Za-z][A-Za-z0-9]*(_\S*)?>$")
@@ -82,7 +86,7 @@ class Annotation:
 
     @property
     def answer_type(self) -> str:
-        """The coarse class used for stratification and reporting."""
+        """The coarse class used for stratification and reporting: one of ANNOTATION_TYPES."""
         if self.yes_no_answer != "NONE":
             return self.yes_no_answer
         if self.short_answers:
@@ -241,17 +245,16 @@ def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
 
 
 def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
-                  require_annotations: bool = False, limit: Optional[int] = None,
-                  shard: tuple = (0, 1), max_lines: Optional[int] = None,
+                  require_annotations: bool = False, shard: tuple = (0, 1), max_lines: Optional[int] = None,
                   check_duplicates: bool = True) -> Iterator[Example]:
     """Stream validated examples from a simplified-NQ file.
 
     on_error: "raise" (default) stops at the first bad line with an error
     naming file, line and field; "skip" counts it in `stats` and goes on.
     require_annotations: training and gold files must carry `annotations`.
-    limit: stop after this many examples. shard=(k, n): only lines k, k+n,
-    k+2n, ... (0-based) are parsed, so n processes can share a file; with
-    max_lines every worker stops at the same line. Duplicate ids are then
+    shard=(k, n): only lines k, k+n, k+2n, ... (0-based) are parsed, so n
+    processes can share a file; with max_lines every worker stops at the
+    same line. Duplicate ids are then
     only visible across workers, which is the caller's to check
     (check_duplicates=False).
     """
@@ -283,8 +286,6 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
             continue
         stats.examples += 1
         yield ex
-        if limit is not None and stats.examples >= limit:
-            return
     if n == 1 and stats.examples == 0 and stats.num_skipped == 0:
         raise NQFormatError(path, stats.lines, "<file>", "the file holds no examples")
 

@@ -24,9 +24,8 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from solution.fsutil import atomic_output, check_writable
-from solution.nq import NQFormatError, ReadStats, iter_lines, read_examples
+from solution.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
 
-CLASSES = ("NONE", "SHORT", "LONG", "YES", "NO")
 TRAIN_NAME, DEV_NAME = "simplified-nq-train.jsonl", "simplified-nq-dev.jsonl"
 _NOWHERE, _TRAIN, _DEV = 0, 1, 2  # per-line destination codes
 
@@ -42,7 +41,7 @@ class SplitResult:
 
     def as_dict(self) -> dict:
         def side(c: Counter) -> dict:
-            return {**{k: c[k] for k in CLASSES}, "total": sum(c.values())}
+            return {**{k: c[k] for k in ANNOTATION_TYPES}, "total": sum(c.values())}
         return {"train": side(self.train), "dev": side(self.dev), "total": side(self.train + self.dev),
                 "stratified": self.stratified, "in_train_only": self.in_train_only,
                 "lines": self.read.lines, "skipped": self.read.num_skipped,
@@ -50,7 +49,7 @@ class SplitResult:
 
     def table(self) -> str:
         rows = [f"{'class':<7}{'train':>10}{'dev':>10}{'total':>10}{'dev %':>8}"]
-        for name in CLASSES + ("total",):
+        for name in ANNOTATION_TYPES + ("total",):
             t, d = ((sum(self.train.values()), sum(self.dev.values())) if name == "total"
                     else (self.train[name], self.dev[name]))
             share = f"{100 * d / (t + d):.1f}" if t + d else "-"
@@ -66,7 +65,7 @@ def _choose_dev(labels: list, dev_fraction: float, seed: int):
     and a too-small split falls back to a plain random one (both reported).
     """
     counts = Counter(labels)
-    in_train_only = sorted((c for c, n in counts.items() if n < 2), key=CLASSES.index)
+    in_train_only = sorted((c for c, n in counts.items() if n < 2), key=ANNOTATION_TYPES.index)
     rest = np.array([i for i, c in enumerate(labels) if c not in in_train_only], dtype=np.int64)
     if len(rest) < 2:
         raise ValueError(f"cannot split {len(labels)} example(s): fewer than 2 are left once classes "

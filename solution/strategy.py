@@ -6,7 +6,8 @@ and the few facts that differ between engines: what really wraps the model,
 how to read the gradient norm, how to make every rank's forward passes line
 up when parameters are sharded, how to save and read checkpoints.
 
-Where the strategy comes from (first match wins):
+Where the strategy comes from (first match wins; one `plan_from_*` function
+per source, each returning a `Plan` or None, tried in order by `plan_strategy`):
   1. `--deepspeed FILE` (the `deepspeed` launcher's convention, as in the
      transformers Trainer): ZeRO stage and offload read from the JSON;
   2. `accelerate launch --config_file X.yaml`: the environment Accelerate's
@@ -14,6 +15,8 @@ Where the strategy comes from (first match wins):
   3. `strategy:` in the training config or `--strategy NAME` (torchrun);
   4. otherwise `ddp` when the launcher started several ranks, `single` if not.
 A config's explicit `strategy` that disagrees with the launcher is an error.
+`Strategy` then builds the plan's engine (`build_deepspeed`, `build_fsdp`,
+`build_ddp`) and `verify_launch` checks what Accelerate set up.
 
 CPU-only machines (see docs/cpu-distributed-facts.md for the measurements). Several
 obvious calls silently run something else there, so this module never relies
@@ -24,17 +27,18 @@ on them and checks the result:
   * `Accelerator(fsdp_plugin=...)` without a GPU gives unsynchronised ranks:
     FSDP2 on CPU starts from a gloo MULTI_CPU state that is then switched to
     FSDP, which is what Accelerate's own FSDP2 path needs;
-  * after `prepare`, the engine that wraps the model is checked against the
-    strategy's name (`DeepSpeedEngine` and its ZeRO stage, an FSDP2 module,
-    `DistributedDataParallel`), and the world size against the launcher's;
-    a mismatch stops the run instead of training with the wrong engine.
+  * Accelerate's distributed type and process count are checked against the
+    plan and the launcher's world size (`verify_launch`), and after `prepare`
+    the engine that wraps the model against the strategy's name
+    (`Strategy.check_engine`: `DeepSpeedEngine` with its ZeRO stage and
+    offload, an FSDP2 module, `DistributedDataParallel`); a mismatch stops
+    the run instead of training with the wrong engine.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -42,6 +46,7 @@ from typing import Callable, Optional
 import torch
 
 from solution.config import read_settings_file
+from solution.net import free_port
 
 DS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "ds"
 
@@ -122,7 +127,7 @@ def check_ds_against_config(ds: dict, cfg, path: str, world: int) -> None:
                              f"or change the training config")
 
 
-def _offloads(ds: dict) -> bool:
+def _ds_offloads(ds: dict) -> bool:
     zero = ds["zero_optimization"]
     return any(zero.get(k, {}).get("device", "none") not in ("none", None) for k in ("offload_optimizer", "offload_param"))
 
@@ -130,7 +135,7 @@ def _offloads(ds: dict) -> bool:
 def ds_strategy_name(ds: dict) -> str:
     """zero1..zero3, with `_offload` when the JSON offloads (a user's ZeRO-2 offload file -> zero2_offload)."""
     stage = ds["zero_optimization"]["stage"]
-    return f"zero{stage}_offload" if _offloads(ds) else f"zero{stage}"
+    return f"zero{stage}_offload" if _ds_offloads(ds) else f"zero{stage}"
 
 
 @dataclass
@@ -143,7 +148,9 @@ class Plan:
     ds_path: Optional[str] = None
     """The DeepSpeed JSON the plan read (named in errors about it)."""
     fsdp_from_env: bool = False
-    cpu_offload: bool = False
+    """FSDP from `accelerate launch`: its FSDP_* environment variables fill the plugin."""
+    fsdp_offload: bool = False
+    """FSDP2 only: `cpu_offload` (or the launch YAML's fsdp_offload_params); DeepSpeed's offload is in its JSON."""
 
     @property
     def is_deepspeed(self) -> bool:
@@ -158,76 +165,114 @@ class Plan:
         return self.ds_config["zero_optimization"]["stage"] if self.is_deepspeed else None
 
     @property
+    def cpu_offload(self) -> bool:
+        """Parameters and optimizer state live in CPU memory: the DeepSpeed JSON offloads, or FSDP2 offloads."""
+        if self.is_deepspeed:
+            return _ds_offloads(self.ds_config)
+        return self.is_fsdp and self.fsdp_offload
+
+    @property
     def shards_parameters(self) -> bool:
         """Forward passes gather parameters collectively: every rank must run the same number of them."""
-        return self.name in ("zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
+        return self.zero_stage == 3 or self.is_fsdp
+
+
+# -- where the strategy comes from: one function per source, tried in order by plan_strategy ----------------
+
+def _agree(cfg, name: str, origin: str) -> None:
+    """A launcher's choice must match the config's explicit `strategy` (auto follows the launcher)."""
+    if cfg.strategy not in ("auto", name):
+        raise ValueError(f"config: strategy is '{cfg.strategy}' but {origin} selects '{name}'; "
+                         f"drop one of them (strategy: auto follows the launcher)")
+
+
+def _deepspeed_plan(cfg, ds: dict, ds_path: str, origin: str) -> Plan:
+    name = ds_strategy_name(ds)
+    _agree(cfg, name, origin)
+    return Plan(name, origin, ds_config=ds, ds_path=ds_path)
+
+
+def plan_from_deepspeed_flag(cfg) -> Optional[Plan]:
+    """1. `--deepspeed FILE`: ZeRO stage and offload read from the JSON."""
+    if not cfg.deepspeed:
+        return None
+    if _env_true("ACCELERATE_USE_FSDP"):
+        raise ValueError(f"--deepspeed {cfg.deepspeed} given, but the accelerate launch config selects FSDP")
+    return _deepspeed_plan(cfg, read_ds_config(cfg.deepspeed), cfg.deepspeed, f"--deepspeed {cfg.deepspeed}")
+
+
+def _ds_config_from_launch_yaml() -> dict:
+    """The DeepSpeed settings of a YAML written by `accelerate config` without a JSON file."""
+    return {"zero_optimization": {
+        "stage": int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")),
+        "offload_optimizer": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")},
+        "offload_param": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none")}},
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+        # The YAML's own numbers: checked against the training config like a JSON's (plan_strategy).
+        "gradient_accumulation_steps": _env_number("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
+        "gradient_clipping": _env_number("ACCELERATE_GRADIENT_CLIPPING"),
+        "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
+
+
+def plan_from_accelerate_deepspeed(cfg) -> Optional[Plan]:
+    """2a. `accelerate launch` with a DeepSpeed YAML (ACCELERATE_USE_DEEPSPEED), its JSON or inline settings."""
+    if not _env_true("ACCELERATE_USE_DEEPSPEED"):
+        return None
+    path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if path != "none":
+        return _deepspeed_plan(cfg, read_ds_config(path), path, f"accelerate launch (deepspeed_config_file {path})")
+    return _deepspeed_plan(cfg, _ds_config_from_launch_yaml(), "accelerate launch config (deepspeed_config)",
+                           "accelerate launch (deepspeed_config)")
+
+
+def plan_from_accelerate_fsdp(cfg) -> Optional[Plan]:
+    """2b. `accelerate launch` with an FSDP YAML (ACCELERATE_USE_FSDP); FSDP2 only."""
+    if not _env_true("ACCELERATE_USE_FSDP"):
+        return None
+    if os.environ.get("FSDP_VERSION", "1") != "2":
+        raise ValueError("accelerate launch config: fsdp_version must be 2 (FSDP2, fully_shard); "
+                         "FSDP1 is not supported by this project (and never ran on CPU upstream)")
+    reshard = os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() in ("true", "1", "full_shard")
+    name = "fsdp" if reshard else "fsdp_grad_op"
+    _agree(cfg, name, "accelerate launch (FSDP)")
+    return Plan(name, "accelerate launch (FSDP)", fsdp_from_env=True,
+                fsdp_offload=_env_true("FSDP_OFFLOAD_PARAMS") or cfg.cpu_offload)
+
+
+def plan_from_config(cfg) -> Optional[Plan]:
+    """3. `strategy:` in the training config or `--strategy NAME`; a ZeRO name reads configs/ds/NAME.json."""
+    name = cfg.strategy
+    if name == "auto":
+        return None
+    if cfg.cpu_offload and name == "zero3":
+        name = "zero3_offload"
+    if not name.startswith("zero"):
+        return Plan(name, "config strategy", fsdp_offload=cfg.cpu_offload)
+    path = DS_CONFIG_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"strategy {name}: {path} is missing; pass --deepspeed FILE instead")
+    return Plan(name, f"config strategy (configs/ds/{name}.json)", ds_config=read_ds_config(str(path)),
+                ds_path=str(path))
+
+
+def plan_from_world_size(world: int) -> Plan:
+    """4. Nothing chose: `ddp` when the launcher started several ranks, `single` if not."""
+    return Plan("ddp" if world > 1 else "single", f"launcher world size {world}")
 
 
 def plan_strategy(cfg) -> Plan:
-    """Decide the strategy from the launcher's environment and the config; refuse contradictions."""
-    asked = cfg.strategy
-    world = _world_size()
-
-    def agree(name: str, origin: str) -> None:
-        if asked not in ("auto", name):
-            raise ValueError(f"config: strategy is '{asked}' but {origin} selects '{name}'; "
-                             f"drop one of them (strategy: auto follows the launcher)")
-
+    """Decide the strategy from the launcher's environment and the config (first source that chooses wins);
+    refuse contradictions."""
     if _env_true("ACCELERATE_USE_DEEPSPEED") and _env_true("ACCELERATE_USE_FSDP"):
         raise ValueError("accelerate launch config enables both DeepSpeed and FSDP")
-    if cfg.deepspeed:
-        if _env_true("ACCELERATE_USE_FSDP"):
-            raise ValueError(f"--deepspeed {cfg.deepspeed} given, but the accelerate launch config selects FSDP")
-        ds = read_ds_config(cfg.deepspeed)
-        name = ds_strategy_name(ds)
-        agree(name, f"--deepspeed {cfg.deepspeed}")
-        plan = Plan(name, f"--deepspeed {cfg.deepspeed}", ds_config=ds, ds_path=cfg.deepspeed)
-    elif _env_true("ACCELERATE_USE_DEEPSPEED"):
-        path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
-        if path != "none":
-            ds = read_ds_config(path)
-            origin = f"accelerate launch (deepspeed_config_file {path})"
-            ds_path = path
-        else:  # a YAML written by `accelerate config` without a JSON file
-            ds = {"zero_optimization": {
-                "stage": int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")),
-                "offload_optimizer": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")},
-                "offload_param": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none")}},
-                "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                # The YAML's own numbers: checked against the training config like a JSON's (below).
-                "gradient_accumulation_steps": _env_number("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
-                "gradient_clipping": _env_number("ACCELERATE_GRADIENT_CLIPPING"),
-                "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
-            origin = "accelerate launch (deepspeed_config)"
-            ds_path = "accelerate launch config (deepspeed_config)"
-        name = ds_strategy_name(ds)
-        agree(name, origin)
-        plan = Plan(name, origin, ds_config=ds, ds_path=ds_path)
-    elif _env_true("ACCELERATE_USE_FSDP"):
-        version = os.environ.get("FSDP_VERSION", "1")
-        if version != "2":
-            raise ValueError("accelerate launch config: fsdp_version must be 2 (FSDP2, fully_shard); "
-                             "FSDP1 is not supported by this project (and never ran on CPU upstream)")
-        reshard = os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() in ("true", "1", "full_shard")
-        name = "fsdp" if reshard else "fsdp_grad_op"
-        agree(name, "accelerate launch (FSDP)")
-        plan = Plan(name, "accelerate launch (FSDP)", fsdp_from_env=True,
-                    cpu_offload=_env_true("FSDP_OFFLOAD_PARAMS") or cfg.cpu_offload)
-    elif asked != "auto":
-        name = asked
-        if cfg.cpu_offload and name == "zero3":
-            name = "zero3_offload"
-        plan = Plan(name, "config strategy")
-        if plan.is_deepspeed:
-            path = DS_CONFIG_DIR / f"{name}.json"
-            if not path.is_file():
-                raise ValueError(f"strategy {name}: {path} is missing; pass --deepspeed FILE instead")
-            plan.ds_config, plan.ds_path = read_ds_config(str(path)), str(path)
-            plan.origin = f"config strategy (configs/ds/{name}.json)"
-        plan.cpu_offload = cfg.cpu_offload
+    world = _world_size()
+    for source in (plan_from_deepspeed_flag, plan_from_accelerate_deepspeed, plan_from_accelerate_fsdp,
+                   plan_from_config):
+        plan = source(cfg)
+        if plan is not None:
+            break
     else:
-        plan = Plan("ddp" if world > 1 else "single", f"launcher world size {world}")
-
+        plan = plan_from_world_size(world)
     if plan.is_deepspeed:
         check_ds_against_config(plan.ds_config, cfg, plan.ds_path, world)
     if cfg.cpu_offload and not (plan.is_fsdp or plan.name == "zero3_offload"):
@@ -237,12 +282,6 @@ def plan_strategy(cfg) -> Plan:
     if plan.name == "ddp" and world == 1:
         raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed")
     return plan
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _require_cpu_adam() -> None:
@@ -260,111 +299,142 @@ def _require_cpu_adam() -> None:
                          f"or pre-build it with DS_BUILD_CPU_ADAM=1 pip install deepspeed") from None
 
 
+def _gloo_handlers(cuda: bool) -> list:
+    """gloo on CPU; on GPUs Accelerate picks NCCL itself.
+
+    Only with a launcher: a backend given to a lone process makes Accelerate expect a process group."""
+    from accelerate.utils import InitProcessGroupKwargs
+
+    return [InitProcessGroupKwargs(backend="gloo")] if not cuda and "LOCAL_RANK" in os.environ else []
+
+
+def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
+    """What this machine or the accelerate launch YAML cannot run as configured: stop before building anything."""
+    if cfg.mixed_precision == "fp16" and not cuda:
+        raise ValueError("mixed_precision fp16 needs a GPU (CPU autocast supports bf16 only); "
+                         "use mixed_precision: bf16 or no")
+    launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if launched not in ("no", cfg.mixed_precision):
+        raise ValueError(f"accelerate launch config says mixed_precision {launched}, the training config "
+                         f"{cfg.mixed_precision}; the training config decides: make them agree")
+    if plan.is_fsdp and plan.cpu_offload and not cuda:
+        raise ValueError(f"strategy {plan.name} with cpu_offload needs a GPU: FSDP2's CPUOffloadPolicy moves "
+                         "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
+                         "Without a GPU everything already lives in CPU memory: drop cpu_offload")
+
+
+def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
+    """The plan's DeepSpeed JSON with the settings this trainer needs from it."""
+    ds = copy.deepcopy(plan.ds_config)
+    # The trainer builds the optimizer itself (see make_optimizer); without this Accelerate would
+    # swap any optimizer, SGD included, for DeepSpeed's CPU Adam when the optimizer is offloaded.
+    ds["zero_force_ds_cpu_optimizer"] = False
+    if not cuda:
+        # overlap_comm overlaps reduction with backward on a separate CUDA stream, and
+        # contiguous_gradients copies gradients into one buffer against GPU allocator
+        # fragmentation; on CPU neither helps and both cost copies (ZeRO-2, BERT-base bf16,
+        # 2 ranks: step 1.2-1.3x -> 1.0x of DDP's, model states 11 -> 10 bytes per parameter).
+        ds["zero_optimization"]["overlap_comm"] = False
+        ds["zero_optimization"]["contiguous_gradients"] = False
+    if plan.zero_stage == 3:
+        # Needed for get_state_dict to gather full weights (else it raises).
+        ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
+    return ds
+
+
+def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
+    """ZeRO: DeepSpeed's plugin, never with `cpu=True` (that quietly becomes DDP), gloo on CPU."""
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    if "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_port()))
+    if plan.name == "zero3_offload" and cfg.optim == "adamw_torch":
+        _require_cpu_adam()
+    # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
+    # process), then partitioned by the engine. Building it inside zero.Init would only matter for
+    # models that do not fit one device's memory, far above BERT sizes.
+    plugin = DeepSpeedPlugin(hf_ds_config=_engine_ds_config(plan, cuda),
+                             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                             gradient_clipping=cfg.max_grad_norm, zero3_init_flag=False)
+    accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+    # Accelerate registers the config with transformers even when zero3_init_flag is off, and
+    # transformers then builds every model inside zero.Init (partitioned, initialised per rank:
+    # different weights from one process). Withdraw it so the flag means what it says.
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    return accelerator
+
+
+def build_fsdp(cfg, plan: Plan, cuda: bool, kwargs: dict):
+    """FSDP2 (`fully_shard`); on CPU from a gloo MULTI_CPU state switched to FSDP (see the module docstring)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    if plan.fsdp_from_env:  # accelerate launch: the FSDP_* variables from its YAML fill the plugin
+        if cfg.cpu_offload:
+            os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
+        plugin = FullyShardedDataParallelPlugin()
+    else:
+        plugin = FullyShardedDataParallelPlugin(
+            fsdp_version=2, reshard_after_forward=plan.name == "fsdp",
+            auto_wrap_policy="transformer_based_wrap", cpu_offload=plan.cpu_offload,
+            state_dict_type="SHARDED_STATE_DICT")
+    if cuda:
+        return Accelerator(fsdp_plugin=plugin, **kwargs)
+    accelerator = Accelerator(cpu=True, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+    state = accelerator.state
+    if state.distributed_type == DistributedType.MULTI_CPU:
+        if cfg.mixed_precision != "no":
+            plugin.set_mixed_precision(cfg.mixed_precision)
+        state.fsdp_plugin = plugin
+        state.distributed_type = DistributedType.FSDP
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        AcceleratorState._shared_state["distributed_type"] = DistributedType.FSDP
+    return accelerator
+
+
+def build_ddp(cfg, plan: Plan, cuda: bool, kwargs: dict):
+    """DDP, or one process (`single`): plain Accelerate."""
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not cuda, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+
+
+def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
+    """Stop unless Accelerate set up the engine the plan names, with the launcher's number of processes."""
+    from accelerate.utils import DistributedType
+
+    got, num = accelerator.distributed_type, accelerator.num_processes
+    if plan.name == "single":
+        if num != 1:
+            raise ValueError(f"strategy single, but Accelerate set up {num} processes")
+    else:
+        expected = (DistributedType.DEEPSPEED if plan.is_deepspeed else DistributedType.FSDP if plan.is_fsdp
+                    else DistributedType.MULTI_GPU if cuda else DistributedType.MULTI_CPU)
+        if got != expected:
+            raise ValueError(f"strategy {plan.name} ({plan.origin}) needs Accelerate's {expected}, but it set up "
+                             f"{got}; refusing to train with a different engine than configured")
+    if num != _world_size():
+        raise ValueError(f"strategy {plan.name}: Accelerate counts {num} processes, the launcher "
+                         f"started {_world_size()}; ranks would not be synchronised")
+
+
 class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
     def __init__(self, cfg):
-        from accelerate import Accelerator
-        from accelerate.utils import DistributedType, InitProcessGroupKwargs
-
-        self.cfg = cfg
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
-        if cfg.mixed_precision == "fp16" and not self.cuda:
-            raise ValueError("mixed_precision fp16 needs a GPU (CPU autocast supports bf16 only); "
-                             "use mixed_precision: bf16 or no")
-        launched = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-        if launched not in ("no", cfg.mixed_precision):
-            raise ValueError(f"accelerate launch config says mixed_precision {launched}, the training config "
-                             f"{cfg.mixed_precision}; the training config decides: make them agree")
-        if self.plan.is_fsdp and self.plan.cpu_offload and not self.cuda:
-            raise ValueError(f"strategy {self.plan.name} with cpu_offload needs a GPU: FSDP2's CPUOffloadPolicy moves "
-                             "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
-                             "Without a GPU everything already lives in CPU memory: drop cpu_offload")
+        _check_machine(cfg, self.plan, self.cuda)
+        build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                       log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
-        plan = self.plan
-        if plan.is_deepspeed and "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
-            os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                              MASTER_PORT=str(_free_port()))
-        # gloo on CPU; on GPUs Accelerate picks NCCL itself.
-        # (Only with a launcher: a backend given to a lone process makes Accelerate expect a process group.)
-        gloo = [InitProcessGroupKwargs(backend="gloo")] if not self.cuda and "LOCAL_RANK" in os.environ else []
-        if plan.is_deepspeed:
-            if plan.name == "zero3_offload" and cfg.optim == "adamw_torch":
-                _require_cpu_adam()
-            from accelerate.utils import DeepSpeedPlugin
-
-            ds = copy.deepcopy(plan.ds_config)
-            # The trainer builds the optimizer itself (see make_optimizer); without this Accelerate would
-            # swap any optimizer, SGD included, for DeepSpeed's CPU Adam when the optimizer is offloaded.
-            ds["zero_force_ds_cpu_optimizer"] = False
-            if not self.cuda:
-                # overlap_comm overlaps reduction with backward on a separate CUDA stream, and
-                # contiguous_gradients copies gradients into one buffer against GPU allocator
-                # fragmentation; on CPU neither helps and both cost copies (ZeRO-2, BERT-base bf16,
-                # 2 ranks: step 1.2-1.3x -> 1.0x of DDP's, model states 11 -> 10 bytes per parameter).
-                ds["zero_optimization"]["overlap_comm"] = False
-                ds["zero_optimization"]["contiguous_gradients"] = False
-            if plan.zero_stage == 3:
-                # Needed for get_state_dict to gather full weights (else it raises).
-                ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
-            # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
-            # process), then partitioned by the engine. Building it inside zero.Init would only matter for
-            # models that do not fit one device's memory, far above BERT sizes.
-            plugin = DeepSpeedPlugin(hf_ds_config=ds, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                                     gradient_clipping=cfg.max_grad_norm, zero3_init_flag=False)
-            self.accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=gloo, **kwargs)
-            # Accelerate registers the config with transformers even when zero3_init_flag is off, and
-            # transformers then builds every model inside zero.Init (partitioned, initialised per rank:
-            # different weights from one process). Withdraw it so the flag means what it says.
-            from transformers.integrations import unset_hf_deepspeed_config
-
-            unset_hf_deepspeed_config()
-            expected = DistributedType.DEEPSPEED
-        elif plan.is_fsdp:
-            from accelerate.utils import FullyShardedDataParallelPlugin
-
-            if plan.fsdp_from_env:  # accelerate launch: the FSDP_* variables from its YAML fill the plugin
-                if cfg.cpu_offload:
-                    os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
-                plugin = FullyShardedDataParallelPlugin()
-            else:
-                plugin = FullyShardedDataParallelPlugin(
-                    fsdp_version=2, reshard_after_forward=plan.name == "fsdp",
-                    auto_wrap_policy="transformer_based_wrap", cpu_offload=plan.cpu_offload,
-                    state_dict_type="SHARDED_STATE_DICT")
-            if self.cuda:
-                self.accelerator = Accelerator(fsdp_plugin=plugin, **kwargs)
-            else:
-                # See the module docstring: start from gloo DDP state, then switch it to FSDP with the plugin.
-                from accelerate.state import AcceleratorState, PartialState
-
-                self.accelerator = Accelerator(cpu=True, kwargs_handlers=gloo, **kwargs)
-                state = self.accelerator.state
-                if state.distributed_type == DistributedType.MULTI_CPU:
-                    if cfg.mixed_precision != "no":
-                        plugin.set_mixed_precision(cfg.mixed_precision)
-                    state.fsdp_plugin = plugin
-                    state.distributed_type = DistributedType.FSDP
-                    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-                    AcceleratorState._shared_state["distributed_type"] = DistributedType.FSDP
-            expected = DistributedType.FSDP
-        else:
-            self.accelerator = Accelerator(cpu=not self.cuda, kwargs_handlers=gloo, **kwargs)
-            expected = None if plan.name == "single" else (DistributedType.MULTI_GPU if self.cuda
-                                                           else DistributedType.MULTI_CPU)
-        acc = self.accelerator
-        got = acc.distributed_type
-        if plan.name == "single":
-            if acc.num_processes != 1:
-                raise ValueError(f"strategy single, but Accelerate set up {acc.num_processes} processes")
-        elif got != expected:
-            raise ValueError(f"strategy {plan.name} ({plan.origin}) needs Accelerate's {expected}, but it set up "
-                             f"{got}; refusing to train with a different engine than configured")
-        if acc.num_processes != _world_size():
-            raise ValueError(f"strategy {plan.name}: Accelerate counts {acc.num_processes} processes, the launcher "
-                             f"started {_world_size()}; ranks would not be synchronised")
+        self.accelerator = build(cfg, self.plan, self.cuda, kwargs)
+        verify_launch(self.accelerator, self.plan, self.cuda)
 
     # -- facts ------------------------------------------------------------------
     @property
@@ -375,11 +445,11 @@ class Strategy:
     def zero_stage(self) -> Optional[int]:
         return self.plan.zero_stage
 
-    def make_optimizer(self, model: torch.nn.Module, groups: list, cfg) -> torch.optim.Optimizer:
+    def make_optimizer(self, groups: list, cfg) -> torch.optim.Optimizer:
         """The configured optimizer; with DeepSpeed optimizer offload, Adam runs as DeepSpeed's CPU Adam."""
         if cfg.optim == "sgd":
             return torch.optim.SGD(groups, lr=cfg.learning_rate)
-        if self.plan.is_deepspeed and _offloads(self.plan.ds_config):
+        if self.plan.is_deepspeed and self.plan.cpu_offload:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
 
             return DeepSpeedCPUAdam(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
@@ -395,7 +465,7 @@ class Strategy:
             from deepspeed import DeepSpeedEngine
 
             ok = isinstance(prepared_model, DeepSpeedEngine) and prepared_model.zero_optimization_stage() == plan.zero_stage
-            if ok and plan.name.endswith("offload"):
+            if ok and plan.cpu_offload:
                 ok = prepared_model.zero_cpu_offload()
         elif plan.is_fsdp:
             from torch.distributed.fsdp import FSDPModule
@@ -422,11 +492,12 @@ class Strategy:
             norm = norm.full_tensor()
         return float(norm)
 
-    def lockstep(self, run: Callable) -> tuple[Callable, Callable[[], None]]:
+    def lockstep(self, run: Callable, dummy_batch: dict) -> tuple[Callable, Callable[[], None]]:
         """Wrap a forward function so that ranks with fewer batches keep joining the others' collectives.
 
         Under ZeRO-3 and FSDP every forward gathers parameters from all ranks, so a rank that has
-        finished its documents must keep running forwards (on a dummy batch) until every rank has.
+        finished its documents must keep running forwards (on one row of its last batch, or on
+        `dummy_batch`, a batch of one the caller built) until every rank has.
         Each round all ranks first agree by an all-reduce whether anyone still has work.
         Returns (wrapped run, finish) where finish() is called once the rank's own work is done.
         """
@@ -449,14 +520,9 @@ class Strategy:
 
         def finish():
             while any_work(0):
-                run(last.get("batch") or self._dummy_batch())
+                run(last.get("batch") or dummy_batch)
 
         return wrapped, finish
-
-    def _dummy_batch(self) -> dict:
-        n = self.cfg.window.max_seq_length
-        return {"input_ids": torch.zeros(1, n, dtype=torch.long), "attention_mask": torch.ones(1, n, dtype=torch.long),
-                "token_type_ids": torch.zeros(1, n, dtype=torch.long)}
 
     def full_state_dict(self, model) -> Optional[dict]:
         """Full float32 weights on the main process (None on the others). Every rank must call it.
@@ -487,37 +553,6 @@ class Strategy:
                 if acc.is_main_process else None
         state = acc.get_state_dict(model)
         return state if acc.is_main_process else None
-
-    @staticmethod
-    def live_tensor_bytes(optimizer: torch.optim.Optimizer) -> dict:
-        """Bytes of every tensor storage alive in this process, and of the optimizer's state.
-
-        Called from a pre-step hook of the optimizer the trainer built (DeepSpeed calls that same
-        optimizer on its partitions), so parameters, gradients, master copies and optimizer state
-        all exist. Storages are counted once (views and flat buffers share them). Tensors held only
-        inside C++ (DDP's gradient buckets) are not seen, which understates DDP, not the others."""
-        import gc
-
-        seen, total = set(), 0
-        for obj in gc.get_objects():
-            try:
-                if not isinstance(obj, torch.Tensor):
-                    continue
-                t = getattr(obj, "_local_tensor", obj)  # a DTensor's shard
-                storage = t.untyped_storage()
-                ptr = storage.data_ptr()
-                if ptr and ptr not in seen and t.device.type != "meta":
-                    seen.add(ptr)
-                    total += storage.nbytes()
-            except Exception:  # tensor subclasses without storage
-                continue
-        state = 0
-        for per_param in optimizer.state.values():
-            for v in per_param.values():
-                v = getattr(v, "_local_tensor", v)  # FSDP2 keeps DTensor state: count the local shard
-                if isinstance(v, torch.Tensor) and v.numel() > 1:
-                    state += v.numel() * v.element_size()
-        return {"live_tensor_bytes": total, "optimizer_state_bytes": state}
 
     def close(self) -> None:
         """Tear down the process group (else ranks can die with 'terminate called without an active exception')."""

@@ -35,7 +35,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ANSWER_TYPES = ("NONE", "SHORT", "LONG", "YES", "NO")
+from solution.nq import ANNOTATION_TYPES
+
 # Shares of Natural Questions training: half unanswerable, a third short, ~1.5% yes/no.
 ANSWER_MIX = {"NONE": 0.50, "SHORT": 0.33, "LONG": 0.155, "YES": 0.01, "NO": 0.005}
 NUM_ANNOTATORS = 5  # dev and test gold are five-way annotated, as NQ dev
@@ -713,7 +714,7 @@ def _answer_types(rng: random.Random, n: int) -> list:
     counts = {t: int(x) for t, x in exact.items()}
     for t in sorted(exact, key=lambda t: counts[t] - exact[t])[: n - sum(counts.values())]:
         counts[t] += 1
-    types = [t for t in ANSWER_TYPES for _ in range(counts[t])]
+    types = [t for t in ANNOTATION_TYPES for _ in range(counts[t])]
     rng.shuffle(types)
     return types
 
@@ -752,7 +753,7 @@ class _SplitStats:
     def line(self) -> str:
         def mmm(xs):
             return f"{min(xs)}/{int(statistics.median(xs))}/{max(xs)}"
-        mix = " ".join(f"{t} {self.types[t]}" for t in ANSWER_TYPES)
+        mix = " ".join(f"{t} {self.types[t]}" for t in ANNOTATION_TYPES)
         return (f"{self.name:<5} {len(self.lengths):>6} examples | {mix} | words min/median/max {mmm(self.lengths)} | "
                 f"candidates {mmm(self.num_cands)} | " + ", ".join(str(p) for p in self.paths))
 

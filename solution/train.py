@@ -36,6 +36,7 @@ from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import atomic_write_text, check_writable, disk_full_message
 from solution.inference import collate, model_runner, predict_documents
+from solution.memory import probe_memory
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
@@ -256,7 +257,9 @@ class Trainer:
         sharded = self.strategy.plan.shards_parameters
         run = model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded)
         # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
-        run, finish = self.strategy.lockstep(run)
+        n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
+        dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
+        run, finish = self.strategy.lockstep(run, dummy)
         preds = {}
         for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
             preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
@@ -375,19 +378,8 @@ class Trainer:
                             drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
                             num_workers=cfg.dataloader_num_workers,
                             collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
-        optimizer = self.strategy.make_optimizer(self.model, param_groups(self.model, cfg), cfg)
-        memory: dict = {"step": 0}
-        if cfg.measure_memory:
-            # During the third optimizer step: Adam's moments exist by then, and gradients are still held.
-            # Hooked on the optimizer built here, before prepare(): DeepSpeed steps this same object on its
-            # partitions, and may call it once per parameter sub-group, so the largest reading is kept.
-            def measure(opt, args, kwargs):
-                if memory["step"] == 3:
-                    reading = self.strategy.live_tensor_bytes(opt)
-                    if reading["live_tensor_bytes"] > memory.get("live_tensor_bytes", 0):
-                        memory.update(reading)
-
-            optimizer.register_step_pre_hook(measure)
+        optimizer = self.strategy.make_optimizer(param_groups(self.model, cfg), cfg)
+        memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
 
@@ -410,7 +402,7 @@ class Trainer:
                  "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device),
                  "num_parameters": self.num_parameters,
                  "strategy_origin": self.strategy.plan.origin, "distributed_type": str(acc.distributed_type),
-                 "cpu_offload": self.strategy.plan.cpu_offload or self.strategy.name == "zero3_offload",
+                 "cpu_offload": self.strategy.plan.cpu_offload,
                  "train_data": {k: self.data_summary.get(k) for k in
                                 ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                                  "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped",

@@ -35,10 +35,13 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from solution.nq import Candidate, Example, Span, is_html_token, is_text_token, label_annotation
+from solution.nq import ANNOTATION_TYPES, Candidate, Example, Span, is_html_token, is_text_token, label_annotation
 
-# The answer-type head's classes, in the order of its logits.
+# The answer-type head's classes, in the order of its logits (saved weights and every model directory's
+# `answer_types` depend on it): UNKNOWN, "no answer in this window" (any window of an unanswered document, and
+# most windows of an answered one), then the annotation's answered types (nq.ANNOTATION_TYPES without NONE).
 ANSWER_TYPES = ("UNKNOWN", "YES", "NO", "SHORT", "LONG")
+assert sorted(ANSWER_TYPES[1:]) == sorted(set(ANNOTATION_TYPES) - {"NONE"})
 TYPE_ID = {name: i for i, name in enumerate(ANSWER_TYPES)}
 
 # BERT-joint's candidate kinds, by the tag that opens the candidate (get_candidate_type in its

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,8 @@ import pytest
 import torch
 from conftest import ROOT
 from safetensors.torch import load_file
+
+from solution.net import free_port
 
 BIN = Path(sys.executable).parent
 STEPS = 6
@@ -39,12 +40,6 @@ ENGINES = {"ddp": "DistributedDataParallel", "zero1": "DeepSpeedEngine", "zero2"
            "zero3": "DeepSpeedEngine", "zero3_offload": "DeepSpeedEngine", "fsdp": "FSDPQAModel",
            "fsdp_grad_op": "FSDPQAModel"}
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3, "zero3_offload": 3}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None):

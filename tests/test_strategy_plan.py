@@ -107,3 +107,41 @@ def test_fsdp_cpu_offload_without_a_gpu_fails_at_start_up(monkeypatch):
         pytest.skip("a GPU is present: FSDP2 cpu_offload is valid here")
     with pytest.raises(ValueError, match="cpu_offload needs a GPU"):
         Strategy(cfg("--strategy", "fsdp", "--cpu_offload", "true"))
+
+
+@pytest.mark.parametrize("overrides,env,offload", [
+    (["--deepspeed", "configs/ds/zero3.json"], {"WORLD_SIZE": "2"}, False),
+    (["--deepspeed", "configs/ds/zero3_offload.json"], {"WORLD_SIZE": "2"}, True),
+    (["--strategy", "zero3", "--cpu_offload", "true"], {"WORLD_SIZE": "2"}, True),
+    (["--strategy", "fsdp", "--cpu_offload", "true"], {"WORLD_SIZE": "2"}, True),
+    (["--strategy", "fsdp"], {"WORLD_SIZE": "2"}, False),
+    ([], {"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true"}, True),
+    ([], {"WORLD_SIZE": "2"}, False),
+])
+def test_offload_is_one_plan_property(overrides, env, offload, monkeypatch):
+    """Whatever expressed it (the JSON, `cpu_offload`, the launch YAML), `Plan.cpu_offload` says it."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    plan = plan_strategy(cfg(*overrides))
+    assert plan.cpu_offload is offload
+    assert plan.name.endswith("_offload") == (offload and plan.is_deepspeed)
+
+
+def test_a_zero2_offload_file_is_named_and_offloaded(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ds = json.loads(open("configs/ds/zero2.json").read())
+    ds["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    path = tmp_path / "zero2_offload.json"
+    path.write_text(json.dumps(ds))
+    plan = plan_strategy(cfg("--deepspeed", str(path)))
+    assert (plan.name, plan.cpu_offload, plan.shards_parameters) == ("zero2_offload", True, False)
+
+
+def test_free_port_is_free():
+    import socket
+
+    from solution.net import free_port
+
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # raises if the port were taken

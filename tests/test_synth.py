@@ -74,7 +74,7 @@ def test_field_layout_and_ids(corpus):
 
 def test_answer_type_mix_is_close_to_nq_training(corpus):
     mix = Counter(ex.answer_type for ex in read_examples(corpus["train"]))
-    share = {t: mix[t] / 1000 for t in synth.ANSWER_TYPES}
+    share = {t: mix[t] / 1000 for t in synth.ANNOTATION_TYPES}
     assert 0.40 <= share["NONE"] <= 0.60
     assert 0.25 <= share["SHORT"] <= 0.42
     assert 0.08 <= share["LONG"] <= 0.25
