@@ -14,6 +14,7 @@ gives for them), so that the pipeline is shown to run the same model.
 Prints one JSON object: seconds (best of repeats), documents, windows.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -67,4 +68,7 @@ def main(job_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    # Plain argparse, not solution.cli: this worker runs under transformers 4.x and imports none of our code.
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("job", metavar="JOB.json", help="the job benchmark_inference.py writes")
+    sys.exit(main(parser.parse_args().job))
