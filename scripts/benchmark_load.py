@@ -12,7 +12,6 @@ most 1.2x the small one's (memory that does not grow with the input).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys

@@ -16,7 +16,6 @@ median 6,409 words), else the synthetic training file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time

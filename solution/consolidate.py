@@ -10,7 +10,6 @@ model directory that training writes at its end and `submission/` loads.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
