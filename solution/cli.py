@@ -10,7 +10,8 @@ declares.
 
 `progress(total=..., desc=...)` is a tqdm bar on stderr: redrawn in place on
 a terminal, and one line every `LOG_SECONDS` in a log file (a bar redrawn at
-every update would fill a job's log with thousands of lines).
+every update would fill a job's log with thousands of lines); in a log, a
+job shorter than that prints no progress at all.
 
 Imports only the standard library and tqdm (a dependency of transformers, so
 the offline Kaggle kernel has it too).
@@ -72,8 +73,9 @@ def progress(iterable=None, total=None, desc: str = "", unit: str = "it", disabl
     if sys.stderr.isatty():
         return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr,
                     dynamic_ncols=True, mininterval=0.1, **kwargs)
+    # delay: a job shorter than LOG_SECONDS leaves no line in the log, so its own output (an error) comes first.
     return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, file=_Lines(sys.stderr),
-                ascii=True, mininterval=LOG_SECONDS, maxinterval=LOG_SECONDS, **kwargs)
+                ascii=True, delay=LOG_SECONDS, mininterval=LOG_SECONDS, maxinterval=LOG_SECONDS, **kwargs)
 
 
 class _Lines:

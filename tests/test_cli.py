@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -98,22 +99,29 @@ def test_aliases_stay_out_of_help_and_abbreviations_still_work():
 def test_progress_in_a_log_prints_a_line_every_few_seconds_not_per_update(monkeypatch):
     log = io.StringIO()  # not a terminal, like a job's log file
     monkeypatch.setattr(sys, "stderr", log)
-    with cli.progress(total=100_000, desc="work", unit=" lines") as bar:
+    with cli.progress(total=100_000, desc="short") as bar:  # well under LOG_SECONDS: no line at all
         for _ in range(100_000):
             bar.update()
+    assert log.getvalue() == ""
+    monkeypatch.setattr(cli, "LOG_SECONDS", 0.2)
+    with cli.progress(total=200, desc="work", unit=" lines") as bar:
+        for _ in range(200):  # about 1 s in 200 updates
+            time.sleep(0.005)
+            bar.update()
     lines = log.getvalue().splitlines()
-    assert 1 <= len(lines) <= 3, lines  # start and end (and one more if this took over LOG_SECONDS)
-    assert "\r" not in log.getvalue() and "100000/100000" in lines[-1]
+    assert 2 <= len(lines) <= 12, lines  # one every 0.2 s and the last, not 200
+    assert "\r" not in log.getvalue() and "200/200" in lines[-1] and lines[-1].startswith("work: 100%")
 
 
-def test_split_shows_both_passes_and_quiet_silences_them(tmp_path, capsys):
+def test_split_shows_both_passes_and_quiet_silences_them(tmp_path, capsys, monkeypatch):
     from solution.split import split_file
 
+    monkeypatch.setattr(cli, "LOG_SECONDS", 0.0)  # a line at every update, so a tiny file shows its bars
     path = write_jsonl(tmp_path / "train.jsonl", [nq_line(example_id=str(i), long=i % 2 or None)
                                                   for i in range(20)])
     split_file(path, tmp_path / "a", 0.2)
     err = capsys.readouterr().err
-    assert re.search(r"split: pass 1/2, validate: .*20 lines", err), err
+    assert re.search(r"split: pass 1/2, validate: 20 lines", err), err
     assert re.search(r"split: pass 2/2, copy: 100%.*20/20 .* lines/s", err), err
     split_file(path, tmp_path / "b", 0.2, quiet=True)
     assert capsys.readouterr().err == ""
