@@ -20,6 +20,7 @@ the offline Kaggle kernel has it too).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 LOG_SECONDS = 10.0  # seconds between progress lines when stderr is not a terminal
@@ -70,12 +71,22 @@ def progress(iterable=None, total=None, desc: str = "", unit: str = "it", disabl
     every LOG_SECONDS instead of one per update."""
     from tqdm import tqdm  # plain tqdm: tqdm.auto would pick a notebook widget in a Kaggle notebook's subprocess
 
-    if sys.stderr.isatty():
+    if _sized_terminal(sys.stderr):
         return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, file=sys.stderr,
                     dynamic_ncols=True, mininterval=0.1, **kwargs)
     # delay: a job shorter than LOG_SECONDS leaves no line in the log, so its own output (an error) comes first.
     return tqdm(iterable, total=total, desc=desc, unit=unit, disable=disable, file=_Lines(sys.stderr),
                 ascii=True, delay=LOG_SECONDS, mininterval=LOG_SECONDS, maxinterval=LOG_SECONDS, **kwargs)
+
+
+def _sized_terminal(stream) -> bool:
+    """A terminal with rows and columns. A pseudo-terminal of size 0 (script, some CI runners), where tqdm
+    draws nothing at all, counts as a log."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # not a terminal, or no file descriptor (a StringIO)
+        return False
+    return stream.isatty() and size.columns > 0 and size.lines > 0
 
 
 class _Lines:
