@@ -19,13 +19,14 @@ import json
 import sys
 import time
 
-import torch
-import transformers
-from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, pipeline
-
 
 def main(job_path: str) -> int:
+    # Imported here, so that --help answers at once.
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, pipeline
+
     job = json.loads(open(job_path, encoding="utf-8").read())
     d = job["model_dir"]
     config = AutoConfig.from_pretrained(d)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from solution import cli
 from solution.fsutil import atomic_output, check_writable
@@ -66,6 +65,9 @@ def _choose_dev(labels: list, dev_fraction: float, seed: int):
     train) side smaller than the number of classes; such members go to train,
     and a too-small split falls back to a plain random one (both reported).
     """
+    # Imported here: sklearn takes seconds to import (it loads torch), and `--help` should not wait for it.
+    from sklearn.model_selection import train_test_split
+
     counts = Counter(labels)
     in_train_only = sorted((c for c, n in counts.items() if n < 2), key=CLASSES.index)
     rest = np.array([i for i, c in enumerate(labels) if c not in in_train_only], dtype=np.int64)
