@@ -7,6 +7,7 @@ as scripts/benchmark_inference.py does for the QA pipeline, and puts it first on
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -113,3 +114,18 @@ def test_run_py_writes_the_same_csv_under_transformers_4(model_dir, test_file, t
     longs = [r.split(",") for r in rows[1:] if r.split(",")[0].endswith("_long")]
     assert len(rows) == 1 + 2 * 4 and all(span for _, span in longs)  # a span in every long row: a real check
     assert (tmp_path / "v4.csv").read_text() == (tmp_path / "v5.csv").read_text()
+
+
+def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_dir, test_file, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The bar run.py and submission.predict show (replacing a hand-made carriage-return line)."""
+    from solution import cli
+    from submission.predict import predict_file
+
+    monkeypatch.setattr(cli, "LOG_SECONDS", 0.0)  # a line per update, so 4 documents show
+    predict_file(str(model_dir), str(test_file), str(tmp_path / "a.csv"), precision="fp32")
+    err = capsys.readouterr().err
+    assert re.search(r"^predict: 4 documents \[.*documents/s, \d+ windows\]$", err, re.M), err
+    assert "\r" not in err
+    predict_file(str(model_dir), str(test_file), str(tmp_path / "b.csv"), precision="fp32", quiet=True)
+    assert capsys.readouterr().err == ""
