@@ -1,4 +1,7 @@
-"""Build the offline Kaggle kernel folder: `python scripts/make_kaggle_kernel.py --model DIR [--model DIR2 ... --weights 2,1] --out kernel/ [--dataset-id USER/SLUG]`.
+"""Build the offline Kaggle kernel folder, and with --dataset-id what uploading it as a Kaggle dataset needs.
+
+    python scripts/make_kaggle_kernel.py --model DIR [--model DIR2 ... --weights 2,1] --out kernel/ \\
+        [--dataset-id USER/SLUG]
 
 The folder is what a Kaggle dataset holds and a code-competition notebook
 runs with internet off and no custom packages:

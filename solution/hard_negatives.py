@@ -28,7 +28,6 @@ No accelerate or deepspeed here: scoring runs in one process.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys

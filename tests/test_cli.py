@@ -29,6 +29,7 @@ def commands() -> list:
     return found
 
 
+@pytest.mark.slow  # about 20 processes, most importing torch
 def test_every_command_and_script_answers_help_without_starting_work(tmp_path):
     cmds = commands()
     assert len(cmds) >= 18  # 8 modules, 11 scripts today

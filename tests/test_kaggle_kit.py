@@ -101,6 +101,7 @@ def run_kernel(kernel: Path, test_file: Path, out: Path, pythonpath: str) -> sub
                           timeout=600)
 
 
+@pytest.mark.slow  # a pip install the first time, then two kernel runs
 def test_run_py_writes_the_same_csv_under_transformers_4(model_dir, test_file, tmp_path):
     side = side_transformers()
     kernel = tmp_path / "kernel"
