@@ -168,7 +168,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     stats = ReadStats()
     t0 = time.perf_counter()
     progress_state = {"docs": 0, "windows": 0}
-    bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # the total is unknown: a stream
+    bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
 
     def progress(docs, windows):
         bar.update(docs - progress_state["docs"])
@@ -179,7 +179,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     rows, written, failed, fatal = 0, set(), [], None
     # Both files go to temporary names and are renamed only when whole: never half a submission
     # under the real name, and a full disk or an error removes the temporary files.
-    with atomic_output(output_path, "w", newline="") as f, \
+    with bar, atomic_output(output_path, "w", newline="") as f, \
             (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
@@ -213,7 +213,6 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                 rows += 2
                 failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
         f.flush()  # a full disk shows here, before the scores file is renamed
-    bar.close()
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
             "precision": precision, "models": timings, "window_groups": len(groups),
