@@ -313,7 +313,8 @@ def chart(result: dict, path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--model", default="runs/demo/model", help="model directory (default: the demo's; make demo)")
     p.add_argument("--input", default="data/synth/simplified-nq-dev.jsonl",

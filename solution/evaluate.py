@@ -25,7 +25,8 @@ EXIT_USER_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from solution import cli  # both --a-b and --a_b spellings
+    parser = cli.ArgumentParser(
         prog="python -m solution.evaluate",
         description="Score a submission with the Kaggle 'TensorFlow 2.0 Question Answering' metric: "
                     "micro-F1 over the <example_id>_long and <example_id>_short rows, against every "

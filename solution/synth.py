@@ -800,7 +800,8 @@ PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_example, 1000, 400
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
+    from solution import cli  # both --a-b and --a_b spellings
+    parser = cli.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
     parser.add_argument("--seed", type=int, default=0, help="random seed; the same arguments give byte-identical files (default: %(default)s)")
     parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each) (default: %(default)s)")

@@ -28,6 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from solution import cli  # noqa: E402
 from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
 from solution.fsutil import atomic_output, check_writable  # noqa: E402
 from solution.inference import model_runner, submission_rows  # noqa: E402
@@ -38,7 +39,7 @@ from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m submission.predict", description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(prog="python -m submission.predict", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, action="append",
                    help="model directory (output_dir/model of a training run); repeat it for an ensemble, "
                         "which averages the models: per-window logits where they share the tokenizer and "
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one post-processing setting of the model directory for this run (repeatable), "
                         "e.g. --set top_level_only=true --set n_best_size=3")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
@@ -167,19 +168,18 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     stats = ReadStats()
     t0 = time.perf_counter()
     progress_state = {"docs": 0, "windows": 0}
+    bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
 
     def progress(docs, windows):
+        bar.update(docs - progress_state["docs"])
+        bar.set_postfix_str(f"{windows} windows", refresh=False)
         progress_state.update(docs=docs, windows=windows)
-        if not quiet:
-            dt = time.perf_counter() - t0
-            print(f"\rpredict: {docs} documents, {windows} windows, {docs / dt:.1f} docs/s",
-                  end="", file=sys.stderr, flush=True)
 
     examples = read_examples(input_path, on_error=on_error, stats=stats)
     rows, written, failed, fatal = 0, set(), [], None
     # Both files go to temporary names and are renamed only when whole: never half a submission
     # under the real name, and a full disk or an error removes the temporary files.
-    with atomic_output(output_path, "w", newline="") as f, \
+    with bar, atomic_output(output_path, "w", newline="") as f, \
             (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
@@ -213,8 +213,6 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                 rows += 2
                 failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
         f.flush()  # a full disk shows here, before the scores file is renamed
-    if not quiet:
-        print(file=sys.stderr)
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
             "precision": precision, "models": timings, "window_groups": len(groups),

@@ -7,12 +7,10 @@ import sys
 import time
 
 import pytest
+from conftest import ROOT
 
 from solution import config as config_module
-from solution.config import (SECTIONS, TrainConfig, _field_owner, field_docs, load_config, parse_command_line,
-                             parse_overrides)
-
-from conftest import ROOT
+from solution.config import SECTIONS, TrainConfig, _field_owner, field_docs, load_config, parse_command_line, parse_overrides
 
 
 def test_yaml_sections_and_overrides(tmp_path):

@@ -1,6 +1,7 @@
 """The prediction stream: windows that hold no long-answer candidate are never run through the model."""
 
 import json
+
 import numpy as np
 import pytest
 from conftest import nq_line

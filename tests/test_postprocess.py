@@ -4,13 +4,21 @@ should and not where it should not, and every one off reproduces the earlier pos
 import json
 
 import numpy as np
-import pytest
 import postprocess_reference as reference
+import pytest
 
 from solution import evaluate
 from solution.metric import Gold, score
-from solution.postprocess import (PostprocessConfig, apply_overrides, decide, max_context_mask, postprocess_document,
-                                  score_document, score_record, threshold_rows)
+from solution.postprocess import (
+    PostprocessConfig,
+    apply_overrides,
+    decide,
+    max_context_mask,
+    postprocess_document,
+    score_document,
+    score_record,
+    threshold_rows,
+)
 from solution.tuning import _grid, predictions_with, tune, write_thresholds
 
 SHORT, LONG, YES = 3, 4, 1  # type-head rows (ANSWER_TYPES: UNKNOWN, YES, NO, SHORT, LONG)
@@ -381,6 +389,7 @@ def test_predict_takes_repeated_set(capsys):
 
 def test_windows_record_doc_start_and_inference_carries_it():
     from conftest import nq_line
+
     from solution.inference import predict_documents
     from solution.model import load_tokenizer
     from solution.nq import parse_example

@@ -4,11 +4,10 @@ import json
 from collections import Counter
 
 import pytest
+from conftest import nq_line, real_nq, write_jsonl
 
 from solution import corpus_stats, synth
 from solution.nq import is_html_token, read_examples
-
-from conftest import nq_line, real_nq, write_jsonl
 
 FILES = {"train": True, "dev": True, "test": False, "test-gold": True}  # name -> require_annotations
 CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")

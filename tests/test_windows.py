@@ -11,8 +11,15 @@ from solution.inference import candidate_array
 from solution.model import load_tokenizer
 from solution.nq import parse_example, read_examples
 from solution.postprocess import PostprocessConfig, containing_candidate, postprocess_document
-from solution.windows import (TYPE_ID, Featurizer, WindowConfig, add_structure_tokens, keep_window,
-                              structure_vocabulary, structure_words)
+from solution.windows import (
+    TYPE_ID,
+    Featurizer,
+    WindowConfig,
+    add_structure_tokens,
+    keep_window,
+    structure_vocabulary,
+    structure_words,
+)
 
 
 @pytest.fixture(scope="module")

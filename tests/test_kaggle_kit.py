@@ -1,0 +1,132 @@
+"""The Kaggle kit: dataset-metadata.json and a notebook from make_kaggle_kernel.py, and run.py under transformers 4.x.
+
+Kaggle's image ships transformers 4.x; the project pins 5.x. The 4.x run installs transformers 4.57.1
+(and the tokenizers and huggingface_hub it needs, --no-deps) once into a side folder under ~/.cache,
+as scripts/benchmark_inference.py does for the QA pipeline, and puts it first on PYTHONPATH.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
+KAGGLE_TRANSFORMERS = "4.57.1"
+# --no-deps: the venv's torch, numpy, safetensors, tqdm, pyyaml, regex serve; these are what 4.57.1 needs
+# in versions the venv (transformers 5) does not have.
+SIDE_PACKAGES = [f"transformers=={KAGGLE_TRANSFORMERS}", "tokenizers>=0.22,<0.23", "huggingface_hub>=0.34,<1.0",
+                 "requests", "urllib3", "idna", "certifi", "charset-normalizer"]
+SIDE_DIR = Path.home() / ".cache" / "nq-qa" / f"transformers-{KAGGLE_TRANSFORMERS}"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny random model whose thresholds answer every document: every row of the CSV holds a span."""
+    from solution.config import TrainConfig
+    from solution.model import build_model, load_tokenizer, save_model_dir
+
+    cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
+    torch.manual_seed(0)
+    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    post = {**asdict(cfg.postprocess), "long_threshold": -1e9}
+    return save_model_dir(tmp_path_factory.mktemp("m") / "model", model.state_dict(), model.config,
+                          load_tokenizer(cfg.model_name_or_path), {"window": {**asdict(cfg.window), **WINDOW},
+                                                                   "postprocess": post})
+
+
+@pytest.fixture(scope="module")
+def test_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1", "--num-dev", "1",
+                    "--num-test", "4", "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
+                   capture_output=True)
+    return out / "simplified-nq-test.jsonl"
+
+
+def make_kernel(model_dir, out, *extra):
+    return subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", str(model_dir), "--out",
+                           str(out), *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_dataset_id_writes_metadata_notebook_and_the_upload_command(model_dir, tmp_path):
+    kernel = tmp_path / "kernel"
+    proc = make_kernel(model_dir, kernel, "--dataset-id", "u/nq")
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((kernel / "dataset-metadata.json").read_text())
+    assert meta["id"] == "u/nq" and 6 <= len(meta["title"]) <= 50
+    assert [set(lic) for lic in meta["licenses"]] == [{"name"}]
+    notebook = json.loads((kernel / "notebook.ipynb").read_text())
+    assert notebook["nbformat"] == 4 and len(notebook["cells"]) == 1
+    cell = notebook["cells"][0]
+    assert cell["cell_type"] == "code" and cell["outputs"] == [] and cell["execution_count"] is None
+    assert "".join(cell["source"]).strip() == "!python /kaggle/input/nq/run.py"
+    assert notebook["metadata"]["kernelspec"]["name"] == "python3"
+    assert f"kaggle datasets create -p {kernel} --dir-mode zip" in proc.stdout
+    assert json.loads((kernel / "MANIFEST.json").read_text())["dataset_id"] == "u/nq"
+    assert (kernel / "run.py").is_file() and (kernel / "code" / "solution" / "cli.py").is_file()
+
+
+def test_no_dataset_id_writes_no_kaggle_files_and_a_bad_one_is_refused(model_dir, tmp_path):
+    proc = make_kernel(model_dir, tmp_path / "k")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "k" / "dataset-metadata.json").exists() and "--dataset-id" in proc.stdout
+    proc = make_kernel(model_dir, tmp_path / "bad", "--dataset_id", "no-slash")
+    assert proc.returncode == 2 and "error: --dataset-id 'no-slash': expected USER/SLUG" in proc.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def side_transformers() -> Path:
+    """transformers 4.x in a side folder (installed once); skips, saying why, where pip cannot install it."""
+    if not (SIDE_DIR / f"transformers-{KAGGLE_TRANSFORMERS}.dist-info").is_dir():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                               str(SIDE_DIR), *SIDE_PACKAGES], capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot install transformers {KAGGLE_TRANSFORMERS} into {SIDE_DIR} (no package index "
+                        f"reachable?): {proc.stderr.strip()[-500:]}")
+    return SIDE_DIR
+
+
+def run_kernel(kernel: Path, test_file: Path, out: Path, pythonpath: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
+    return subprocess.run([sys.executable, str(kernel / "run.py"), "--input", str(test_file), "--output", str(out),
+                           "--precision", "fp32"], cwd=out.parent, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow  # a pip install the first time, then two kernel runs
+def test_run_py_writes_the_same_csv_under_transformers_4(model_dir, test_file, tmp_path):
+    side = side_transformers()
+    kernel = tmp_path / "kernel"
+    assert make_kernel(model_dir, kernel, "--dataset-id", "u/nq").returncode == 0
+    v5 = run_kernel(kernel, test_file, tmp_path / "v5.csv", "")
+    assert v5.returncode == 0, v5.stderr[-3000:]
+    v4 = run_kernel(kernel, test_file, tmp_path / "v4.csv", str(side))  # transformers 4.x before the venv's 5.x
+    assert v4.returncode == 0, v4.stderr[-3000:]
+    assert f"transformers {KAGGLE_TRANSFORMERS})" in v4.stdout and "transformers 5." in v5.stdout
+    rows = (tmp_path / "v5.csv").read_text().splitlines()
+    longs = [r.split(",") for r in rows[1:] if r.split(",")[0].endswith("_long")]
+    assert len(rows) == 1 + 2 * 4 and all(span for _, span in longs)  # a span in every long row: a real check
+    assert (tmp_path / "v4.csv").read_text() == (tmp_path / "v5.csv").read_text()
+
+
+def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_dir, test_file, tmp_path, capsys,
+                                                                        monkeypatch):
+    """The bar run.py and submission.predict show (replacing a hand-made carriage-return line)."""
+    from solution import cli
+    from submission.predict import predict_file
+
+    monkeypatch.setattr(cli, "LOG_SECONDS", 0.0)  # a line per update, so 4 documents show
+    predict_file(str(model_dir), str(test_file), str(tmp_path / "a.csv"), precision="fp32")
+    err = capsys.readouterr().err
+    assert re.search(r"^predict: 4 documents \[.*documents/s, \d+ windows\]$", err, re.M), err
+    assert "\r" not in err
+    predict_file(str(model_dir), str(test_file), str(tmp_path / "b.csv"), precision="fp32", quiet=True)
+    assert capsys.readouterr().err == ""
