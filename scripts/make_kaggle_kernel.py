@@ -50,7 +50,9 @@ CODE = ["solution/__init__.py", "solution/cli.py", "solution/nq.py", "solution/w
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*/[A-Za-z0-9][A-Za-z0-9_-]*")  # Kaggle's USER/SLUG
 
-RUN_PY = '''"""Kaggle TF2 QA submission, offline: python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
+RUN_PY = '''"""Kaggle TF2 QA submission, offline.
+
+    python run.py [--input TEST.jsonl] [--output submission.csv] [--precision auto|fp32|bf16]
 
 Defaults are the competition's paths. The model (or the ensemble's models,
 MODELS below) are the folders beside this file. Prints documents/s, windows/s

@@ -139,8 +139,10 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser = cli.ArgumentParser(prog="python -m solution.split", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ training file, .jsonl or .jsonl.gz")
     parser.add_argument("--out", required=True, help=f"directory for {TRAIN_NAME} and {DEV_NAME}")
-    parser.add_argument("--dev-fraction", type=float, default=0.05, help="share of examples for dev, in (0, 1) (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="random_state of the split; same seed, same split (default: %(default)s)")
+    parser.add_argument("--dev-fraction", type=float, default=0.05,
+                        help="share of examples for dev, in (0, 1) (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="random_state of the split; same seed, same split (default: %(default)s)")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="a bad line: stop with an error naming file and line, or skip and count it (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object instead of a table")

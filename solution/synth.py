@@ -105,7 +105,8 @@ ATTRIBUTES = {
 # A topic paragraph is the opening and 1-3 sentences on the topic, nothing else: the answer is the
 # whole paragraph (no short answer), and the model can tell where it ends without seeing the tags.
 TOPICS = {
-    "history": ("History", ("The history of {E} spans many centuries .", "The history of {E} begins with small farming settlements ."),
+    "history": ("History", ("The history of {E} spans many centuries .",
+                            "The history of {E} begins with small farming settlements ."),
                 ("what is the history of {e}", "what happened in the history of {e}"),
                 ("Small kingdoms rose and fell along the rivers .", "Wars with neighbouring states shaped its borders .",
                  "The old ruling families slowly lost their power .", "Many customs date from the middle ages .")),
@@ -474,7 +475,8 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
 # a question's words find two passages and only reading which country each is about answers it.
 
 NQ_MEDIAN_WORDS = 4000  # real sample: median 4,587 non-HTML words, 90th percentile 13,939
-NQ_SIGMA = 0.95  # log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma)), sigma 0.87; page assembly narrows it
+# Log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma), sigma 0.87); page assembly narrows it.
+NQ_SIGMA = 0.95
 NQ_NESTED_GOLD = 0.3  # of facts in a list item or table row, the share whose gold long answer is that Li/Tr
 NQ_DISTRACTOR = 0.6  # chance a stated attribute or topic is also stated about the neighbour
 NQ_CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
@@ -735,7 +737,8 @@ def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_w
             "long_answer_candidates": ex["candidates"],
             "question_text": ex["question"],
             "annotations": _annotations(rng, ex["answer"], ex["candidates"], num_annotators),
-            "document_url": f"https://en.wikipedia.org//w/index.php?title={ex['entity']}&amp;oldid={rng.randint(10**8, 9 * 10**8)}",
+            "document_url": (f"https://en.wikipedia.org//w/index.php?title={ex['entity']}"
+                             f"&amp;oldid={rng.randint(10**8, 9 * 10**8)}"),
             "example_id": example_id,
         }
         yield record, answer_type
@@ -803,10 +806,13 @@ def _parse_args(argv=None) -> argparse.Namespace:
     from solution import cli  # both --a-b and --a_b spellings
     parser = cli.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
-    parser.add_argument("--seed", type=int, default=0, help="random seed; the same arguments give byte-identical files (default: %(default)s)")
-    parser.add_argument("--num-train", type=int, default=1000, help="training examples (one annotation each) (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="random seed; the same arguments give byte-identical files (default: %(default)s)")
+    parser.add_argument("--num-train", type=int, default=1000,
+                        help="training examples (one annotation each) (default: %(default)s)")
     parser.add_argument("--num-dev", type=int, default=100, help="dev examples (five annotations each) (default: %(default)s)")
-    parser.add_argument("--num-test", type=int, default=100, help="test examples (test file without answers, plus its gold) (default: %(default)s)")
+    parser.add_argument("--num-test", type=int, default=100,
+                        help="test examples (test file without answers, plus its gold) (default: %(default)s)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="easy",
                         help="easy: short learnable pages (the demo's); nq: pages shaped like real NQ (default: %(default)s)")
     parser.add_argument("--min-words", type=int, default=None,

@@ -63,7 +63,7 @@ def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
     (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
     proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert error_lines(proc) == [l for l in proc.stderr.splitlines() if "random_states_0.pkl: missing" in l]
+    assert error_lines(proc) == [x for x in proc.stderr.splitlines() if "random_states_0.pkl: missing" in x]
     assert len(error_lines(proc)) == 1 and str(tmp_path / "checkpoint-2") in error_lines(proc)[0]
 
 
@@ -144,7 +144,7 @@ def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
     os.kill(proc.pid, sig)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 3, stderr[-3000:]
-    [line] = [l for l in stderr.splitlines() if l.startswith("stopped by")]
+    [line] = [x for x in stderr.splitlines() if x.startswith("stopped by")]
     step = int(line.split("at step ")[1].split(":")[0])
     assert line == (f"stopped by {sig.name} at step {step}: saved {tmp_path / f'checkpoint-{step}'}; "
                     "continue with --resume latest"), line

@@ -106,7 +106,7 @@ CASES = [("ddp", "accelerate"), ("zero1", "deepspeed"), ("zero2", "accelerate"),
          ("zero3_offload", "torchrun"), ("fsdp", "accelerate"), ("fsdp_grad_op", "torchrun")]
 
 
-@pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{l}" for s, l in CASES])
+@pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{via}" for s, via in CASES])
 def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_factory):
     run = launch(strategy, launcher, tmp_path_factory.mktemp(strategy))
     RUNS[strategy] = run

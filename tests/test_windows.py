@@ -189,7 +189,8 @@ def test_tab_nbsp_and_empty_tokens_keep_nq_numbering(tokenizer, tmp_path):
             assert np.all(np.diff(idx) >= 0)
         for w in labelled:
             got = toks[w.nq_token_index[w.start_position]:w.nq_token_index[w.end_position] + 1]
-            want = ["Lake", "Grosta"] if ex.example_id == "1" else toks[ex.candidates[1].start_token + 1:ex.candidates[1].end_token - 1]
+            c = ex.candidates[1]
+            want = ["Lake", "Grosta"] if ex.example_id == "1" else toks[c.start_token + 1:c.end_token - 1]
             assert got == want
             # The labelled word pieces are that text too, not only its indices.
             pieces = tokenizer.convert_ids_to_tokens(w.input_ids[w.start_position:w.end_position + 1].tolist())
