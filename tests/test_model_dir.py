@@ -261,6 +261,7 @@ def train(*args, expect=0):
     return proc
 
 
+@pytest.mark.slow  # a training subprocess
 def test_resume_refuses_a_truncated_checkpoint_weights_file(tmp_path):
     out = tmp_path / "run"
     train("--max_steps", "2", "--save_steps", "1", "--output_dir", str(out))
@@ -270,6 +271,7 @@ def test_resume_refuses_a_truncated_checkpoint_weights_file(tmp_path):
     assert f"error: {weights}: not a readable safetensors file" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a training subprocess
 def test_warm_start_from_a_model_directory_loads_every_weight(tmp_path):
     """Training from a model directory for one step at a learning rate of 1e-30 leaves every weight unchanged."""
     train("--max_steps", "2", "--output_dir", str(tmp_path / "first"))

@@ -20,6 +20,8 @@ import torch
 from conftest import ROOT
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
+
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
        "--per_device_train_batch_size", "8", "--optim", "sgd", "--learning_rate", "0.3", "--dropout", "0.1",
        "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]

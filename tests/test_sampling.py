@@ -208,6 +208,7 @@ def line_count(path):
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
+@pytest.mark.slow  # a subprocess killed and restarted
 def test_a_killed_pass_continues_where_it_stopped(tmp_path, tiny_model):
     """SIGKILL half-way, then the same command: it says what it found and ends with an uninterrupted run's bytes."""
     data = corpus(tmp_path / "train.jsonl", n=30)

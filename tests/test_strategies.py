@@ -27,6 +27,8 @@ from safetensors.torch import load_file
 
 from solution.net import free_port
 
+pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
+
 BIN = Path(sys.executable).parent
 STEPS = 6
 COMMON = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
