@@ -153,6 +153,21 @@ def publish_dir(tmp: PathLike, final: PathLike) -> bool:
     return False
 
 
+def replace_dir(tmp: PathLike, final: PathLike) -> Path:
+    """Make the completed directory `tmp` visible as `final`, replacing what `final` held.
+
+    Two renames (the old directory aside, the new one in), so a reader sees the old directory or
+    the new one, never half of one; the old one is removed afterwards."""
+    tmp, final = Path(tmp), Path(final)
+    old = final.with_name(f"{final.name}.old-{os.getpid()}")
+    if final.exists():
+        _remove(old)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _remove(old)
+    return final
+
+
 def check_writable(path: PathLike, what: str = "output", create_dir: bool = False) -> Path:
     """Refuse at start-up an output whose folder is missing or cannot be written, naming the path.
 

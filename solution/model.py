@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 import types
 import typing
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from solution.fsutil import replace_dir
 from solution.postprocess import PostprocessConfig
 from solution.windows import ANSWER_TYPES, WindowConfig
 
@@ -222,23 +222,7 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
     # "format": "pt" is what Hugging Face's loaders expect of a safetensors file.
     save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "nq_format": MODEL_DIR_FORMAT})
     save_model_meta(tmp, config, tokenizer, qa_config)
-    # Made visible in one rename, so a reader never sees half a model.
-    if out.exists():
-        old = out.with_name(out.name + ".old")
-        if old.exists():
-            _rmtree(old)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        _rmtree(old)
-    else:
-        os.replace(tmp, out)
-    return out
-
-
-def _rmtree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+    return replace_dir(tmp, out)  # a reader never sees half a model
 
 
 # -- reading, every file checked -------------------------------------------------------------------

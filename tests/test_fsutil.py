@@ -262,3 +262,20 @@ def test_hard_negatives_refuses_an_unwritable_out_before_loading_the_model(tmp_p
                                 "--out", str(tmp_path / "missing" / "scores.jsonl"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: --out {tmp_path}/missing/scores.jsonl: folder "), err
+
+
+def test_replace_dir_swaps_in_a_finished_directory(tmp_path):
+    from solution.fsutil import replace_dir
+
+    final, tmp = tmp_path / "model", tmp_path / "model.tmp"
+    final.mkdir()
+    (final / "old.txt").write_text("old")
+    tmp.mkdir()
+    (tmp / "new.txt").write_text("new")
+    assert replace_dir(tmp, final) == final
+    assert sorted(p.name for p in final.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary or old directory left
+    tmp.mkdir()
+    (tmp / "first.txt").write_text("x")
+    replace_dir(tmp, tmp_path / "fresh")  # nothing to replace
+    assert (tmp_path / "fresh" / "first.txt").read_text() == "x"
