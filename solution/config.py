@@ -29,8 +29,8 @@ from typing import Any, Optional
 
 import yaml
 
-from solution.features import NegativeSampling
 from solution.postprocess import PostprocessConfig
+from solution.sampling import NegativeSampling
 from solution.windows import WindowConfig
 
 SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}

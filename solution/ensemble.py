@@ -26,8 +26,8 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from solution.inference import candidate_array, predict_documents, window_arrays
-from solution.nq import Example
+from solution.inference import predict_documents, window_arrays
+from solution.nq import Example, candidate_array
 from solution.postprocess import DocumentPrediction, DocumentScores, PostprocessConfig, blank_prediction, decide, score_document
 from solution.windows import ANSWER_TYPES, Featurizer
 

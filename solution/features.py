@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -29,10 +29,9 @@ import torch
 
 from solution.cli import progress
 from solution.fsutil import atomic_write_text, publish_dir
-from solution.hard_negatives import HardNegativeWeights
-from solution.inference import candidate_array
-from solution.nq import NQFormatError, ReadStats, is_html_token, label_annotation, read_examples
+from solution.nq import NQFormatError, ReadStats, candidate_array, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
+from solution.sampling import HardNegativeWeights, NegativeSampling
 from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window, label_long_answer
 
 FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
@@ -57,46 +56,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
     vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
     extra = json.dumps([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None)])
     return hashlib.sha256((vocab + extra).encode()).hexdigest()[:16]
-
-
-@dataclass
-class NegativeSampling:
-    """Which training windows without an answer are kept (windows with one always are).
-
-    The config's `sampling:` section. Which windows a rate keeps is drawn from the training `seed`,
-    passed beside these settings (one seed for the whole run, not a second one here)."""
-
-    negative_keep_rate: float = 0.05
-    """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
-    unanswerable_keep_rate: Optional[float] = None
-    """Share kept of the windows of documents with no answer at all (null: negative_keep_rate)."""
-    hard_negatives_file: Optional[str] = None
-    """Hard-negative pass: scores from `python -m solution.hard_negatives`; negatives are then drawn
-    in proportion to a first model's belief that they hold an answer (same expected count)."""
-    hard_negative_fraction: float = 0.5
-    """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
-
-    def __post_init__(self):
-        checks = [
-            (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
-            (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
-             "unanswerable_keep_rate", "in (0, 1] or null"),
-            (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
-        ]
-        for ok, name, expected in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
-
-    def rate(self, answerable: bool) -> float:
-        if answerable or self.unanswerable_keep_rate is None:
-            return self.negative_keep_rate
-        return self.unanswerable_keep_rate
-
-    def key(self, seed: int) -> dict:
-        d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
-        if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
-            d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
-        return d
 
 
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,

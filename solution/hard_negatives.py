@@ -44,74 +44,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from solution.fsutil import DiskFullError, check_writable
-
-FORMAT = "nq-hard-negative-scores"
-VERSION = 1
-
-
-class HardNegativeWeights:
-    """A scores file, read for sampling: per document, a keep weight for each window."""
-
-    def __init__(self, path: str, fraction: float):
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"hard_negative_fraction must be in [0, 1], got {fraction}")
-        self.path, self.fraction = path, fraction
-        self.scores: dict = {}  # example_id -> (answerable, float32 scores, nan where the window has an answer)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such hard-negative scores file (write one with "
-                                    "python -m solution.hard_negatives)")
-        with open(path, encoding="utf-8") as f:
-            for line_no, text in enumerate(f, 1):
-                try:
-                    rec = json.loads(text)
-                    if line_no == 1:
-                        if rec.get("format") != FORMAT:
-                            raise ValueError(f"not a hard-negative scores file (format {rec.get('format')!r})")
-                        self.header = rec
-                        continue
-                    scores = np.array([np.nan if s is None else s for s in rec["scores"]], dtype=np.float32)
-                    self.scores[str(rec["example_id"])] = (bool(rec["answerable"]), scores)
-                except (ValueError, KeyError, TypeError) as e:
-                    raise ValueError(f"{path}:{line_no}: {type(e).__name__}: {e}") from None
-        if not hasattr(self, "header"):
-            raise ValueError(f"{path}: empty hard-negative scores file")
-        self.mean = {}
-        for group in (True, False):
-            vals = [s[~np.isnan(s)] for a, s in self.scores.values() if a == group]
-            flat = np.concatenate(vals) if vals else np.zeros(0, np.float32)
-            # A floor, so a group the first model rejects everywhere does not divide by ~0.
-            self.mean[group] = max(float(flat.mean()) if len(flat) else 1.0, 1e-6)
-
-    def check_window(self, window_config) -> None:
-        if self.header.get("window") != asdict(window_config):
-            raise ValueError(f"{self.path}: scored with window settings {self.header.get('window')}, but training "
-                             f"uses {asdict(window_config)}; score the training file again with these settings")
-
-    def weights(self, example_id: str, answerable: bool, num_windows: int) -> Optional[np.ndarray]:
-        """Per-window keep weights, or None when the file has no matching record for this document."""
-        rec = self.scores.get(example_id)
-        if rec is None or rec[0] != answerable or len(rec[1]) != num_windows:
-            return None
-        s = np.nan_to_num(rec[1], nan=0.0)
-        return (1.0 - self.fraction) + self.fraction * s / self.mean[answerable]
-
-    def mismatch(self, example_id: str, answerable: bool, num_windows: int) -> str:
-        """Why `weights` found no record for this document, for the error that stops training."""
-        rec = self.scores.get(example_id)
-        if rec is None:
-            return (f"{example_id}: no matching record in {self.path}, which holds {len(self.scores)} documents: "
-                    "an incomplete scores file (a pass stopped before the end: run the same python -m "
-                    "solution.hard_negatives command again and it finishes the file), or one of another "
-                    "training file")
-        return (f"{example_id}: no matching record in {self.path} (its record says answerable={rec[0]} and "
-                f"{len(rec[1])} windows, the training file gives answerable={answerable} and {num_windows}); "
-                "score this training file with python -m solution.hard_negatives")
-
-    @staticmethod
-    def stat(path: str) -> dict:
-        """The file's identity for cache keys."""
-        st = os.stat(path)
-        return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
+from solution.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
 
 def answer_probability(type_logits: np.ndarray) -> np.ndarray:

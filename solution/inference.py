@@ -16,24 +16,9 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from solution.nq import Example, is_text_token
+from solution.nq import Example, candidate_array
 from solution.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
 from solution.windows import Featurizer
-
-
-def candidate_array(example: Example) -> np.ndarray:
-    """int [num_candidates, 5]: start, end, top_level, first text token, last text token (-1 if none).
-
-    A text token is neither a tag nor empty/whitespace only (those give no word pieces)."""
-    toks = example.tokens
-    rows = []
-    for c in example.candidates:
-        first = next((i for i in range(c.start_token, c.end_token) if is_text_token(toks[i])), -1)
-        last = -1
-        if first >= 0:
-            last = next(i for i in range(c.end_token - 1, first - 1, -1) if is_text_token(toks[i]))
-        rows.append((c.start_token, c.end_token, int(c.top_level), first, last))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:

@@ -434,3 +434,22 @@ def _annotation(a, where: str, candidates: list, num_tokens: int, fail) -> Annot
     if yes_no != "NONE" and long_answer is None:
         fail(f"{where}.yes_no_answer", f"{yes_no} without a long answer")
     return Annotation(long_answer, idx, tuple(shorts), yes_no)
+
+
+def candidate_array(example: Example):
+    """int [num_candidates, 5]: start, end, top_level, first text token, last text token (-1 if none).
+
+    A text token is neither a tag nor empty/whitespace only (those give no word pieces). Post-processing
+    scores a candidate from its first to its last text token. numpy is imported here, not at the top:
+    the metric's command line reads NQ files without it."""
+    import numpy as np
+
+    toks = example.tokens
+    rows = []
+    for c in example.candidates:
+        first = next((i for i in range(c.start_token, c.end_token) if is_text_token(toks[i])), -1)
+        last = -1
+        if first >= 0:
+            last = next(i for i in range(c.end_token - 1, first - 1, -1) if is_text_token(toks[i]))
+        rows.append((c.start_token, c.end_token, int(c.top_level), first, last))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)

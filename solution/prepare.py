@@ -18,8 +18,9 @@ import argparse
 import json
 import sys
 
-from solution.features import NegativeSampling, build_train_features
+from solution.features import build_train_features
 from solution.model import load_tokenizer
+from solution.sampling import NegativeSampling
 from solution.windows import WindowConfig, add_structure_tokens
 
 

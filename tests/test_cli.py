@@ -131,8 +131,9 @@ def test_split_shows_both_passes_and_quiet_silences_them(tmp_path, capsys, monke
 def test_prepare_output_opens_with_datasets_load_from_disk(tmp_path, capsys):
     datasets = pytest.importorskip("datasets")
     from solution import prepare
-    from solution.features import NegativeSampling, build_train_features
+    from solution.features import build_train_features
     from solution.model import load_tokenizer
+    from solution.sampling import NegativeSampling
     from solution.windows import WindowConfig
 
     doc = "T <H1> T </H1> " + " ".join(f"<P> para {j} says the capital is Place{j} . </P>" for j in range(20))

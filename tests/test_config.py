@@ -162,7 +162,7 @@ def test_sampling_section_and_plain_names(tmp_path):
     assert "sampling:\n  negative_keep_rate: 0.2" in cfg.to_yaml()
     flat = load_config("configs/train/tiny.yaml")  # top-level keys, as the shipped files write them
     assert flat.sampling.negative_keep_rate == 0.1
-    from solution.features import NegativeSampling
+    from solution.sampling import NegativeSampling
 
     assert TrainConfig().sampling == NegativeSampling()  # one dataclass, one default
     assert NegativeSampling().negative_keep_rate == 0.05

@@ -5,9 +5,10 @@ import json
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution.features import DummyWindows, NegativeSampling, build_train_features
+from solution.features import DummyWindows, build_train_features
 from solution.model import load_tokenizer
 from solution.nq import NQFormatError
+from solution.sampling import NegativeSampling
 from solution.windows import WindowConfig
 
 WINDOW = WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16)

@@ -14,9 +14,10 @@ import torch
 from conftest import nq_line, write_jsonl
 
 from solution.config import load_config
-from solution.features import NegativeSampling, build_train_features
+from solution.features import build_train_features
 from solution.model import load_tokenizer
 from solution.nq import NQFormatError, read_examples
+from solution.sampling import NegativeSampling
 from solution.windows import TYPE_ID, Featurizer, WindowConfig
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)

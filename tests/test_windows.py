@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution.features import NegativeSampling, _Summary, cache_key, recovered_answers
-from solution.inference import candidate_array
+from solution.features import _Summary, cache_key, recovered_answers
 from solution.model import load_tokenizer
-from solution.nq import parse_example, read_examples
+from solution.nq import candidate_array, parse_example, read_examples
 from solution.postprocess import PostprocessConfig, containing_candidate, postprocess_document
+from solution.sampling import NegativeSampling
 from solution.windows import (
     TYPE_ID,
     Featurizer,

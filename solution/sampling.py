@@ -1,0 +1,128 @@
+"""Which training windows without an answer are kept: the config's `sampling:` section and the
+hard-negative scores that can weight it.
+
+Most training windows hold no answer, so only a share of them is kept
+(`negative_keep_rate` in documents that have an answer, `unanswerable_keep_rate`
+in documents that have none), drawn deterministically per window (see
+`solution.windows.keep_window`). A hard-negative pass (`python -m
+solution.hard_negatives`) writes a scores file; `HardNegativeWeights` reads it
+and turns each window's score into a keep weight with the same expected count.
+No torch here: numpy and the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+
+FORMAT = "nq-hard-negative-scores"
+VERSION = 1
+
+
+class HardNegativeWeights:
+    """A scores file, read for sampling: per document, a keep weight for each window."""
+
+    def __init__(self, path: str, fraction: float):
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"hard_negative_fraction must be in [0, 1], got {fraction}")
+        self.path, self.fraction = path, fraction
+        self.scores: dict = {}  # example_id -> (answerable, float32 scores, nan where the window has an answer)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such hard-negative scores file (write one with "
+                                    "python -m solution.hard_negatives)")
+        with open(path, encoding="utf-8") as f:
+            for line_no, text in enumerate(f, 1):
+                try:
+                    rec = json.loads(text)
+                    if line_no == 1:
+                        if rec.get("format") != FORMAT:
+                            raise ValueError(f"not a hard-negative scores file (format {rec.get('format')!r})")
+                        self.header = rec
+                        continue
+                    scores = np.array([np.nan if s is None else s for s in rec["scores"]], dtype=np.float32)
+                    self.scores[str(rec["example_id"])] = (bool(rec["answerable"]), scores)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{line_no}: {type(e).__name__}: {e}") from None
+        if not hasattr(self, "header"):
+            raise ValueError(f"{path}: empty hard-negative scores file")
+        self.mean = {}
+        for group in (True, False):
+            vals = [s[~np.isnan(s)] for a, s in self.scores.values() if a == group]
+            flat = np.concatenate(vals) if vals else np.zeros(0, np.float32)
+            # A floor, so a group the first model rejects everywhere does not divide by ~0.
+            self.mean[group] = max(float(flat.mean()) if len(flat) else 1.0, 1e-6)
+
+    def check_window(self, window_config) -> None:
+        if self.header.get("window") != asdict(window_config):
+            raise ValueError(f"{self.path}: scored with window settings {self.header.get('window')}, but training "
+                             f"uses {asdict(window_config)}; score the training file again with these settings")
+
+    def weights(self, example_id: str, answerable: bool, num_windows: int) -> Optional[np.ndarray]:
+        """Per-window keep weights, or None when the file has no matching record for this document."""
+        rec = self.scores.get(example_id)
+        if rec is None or rec[0] != answerable or len(rec[1]) != num_windows:
+            return None
+        s = np.nan_to_num(rec[1], nan=0.0)
+        return (1.0 - self.fraction) + self.fraction * s / self.mean[answerable]
+
+    def mismatch(self, example_id: str, answerable: bool, num_windows: int) -> str:
+        """Why `weights` found no record for this document, for the error that stops training."""
+        rec = self.scores.get(example_id)
+        if rec is None:
+            return (f"{example_id}: no matching record in {self.path}, which holds {len(self.scores)} documents: "
+                    "an incomplete scores file (a pass stopped before the end: run the same python -m "
+                    "solution.hard_negatives command again and it finishes the file), or one of another "
+                    "training file")
+        return (f"{example_id}: no matching record in {self.path} (its record says answerable={rec[0]} and "
+                f"{len(rec[1])} windows, the training file gives answerable={answerable} and {num_windows}); "
+                "score this training file with python -m solution.hard_negatives")
+
+    @staticmethod
+    def stat(path: str) -> dict:
+        """The file's identity for cache keys."""
+        st = os.stat(path)
+        return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
+
+
+@dataclass
+class NegativeSampling:
+    """Which training windows without an answer are kept (windows with one always are).
+
+    The config's `sampling:` section. Which windows a rate keeps is drawn from the training `seed`,
+    passed beside these settings (one seed for the whole run, not a second one here)."""
+
+    negative_keep_rate: float = 0.05
+    """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
+    unanswerable_keep_rate: Optional[float] = None
+    """Share kept of the windows of documents with no answer at all (null: negative_keep_rate)."""
+    hard_negatives_file: Optional[str] = None
+    """Hard-negative pass: scores from `python -m solution.hard_negatives`; negatives are then drawn
+    in proportion to a first model's belief that they hold an answer (same expected count)."""
+    hard_negative_fraction: float = 0.5
+    """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
+
+    def __post_init__(self):
+        checks = [
+            (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
+            (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
+             "unanswerable_keep_rate", "in (0, 1] or null"),
+            (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+    def rate(self, answerable: bool) -> float:
+        if answerable or self.unanswerable_keep_rate is None:
+            return self.negative_keep_rate
+        return self.unanswerable_keep_rate
+
+    def key(self, seed: int) -> dict:
+        d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
+        if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
+            d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
+        return d
