@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import errno
 import json
+from pathlib import Path
 
 import pytest
 
-from solution.checkpoint import (LATEST, CheckpointDiskFull, Checkpointer, TrainerState, find_checkpoint,
-                                 numbered_checkpoints)
+from solution.checkpoint import LATEST, CheckpointDiskFull, Checkpointer, TrainerState, find_checkpoint, numbered_checkpoints
 
 
 class FakeAccelerator:
@@ -21,8 +21,6 @@ class FakeAccelerator:
         pass
 
     def save_state(self, output_dir):
-        from pathlib import Path
-
         Path(output_dir).mkdir(parents=True)
         (Path(output_dir) / "random_states_0.pkl").write_bytes(b"")  # the RNG file load() requires
         if self.fail_with:
