@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-# The layout readers live with the checkpointer that writes the layout; re-exported here for callers.
-from solution.checkpoint import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files  # noqa: F401
+# The layout readers live with the checkpointer, which writes the layout.
+from solution.checkpoint import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
 
 
 def full_state_dict(ckpt: Path) -> dict:
