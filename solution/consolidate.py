@@ -11,79 +11,14 @@ model directory that training writes at its end and `submission/` loads.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
-FSDP_DIR = "pytorch_model_fsdp_0"
-
-
-def checkpoint_kind(ckpt: Path) -> str:
-    if (ckpt / DS_TAG).is_dir() and any((ckpt / DS_TAG).glob("*model_states.pt")):
-        return "deepspeed"
-    if (ckpt / FSDP_DIR).is_dir():
-        return "fsdp"
-    if (ckpt / "model.safetensors").is_file() or (ckpt / "pytorch_model.bin").is_file():
-        return "plain"
-    raise ValueError(f"{ckpt}: no weights found (expected {DS_TAG}/ from DeepSpeed, {FSDP_DIR}/ from FSDP, "
-                     "or model.safetensors)")
-
-
-def _safe_globals() -> list:
-    """The only non-tensor objects a checkpoint may hold: numpy RNG state (as Accelerate allows when
-    it reads its own random_states files), DeepSpeed's ZeRO stage enum and its loss scalers (classes
-    holding numbers)."""
-    safe = []
-    try:
-        from accelerate.utils.other import TORCH_SAFE_GLOBALS
-
-        safe += list(TORCH_SAFE_GLOBALS)
-    except ImportError:
-        pass
-    try:
-        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-        from deepspeed.utils.tensor_fragment import fragment_address
-
-        # Plain-valued classes DeepSpeed pickles into its checkpoints (an enum, numbers, two ints).
-        safe += [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
-    except ImportError:
-        pass
-    return safe
-
-
-def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
-    """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
-
-    DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
-    any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
-    (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
-    than failing inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar
-    over the files (ZeRO checkpoints hold one per rank)."""
-    from solution.cli import progress
-    from solution.model import check_weights_file
-
-    files = sorted(p for p in ckpt.rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
-    with torch.serialization.safe_globals(_safe_globals()):
-        for path in progress(files, desc="consolidate: check files", unit=" files", disable=not show_progress):
-            try:
-                torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:
-                found = re.search(r"GLOBAL (\S+)", str(e))
-                if found:
-                    raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
-                                     f"and plain values (it names {found.group(1)})") from None
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
-    weights = sorted(ckpt.rglob("*.safetensors"))
-    for path in weights:
-        check_weights_file(path)
-    return len(files) + len(weights)
+# The layout readers live with the checkpointer, which writes the layout.
+from solution.checkpoint import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
 
 
 def full_state_dict(ckpt: Path) -> dict:

@@ -254,12 +254,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     if (final / "summary.json").is_file():
-        summary = json.loads((final / "summary.json").read_text())
-        log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
-        ds = _load_arrow(final / "arrow")
-        if not (final / "arrow" / "state.json").is_file():  # an entry written before the metadata files were
-            write_dataset_metadata(final / "arrow", ds, json.loads((final / "arrow" / "files.json").read_text()), key)
-        return ds, {**summary, "dataset_dir": str(final / "arrow")}
+        return _reuse_cache(final, key, log)
 
     if sampling.hard_negatives_file:
         # Read here first, so a bad file is an error naming it rather than a worker's failure inside
@@ -273,12 +268,42 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
     if num_proc > 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers already use the cores
+    gen_kwargs = {"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
+                  "window": asdict(window), "sampling": asdict(sampling), "seed": seed,
+                  "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")}
+    ds = _generate_windows(tmp, gen_kwargs, num_proc)
+    summary = _merge_sides(tmp / "side", num_proc, path)
+    if summary["examples"] == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise NQFormatError(path, summary["lines"], "<file>", "the file holds no usable examples")
+    _keep_arrow_files(ds, tmp / "arrow", key)
+    del ds
+    (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+    shutil.rmtree(tmp / "hf", ignore_errors=True)
+    shutil.rmtree(tok_dir, ignore_errors=True)
+    if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
+        log(f"features: {final} was published by another process meanwhile; using it")
+    return _load_arrow(final / "arrow"), {**summary, "dataset_dir": str(final / "arrow")}
+
+
+def _reuse_cache(final: Path, key: str, log) -> tuple:
+    """A published cache entry: its windows and summary."""
+    summary = json.loads((final / "summary.json").read_text())
+    log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
+    ds = _load_arrow(final / "arrow")
+    if not (final / "arrow" / "state.json").is_file():  # an entry written before the metadata files were
+        write_dataset_metadata(final / "arrow", ds, json.loads((final / "arrow" / "files.json").read_text()), key)
+    return ds, {**summary, "dataset_dir": str(final / "arrow")}
+
+
+def _generate_windows(tmp: Path, gen_kwargs: dict, num_proc: int):
+    """Run `_generate` through `datasets` into tmp/hf; a worker's failure becomes its own error."""
+    import datasets
+
     try:
-        ds = datasets.Dataset.from_generator(
+        return datasets.Dataset.from_generator(
             _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
-            gen_kwargs={"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
-                        "window": asdict(window), "sampling": asdict(sampling), "seed": seed,
-                        "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")})
+            gen_kwargs=gen_kwargs)
     except datasets.exceptions.DatasetGenerationError as e:
         # The worker's own error (an NQFormatError naming file, line, field) is the one to show.
         errors = sorted((json.loads(f.read_text()) for f in (tmp / "side").glob("error-*.json")),
@@ -290,27 +315,19 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         if isinstance(cause, (NQFormatError, FileNotFoundError)):
             raise cause from None
         raise
-    summary = _merge_sides(tmp / "side", num_proc, path)
-    if summary["examples"] == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise NQFormatError(path, summary["lines"], "<file>", "the file holds no usable examples")
-    # Keep the Arrow files the generator wrote (moved, not copied): save_to_disk would read the whole
-    # dataset back through a memory map, and peak memory would grow with the file (measured 1.45x
-    # for 10x the documents).
-    (tmp / "arrow").mkdir()
+
+
+def _keep_arrow_files(ds, arrow_dir: Path, key: str) -> None:
+    """Keep the Arrow files the generator wrote (moved, not copied): save_to_disk would read the whole
+    dataset back through a memory map, and peak memory would grow with the file (measured 1.45x
+    for 10x the documents)."""
+    arrow_dir.mkdir()
     names = []
     for i, cache_file in enumerate(sorted({c["filename"] for c in ds.cache_files})):
         names.append(f"windows-{i:05d}.arrow")
-        os.replace(cache_file, tmp / "arrow" / names[-1])
-    (tmp / "arrow" / "files.json").write_text(json.dumps(names))
-    write_dataset_metadata(tmp / "arrow", ds, names, key)
-    del ds
-    (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-    shutil.rmtree(tmp / "hf", ignore_errors=True)
-    shutil.rmtree(tok_dir, ignore_errors=True)
-    if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
-        log(f"features: {final} was published by another process meanwhile; using it")
-    return _load_arrow(final / "arrow"), {**summary, "dataset_dir": str(final / "arrow")}
+        os.replace(cache_file, arrow_dir / names[-1])
+    (arrow_dir / "files.json").write_text(json.dumps(names))
+    write_dataset_metadata(arrow_dir, ds, names, key)
 
 
 def write_dataset_metadata(directory: Path, ds, names: list, fingerprint: str) -> None:

@@ -24,17 +24,19 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Optional
 
 import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
+from solution.checkpoint import CheckpointDiskFull, Checkpointer, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
-from solution.fsutil import atomic_write_text, check_writable, disk_full_message
+from solution.fsutil import check_writable, disk_full_message
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory
 from solution.metric import format_report, load_gold, score
@@ -125,9 +127,9 @@ class StopRequest:
         return int(flag.item())
 
 
-def disk_full(path: Path, note: str = "") -> TrainingStopped:
+def disk_full(path: Path) -> TrainingStopped:
     """One line naming what could not be written and the free space left on its filesystem."""
-    return TrainingStopped(disk_full_message(path) + (f"; {note}" if note else ""), EXIT_FAULT)
+    return TrainingStopped(disk_full_message(path), EXIT_FAULT)
 
 
 def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
@@ -163,35 +165,96 @@ class MetricsLog:
                 f.write(json.dumps(record) + "\n")
 
 
-CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
+@dataclass
+class StartRecord:
+    """metrics.jsonl's first record: how this run is laid out. Part of it is the fingerprint a checkpoint
+    carries, and part of that a resumed run must match (`resume_key`)."""
+
+    strategy: str
+    engine: str
+    zero_stage: Optional[int]
+    world_size: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    global_batch_size: int
+    mixed_precision: str
+    num_optimizer_steps: int
+    num_epochs: int
+    train_windows: int
+    device: str
+    num_parameters: int
+    strategy_origin: str
+    distributed_type: str
+    cpu_offload: bool
+    train_data: dict
+    resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
+
+    TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
+                       "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
+    FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
+                   "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps")
+
+    def as_dict(self) -> dict:
+        record = {"event": "start", **asdict(self)}
+        if self.resumed_from is None:
+            del record["resumed_from"]
+        return record
+
+    def fingerprint(self) -> dict:
+        """What trainer_state.json records of the run that wrote it."""
+        return {k: getattr(self, k) for k in self.FINGERPRINT}
+
+    def resume_key(self) -> dict:
+        """The fields a checkpoint must share with the run resuming it: the engine's state is laid out
+        per rank and per batch shape, and a different batch would change what "step N" means."""
+        return {k: getattr(self, k) for k in ("strategy", "world_size", "global_batch_size",
+                                              "per_device_train_batch_size", "gradient_accumulation_steps")}
 
 
-LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
+@dataclass
+class TrainingRun:
+    """What `Trainer.setup` prepares for the loop, and where the loop starts."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    loader: DataLoader
+    sampler: EpochShuffle
+    batches_per_epoch: int
+    total_steps: int
+    num_epochs: int
+    start: StartRecord
+    memory: dict  # the memory probe's numbers (`step`: the step being measured)
+    step: int = 0  # the resume position: optimizer steps done, the epoch, batches of it already trained
+    epoch: int = 0
+    skip: int = 0
 
 
-def numbered_checkpoints(output_dir: Path) -> list:
-    """output_dir/checkpoint-N directories, oldest first (`.tmp` leftovers of a killed save excluded)."""
-    found = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+@dataclass
+class StepMeter:
+    """The loss summed over one optimizer step's micro-batches, and the clocks of the logging window."""
 
+    loss_sum: torch.Tensor
+    micro: int = 0
+    samples: int = 0  # since the last logged step, all ranks
+    grad_norm: Optional[float] = None
+    lr: float = 0.0
+    step_time: float = 0.0
+    t_log: float = field(default_factory=time.perf_counter)
+    t_step: float = 0.0
 
-def find_checkpoint(output_dir: Path, spec: str) -> Path:
-    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); else a path."""
-    if spec == "latest":
-        pointer = output_dir / LATEST
-        if pointer.is_file():
-            named = output_dir / pointer.read_text().strip()
-            if (named / "trainer_state.json").is_file():
-                return named
-        done = [p for p in numbered_checkpoints(output_dir) if (p / "trainer_state.json").is_file()]
-        if not done:
-            raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
-        return done[-1]
-    path = Path(spec)
-    if not (path / "trainer_state.json").is_file():
-        raise ValueError(f"{path}: not a checkpoint (no trainer_state.json); checkpoints are "
-                         "output_dir/checkpoint-N, written every save_steps")
-    return path
+    def __post_init__(self):
+        self.t_step = self.t_log
+
+    def close_step(self, accelerator) -> float:
+        """After an optimizer step: its time, and its loss (mean over micro-batches, then over ranks:
+        the loss of the whole global batch)."""
+        now = time.perf_counter()
+        self.step_time, self.t_step = now - self.t_step, now
+        loss = accelerator.reduce(self.loss_sum / self.micro, reduction="mean").item()
+        self.loss_sum.zero_()
+        self.micro = 0
+        return loss
 
 
 class Trainer:
@@ -214,7 +277,7 @@ class Trainer:
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
-        self.accounting: dict = {}
+        self.checkpointer: Checkpointer | None = None  # set up with the scheduler, in setup()
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -287,97 +350,44 @@ class Trainer:
                 "training": {"model_name_or_path": self.cfg.model_name_or_path, "seed": self.cfg.seed,
                              "strategy": self.strategy.name, "world_size": self.accelerator.num_processes}}
 
-    def save_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
-        """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was."""
-        try:
-            return self._write_checkpoint(step, epoch, batches_into_epoch)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            tmp = self.out / f"checkpoint-{step}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            (self.out / (LATEST + ".tmp")).unlink(missing_ok=True)
-            raise disk_full(tmp, self._last_good()) from None
+    def write_model_meta(self, checkpoint_dir: Path) -> None:
+        """model_meta/ (config, tokenizer, qa_config): what consolidating a checkpoint needs besides weights."""
+        save_model_meta(checkpoint_dir / "model_meta", self.accelerator.unwrap_model(self.model).config,
+                        self.tokenizer, self.qa_config())
 
-    def _write_checkpoint(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
-        """A resumable, strategy-native checkpoint: Accelerate's save_state (DeepSpeed's own shards,
-        FSDP's distributed checkpoint, or plain weights) plus what it takes to continue and to
-        consolidate: trainer_state.json and model_meta/ (config, tokenizer, qa_config)."""
-        acc = self.accelerator
-        final = self.out / f"checkpoint-{step}"
-        tmp = self.out / f"checkpoint-{step}.tmp"
-        if self.is_main and tmp.exists():
-            shutil.rmtree(tmp)
-        acc.wait_for_everyone()
-        acc.save_state(str(tmp))
-        acc.wait_for_everyone()
-        if self.is_main:
-            save_model_meta(tmp / "model_meta", acc.unwrap_model(self.model).config, self.tokenizer,
-                            self.qa_config())
-            state = {"format": CHECKPOINT_FORMAT, "step": step, "epoch": epoch,
-                     "batches_into_epoch": batches_into_epoch, "scheduler": self._scheduler.state_dict(), **{k: self.accounting.get(k) for k in (
-                         "strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
-                         "gradient_accumulation_steps", "global_batch_size", "mixed_precision",
-                         "num_optimizer_steps")}}
-            (tmp / "trainer_state.json").write_text(json.dumps(state, indent=2) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)  # a checkpoint is complete or absent, never half-written
-            atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
-            self._prune_checkpoints()
-        acc.wait_for_everyone()
-        self.log(f"checkpoint: {final}")
-        return final
-
-    def _prune_checkpoints(self) -> None:
-        limit = self.cfg.save_total_limit
-        if not limit:
-            return
-        for old in numbered_checkpoints(self.out)[:-limit]:
-            shutil.rmtree(old, ignore_errors=True)
-
-    def load_checkpoint(self, path: Path, steps_per_epoch: int, batches_per_epoch: int) -> tuple[int, int, int]:
-        state = json.loads((path / "trainer_state.json").read_text())
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path}/trainer_state.json: format {state.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-        mine = self.accounting
-        for key in ("strategy", "world_size", "global_batch_size", "per_device_train_batch_size",
-                    "gradient_accumulation_steps"):
-            if state.get(key) != mine.get(key):
-                raise ValueError(f"{path}: field '{key}' is {state.get(key)!r} in the checkpoint but "
-                                 f"{mine.get(key)!r} in this run; resume with the same strategy and batch "
-                                 "(or consolidate it with python -m solution.consolidate and start anew)")
-        from solution.consolidate import verify_checkpoint_files
-
-        verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
-        for rank in range(self.accelerator.num_processes):
-            # Accelerate only logs "Could not load random states" and goes on: dropout would then differ.
-            rng = path / f"random_states_{rank}.pkl"
-            if not rng.is_file():
-                raise ValueError(f"{rng}: missing; rank {rank}'s RNG state is needed to continue exactly "
-                                 "(dropout); resume from another checkpoint")
-        self.accelerator.load_state(str(path))
-        self._scheduler.load_state_dict(state["scheduler"])
-        step, epoch, batches = state["step"], state["epoch"], state["batches_into_epoch"]
-        if batches >= batches_per_epoch:  # the checkpoint closed its epoch
-            epoch, batches = epoch + 1, 0
-        self.log(f"resumed from {path}: step {step}, epoch {epoch}, {batches} batches into it")
-        return step, epoch, batches
-
-    # -- training -------------------------------------------------------------
-    def train(self) -> dict:
-        cfg, acc = self.cfg, self.accelerator
-        check_writable(self.out, "output_dir", create_dir=True)
-        train_set = self.train_dataset()
+    # -- set-up -------------------------------------------------------------------
+    def data_loader(self, train_set, sampler: EpochShuffle) -> DataLoader:
+        cfg = self.cfg
         pad_id = self.tokenizer.pad_token_id or 0
-        sampler = EpochShuffle(len(train_set), cfg.seed)
         # Fixed-length batches: the same shapes whatever the world size, so runs compare exactly.
         # Its own generator: a new iterator draws a base seed from it, not from the global RNG stream that
         # dropout uses and a checkpoint restores (mid-epoch resume would otherwise shift dropout by one draw).
-        loader = DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
-                            drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
-                            num_workers=cfg.dataloader_num_workers,
-                            collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
+        return DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
+                          drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
+                          num_workers=cfg.dataloader_num_workers,
+                          collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
+
+    def start_record(self, engine: str, total_steps: int, num_epochs: int, train_windows: int) -> StartRecord:
+        cfg, acc, plan = self.cfg, self.accelerator, self.strategy.plan
+        summary = self.data_summary
+        return StartRecord(
+            strategy=self.strategy.name, engine=engine, zero_stage=self.strategy.zero_stage,
+            world_size=acc.num_processes, per_device_train_batch_size=cfg.per_device_train_batch_size,
+            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+            global_batch_size=cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps,
+            mixed_precision=cfg.mixed_precision, num_optimizer_steps=total_steps, num_epochs=num_epochs,
+            train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
+            strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
+            train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
+            else {"source": cfg.data_source})
+
+    def setup(self) -> TrainingRun:
+        """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
+        cfg, acc = self.cfg, self.accelerator
+        check_writable(self.out, "output_dir", create_dir=True)
+        train_set = self.train_dataset()
+        sampler = EpochShuffle(len(train_set), cfg.seed)
+        loader = self.data_loader(train_set, sampler)
         optimizer = self.strategy.make_optimizer(param_groups(self.model, cfg), cfg)
         memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
@@ -389,131 +399,145 @@ class Trainer:
             raise ValueError(f"{cfg.train_file}: no training windows (check negative_keep_rate and the data)")
         total_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
         num_epochs = math.ceil(total_steps / steps_per_epoch)
-        # Not passed to prepare(): Accelerate would step it once per process. Saved with the checkpoints.
+        # Not passed to prepare(): Accelerate would step it once per process. The checkpointer saves its
+        # state in trainer_state.json (JSON, not a pickle).
         scheduler = lr_schedule(optimizer, cfg, total_steps)
-        self._scheduler = scheduler  # its state travels in trainer_state.json (JSON, not a pickle)
-
-        global_batch = cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps
-        start = {"event": "start", "strategy": self.strategy.name, "engine": engine,
-                 "zero_stage": self.strategy.zero_stage, "world_size": acc.num_processes,
-                 "per_device_train_batch_size": cfg.per_device_train_batch_size,
-                 "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "global_batch_size": global_batch,
-                 "mixed_precision": cfg.mixed_precision, "num_optimizer_steps": total_steps,
-                 "num_epochs": num_epochs, "train_windows": len(train_set), "device": str(acc.device),
-                 "num_parameters": self.num_parameters,
-                 "strategy_origin": self.strategy.plan.origin, "distributed_type": str(acc.distributed_type),
-                 "cpu_offload": self.strategy.plan.cpu_offload,
-                 "train_data": {k: self.data_summary.get(k) for k in
-                                ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
-                                 "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped",
-                                 "skipped_by_reason")}
-                 if self.data_summary else {"source": cfg.data_source}}
-        self.accounting = start
-        step, first_epoch, skip = 0, 0, 0
+        start = self.start_record(engine, total_steps, num_epochs, len(train_set))
+        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), cfg.save_due,
+                                         cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)
+        run = TrainingRun(model, optimizer, scheduler, loader, sampler, batches_per_epoch, total_steps,
+                          num_epochs, start, memory)
         if cfg.resume_from_checkpoint:
             path = find_checkpoint(self.out, cfg.resume_from_checkpoint)
-            step, first_epoch, skip = self.load_checkpoint(path, steps_per_epoch, batches_per_epoch)
-            start["resumed_from"] = {"checkpoint": str(path), "step": step}
+            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch)
+            start.resumed_from = {"checkpoint": str(path), "step": run.step}
+        self.open_outputs(start)
+        return run
+
+    def open_outputs(self, start: StartRecord) -> None:
+        """metrics.jsonl's start record, the trackers, and config.yaml."""
+        cfg = self.cfg
         self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main, append=bool(cfg.resume_from_checkpoint))
-        self.metrics.write(start)
+        record = start.as_dict()
+        self.metrics.write(record)
         if cfg.report_to:  # once; Accelerate's trackers act on the main process only
-            acc.init_trackers(TRACKER_PROJECT, config=cfg.tracker_config())
-        self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in start.items() if k != "event"))
+            self.accelerator.init_trackers(TRACKER_PROJECT, config=cfg.tracker_config())
+        self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in record.items() if k != "event"))
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(cfg.to_yaml())
 
+    # -- training -------------------------------------------------------------
+    def train(self) -> dict:
+        run = self.setup()
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total_steps, initial=step, desc=f"train [{self.strategy.name} x{acc.num_processes}]",
-                   disable=not self.is_main or cfg.disable_tqdm, dynamic_ncols=True, file=sys.stdout)
-        model.train()
+        bar = tqdm(total=run.total_steps, initial=run.step, disable=not self.is_main or self.cfg.disable_tqdm,
+                   desc=f"train [{self.strategy.name} x{self.accelerator.num_processes}]",
+                   dynamic_ncols=True, file=sys.stdout)
+        run.model.train()
         last_eval = {}
-        window_loss = torch.zeros((), device=acc.device)
-        micro = 0
-        grad_norm = None
-        t_log, samples_since_log = time.perf_counter(), 0
-        t_step = t_log
+        meter = StepMeter(torch.zeros((), device=self.accelerator.device))
+        step = run.step
         self.stop_request.armed = True
-        for epoch in range(first_epoch, num_epochs):
-            if step >= total_steps:
+        for epoch in range(run.epoch, run.num_epochs):
+            if step >= run.total_steps:
                 break
-            batches = skip
-            epoch_loader = acc.skip_first_batches(loader, skip) if skip else loader
-            # Accelerate's loader re-sets the sampler's epoch from its own counter at each __iter__, and that
-            # counter starts at 0 in a new process: a resumed run would replay epoch 0's order. So the epoch
-            # is set on the loader itself (the skipping one too), and on the sampler, which a loader that was
-            # not prepared (tests/faulty_train.py same-data) iterates directly.
-            if hasattr(epoch_loader, "set_epoch"):
-                epoch_loader.set_epoch(epoch)
-            sampler.set_epoch(epoch)
-            skip = 0
-            for batch in epoch_loader:
+            batches, run.skip = run.skip, 0
+            for batch in self.epoch_batches(run, epoch, skip=batches):
                 batches += 1
-                memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
-                with acc.accumulate(model):
-                    out = model(**batch)
-                    acc.backward(out["loss"])
-                    window_loss += out["loss"].detach()
-                    micro += 1
-                    samples_since_log += batch["input_ids"].shape[0] * acc.num_processes
-                    if acc.sync_gradients:
-                        lr = scheduler.get_last_lr()[0]  # the rate this step uses
-                        grad_norm = self.strategy.clip_and_norm(model, cfg.max_grad_norm)
-                        optimizer.step()
-                        scheduler.step()
-                        optimizer.zero_grad(set_to_none=True)
-                if not acc.sync_gradients:
+                run.memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
+                if not self.micro_step(run, batch, meter):
                     continue
                 step += 1
-                now = time.perf_counter()
-                step_time, t_step = now - t_step, now
-                # Mean over micro-batches, then over ranks: the loss of the whole global batch.
-                loss = acc.reduce(window_loss / micro, reduction="mean").item()
-                window_loss.zero_()
-                micro = 0
-                self._check_finite(step, loss, grad_norm)
+                loss = meter.close_step(self.accelerator)
+                self._check_finite(step, loss, meter.grad_norm)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
-                if step % cfg.logging_steps == 0 or step == total_steps:
-                    elapsed = time.perf_counter() - t_log
-                    record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": grad_norm,
-                              "lr": lr, "step_time_s": step_time,
-                              "samples_per_s": samples_since_log / max(elapsed, 1e-9)}
-                    self.metrics.write(record)
-                    if cfg.report_to:
-                        acc.log(tracker_values(record, "train"), step=step)
-                    t_log, samples_since_log = time.perf_counter(), 0
-                if cfg.save_due(step, epoch_end=False):
-                    self.save_checkpoint(step, epoch, batches)
-                if step < total_steps:
+                self.log_step(step, epoch, loss, meter, run.total_steps)
+                self.checkpointer.maybe_save(step, epoch, batches)
+                if step < run.total_steps:
                     self._stop_if_requested(step, epoch, batches)
-                if step >= total_steps:
+                if step >= run.total_steps:
                     break
-            if cfg.save_due(step, epoch_end=True):
-                self.save_checkpoint(step, epoch, batches)
-            if cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files":
-                last_eval = self.evaluate(model)
-                self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **last_eval})
-                if cfg.report_to:
-                    acc.log(tracker_values(last_eval, "eval"), step=step)
-                self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(last_eval)}")
+            self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
+            last_eval = self.end_of_epoch(run.model, epoch, step) or last_eval
         bar.close()
-        self.save_final(model)
+        self.finish(run, step, last_eval)
+        return last_eval
+
+    def epoch_batches(self, run: TrainingRun, epoch: int, skip: int):
+        """The loader for `epoch`, past its first `skip` batches (a resumed run's position)."""
+        loader = self.accelerator.skip_first_batches(run.loader, skip) if skip else run.loader
+        # Accelerate's loader re-sets the sampler's epoch from its own counter at each __iter__, and that
+        # counter starts at 0 in a new process: a resumed run would replay epoch 0's order. So the epoch
+        # is set on the loader itself (the skipping one too), and on the sampler, which a loader that was
+        # not prepared (tests/faulty_train.py same-data) iterates directly.
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        run.sampler.set_epoch(epoch)
+        return loader
+
+    def micro_step(self, run: TrainingRun, batch: dict, meter: StepMeter) -> bool:
+        """Forward and backward one micro-batch; the optimizer steps on the last of an accumulation.
+        True when it did (an optimizer step ended)."""
+        acc = self.accelerator
+        with acc.accumulate(run.model):
+            out = run.model(**batch)
+            acc.backward(out["loss"])
+            meter.loss_sum += out["loss"].detach()
+            meter.micro += 1
+            meter.samples += batch["input_ids"].shape[0] * acc.num_processes
+            if acc.sync_gradients:
+                meter.lr = run.scheduler.get_last_lr()[0]  # the rate this step uses
+                meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm)
+                run.optimizer.step()
+                run.scheduler.step()
+                run.optimizer.zero_grad(set_to_none=True)
+        return acc.sync_gradients
+
+    def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
+        """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
+        if step % self.cfg.logging_steps != 0 and step != total_steps:
+            return
+        elapsed = time.perf_counter() - meter.t_log
+        record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": meter.grad_norm,
+                  "lr": meter.lr, "step_time_s": meter.step_time,
+                  "samples_per_s": meter.samples / max(elapsed, 1e-9)}
+        self.metrics.write(record)
+        if self.cfg.report_to:
+            self.accelerator.log(tracker_values(record, "train"), step=step)
+        meter.t_log, meter.samples = time.perf_counter(), 0
+
+    def end_of_epoch(self, model, epoch: int, step: int) -> dict | None:
+        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation)."""
+        cfg = self.cfg
+        if not (cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files"):
+            return None
+        result = self.evaluate(model)
+        self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **result})
+        if cfg.report_to:
+            self.accelerator.log(tracker_values(result, "eval"), step=step)
+        self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(result)}")
+        return result
+
+    def finish(self, run: TrainingRun, step: int, last_eval: dict) -> None:
+        """The model directory, the end record (with each rank's peak memory when measured), shutdown."""
+        acc = self.accelerator
+        self.save_final(run.model)
         end = {"event": "end", "step": step, "dev": last_eval or None}
-        if cfg.measure_memory:
+        if self.cfg.measure_memory:
             import resource
 
             from accelerate.utils import gather_object
 
             # ru_maxrss is in KiB on Linux.
-            mine = {**memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            mine = {**run.memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
             mine.pop("step", None)
             end["memory_per_rank"] = gather_object([mine])
         self.metrics.write(end)
         acc.wait_for_everyone()
         self.strategy.close()
-        return last_eval
 
     def _check_finite(self, step: int, loss: float, grad_norm) -> None:
         """Stop before anything is saved from a diverged model. The loss is reduced over ranks and the
@@ -521,21 +545,13 @@ class Trainer:
         if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
             return
         raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
-                              f"{self._last_good()}", EXIT_FAULT)
-
-    def _last_good(self) -> str:
-        pointer = self.out / LATEST
-        if pointer.is_file():
-            return f"the last good checkpoint is {self.out / pointer.read_text().strip()} (latest)"
-        return "no checkpoint was written"
+                              f"{self.checkpointer.last_good()}", EXIT_FAULT)
 
     def _stop_if_requested(self, step: int, epoch: int, batches: int) -> None:
         signum = self.stop_request.agreed(self.accelerator)
         if not signum:
             return
-        path = self.out / f"checkpoint-{step}"
-        if not (self.cfg.save_steps and step % self.cfg.save_steps == 0):  # else just written
-            path = self.save_checkpoint(step, epoch, batches)
+        path = self.checkpointer.save_now(step, epoch, batches)
         raise TrainingStopped(f"stopped by {signal.Signals(signum).name} at step {step}: saved {path}; "
                               "continue with --resume latest", EXIT_STOPPED)
 
@@ -572,10 +588,11 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except TrainingStopped as e:
+    except (TrainingStopped, CheckpointDiskFull) as e:
+        code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if os.environ.get("RANK", "0") == "0":  # one line, not one per rank
-            print(str(e) if e.exit_code == EXIT_STOPPED else f"error: {e}", file=sys.stderr)
-        return e.exit_code
+            print(str(e) if code == EXIT_STOPPED else f"error: {e}", file=sys.stderr)
+        return code
     return 0
 
 

@@ -151,6 +151,34 @@ def _timed(run, record: dict):
     return timed
 
 
+def _progress_to(bar):
+    """({"docs", "windows"} counts so far, the callback predict_ensemble reports them to, moving `bar`)."""
+    state = {"docs": 0, "windows": 0}
+
+    def progress(docs, windows):
+        bar.update(docs - state["docs"])
+        bar.set_postfix_str(f"{windows} windows", refresh=False)
+        state.update(docs=docs, windows=windows)
+
+    return state, progress
+
+
+def _blank_rows_for_skipped(stats: ReadStats, written: set, writer, failed: list) -> tuple:
+    """Lines that could not be parsed still get their two rows, blank, when their id can be read.
+    Returns (rows written, the lines whose id could not be read)."""
+    rows, unrecoverable = 0, []
+    for line, example_id in stats.skipped_ids:
+        if example_id is None:
+            unrecoverable.append(line)
+        elif example_id not in written:
+            written.add(example_id)
+            writer.writerow([f"{example_id}_long", ""])
+            writer.writerow([f"{example_id}_short", ""])
+            rows += 2
+            failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
+    return rows, unrecoverable
+
+
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
                  scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=()) -> dict:
@@ -167,14 +195,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post = apply_overrides(post, overrides)
     stats = ReadStats()
     t0 = time.perf_counter()
-    progress_state = {"docs": 0, "windows": 0}
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
-
-    def progress(docs, windows):
-        bar.update(docs - progress_state["docs"])
-        bar.set_postfix_str(f"{windows} windows", refresh=False)
-        progress_state.update(docs=docs, windows=windows)
-
+    progress_state, progress = _progress_to(bar)
     examples = read_examples(input_path, on_error=on_error, stats=stats)
     rows, written, failed, fatal = 0, set(), [], None
     # Both files go to temporary names and are renamed only when whole: never half a submission
@@ -201,17 +223,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
             if on_error == "raise":
                 raise
             fatal = str(e)
-        # Lines that could not be parsed still get their two rows, blank, when their id can be read.
-        unrecoverable = []
-        for line, example_id in stats.skipped_ids:
-            if example_id is None:
-                unrecoverable.append(line)
-            elif example_id not in written:
-                written.add(example_id)
-                writer.writerow([f"{example_id}_long", ""])
-                writer.writerow([f"{example_id}_short", ""])
-                rows += 2
-                failed.append({"example_id": example_id, "line": line, "error": "input line skipped"})
+        blank, unrecoverable = _blank_rows_for_skipped(stats, written, writer, failed)
+        rows += blank
         f.flush()  # a full disk shows here, before the scores file is renamed
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,

@@ -75,17 +75,17 @@ def kill_in_save(step: int) -> None:
 def kill_after_checkpoint(step: int, rank) -> None:
     if rank is not None and int(os.environ.get("RANK", "0")) != rank:
         return
-    from solution import train
+    from solution import checkpoint
 
-    original = train.Trainer.save_checkpoint
+    original = checkpoint.Checkpointer.save
 
-    def save_checkpoint(self, at_step, *args, **kwargs):
+    def save(self, at_step, *args, **kwargs):
         path = original(self, at_step, *args, **kwargs)
         if at_step >= step:
             os.kill(os.getpid(), signal.SIGKILL)
         return path
 
-    train.Trainer.save_checkpoint = save_checkpoint
+    checkpoint.Checkpointer.save = save
 
 
 def inject_training_bug(bug: str) -> None:

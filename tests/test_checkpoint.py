@@ -1,0 +1,114 @@
+"""The checkpointer alone: in-process, no process group, a stand-in for Accelerate's save/load_state."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from solution.checkpoint import LATEST, CheckpointDiskFull, Checkpointer, TrainerState, find_checkpoint, numbered_checkpoints
+
+
+class FakeAccelerator:
+    is_main_process, num_processes = True, 1
+
+    def __init__(self, fail_with=None):
+        self.fail_with, self.loaded = fail_with, None
+
+    def wait_for_everyone(self):
+        pass
+
+    def save_state(self, output_dir):
+        Path(output_dir).mkdir(parents=True)
+        (Path(output_dir) / "random_states_0.pkl").write_bytes(b"")  # the RNG file load() requires
+        if self.fail_with:
+            raise OSError(self.fail_with, "No space left on device", output_dir)
+
+    def load_state(self, path):
+        self.loaded = path
+
+
+class FakeScheduler:
+    def __init__(self, value=0):
+        self.value = value
+
+    def state_dict(self):
+        return {"value": self.value}
+
+    def load_state_dict(self, state):
+        self.value = state["value"]
+
+
+FINGERPRINT = {"strategy": "ddp", "world_size": 1}
+
+
+def checkpointer(out, every=2, limit=None, acc=None, scheduler=None):
+    return Checkpointer(acc or FakeAccelerator(), out, scheduler or FakeScheduler(7), FINGERPRINT,
+                        save_due=lambda step, epoch_end: not epoch_end and step % every == 0,
+                        save_total_limit=limit, log=lambda msg: None)
+
+
+def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    ck = checkpointer(tmp_path)
+    assert ck.maybe_save(1, 0, 1) is None and not list(tmp_path.iterdir())
+    path = ck.maybe_save(2, 0, 2)
+    assert path == tmp_path / "checkpoint-2" and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert state == {"format": "nq-bert-qa-checkpoint/1", "step": 2, "epoch": 0, "batches_into_epoch": 2,
+                     "scheduler": {"value": 7}, **FINGERPRINT}
+    assert TrainerState.read(path).fingerprint == FINGERPRINT
+    assert ck.save_now(2, 0, 2) == path and ck.saved_step == 2  # just written: not written again
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_prunes_beyond_the_limit_oldest_first(tmp_path):
+    ck = checkpointer(tmp_path, every=1, limit=2)
+    for step in range(1, 6):
+        ck.maybe_save(step, 0, step)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-5"]
+    assert (tmp_path / LATEST).read_text().strip() == "checkpoint-5"
+
+
+def test_latest_falls_back_to_the_newest_complete_checkpoint_and_ignores_tmp_leftovers(tmp_path):
+    ck = checkpointer(tmp_path, every=1)
+    for step in (1, 2, 10):
+        ck.save(step, 0, step)
+    (tmp_path / "checkpoint-11.tmp").mkdir()  # a killed save
+    (tmp_path / "checkpoint-11.tmp" / "trainer_state.json").write_text("{}")
+    assert find_checkpoint(tmp_path, "latest") == tmp_path / "checkpoint-10"  # numeric order, not 2 > 10
+    (tmp_path / LATEST).write_text("checkpoint-99\n")  # names a directory that is gone
+    assert find_checkpoint(tmp_path, "latest") == tmp_path / "checkpoint-10"
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-1", "checkpoint-2", "checkpoint-10"]
+    with pytest.raises(ValueError, match="no complete checkpoint-N"):
+        find_checkpoint(tmp_path / "checkpoint-11.tmp", "latest")
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        find_checkpoint(tmp_path, str(tmp_path / "nowhere"))
+
+
+def test_a_full_disk_removes_the_tmp_and_keeps_latest(tmp_path):
+    ck = checkpointer(tmp_path)
+    ck.save(2, 0, 2)
+    ck.accelerator.fail_with = errno.ENOSPC
+    with pytest.raises(CheckpointDiskFull) as e:
+        ck.save(4, 0, 4)
+    assert f"{tmp_path / 'checkpoint-4.tmp'}: no space left on device" in str(e.value)
+    assert str(e.value).endswith(f"the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)")
+    assert not list(tmp_path.glob("*.tmp*")) and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
+
+
+def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = checkpointer(tmp_path).save(4, 1, 2)
+    scheduler = FakeScheduler()
+    ck = checkpointer(tmp_path, scheduler=scheduler)
+    with pytest.raises(ValueError, match="field 'world_size' is 1 in the checkpoint but 2 in this run"):
+        ck.load(path, {"world_size": 2}, batches_per_epoch=4)
+    assert ck.load(path, FINGERPRINT, batches_per_epoch=4) == (4, 1, 2)
+    assert scheduler.value == 7 and ck.accelerator.loaded == str(path)
+    assert ck.load(path, FINGERPRINT, batches_per_epoch=2) == (4, 2, 0)  # it closed its epoch
+    (path / "random_states_0.pkl").unlink()
+    with pytest.raises(ValueError, match="random_states_0.pkl: missing"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
