@@ -1,0 +1,301 @@
+"""What our training loop costs over a bare PyTorch loop and over transformers' Trainer.
+
+    python scripts/benchmark_loop.py [--json FILE] [--quick] [--repeats N] [--steps N] [--warmup N]
+
+Three runners train the same model, windows, batch and optimizer, as one
+process and as two DDP processes (torchrun, gloo, one thread per process):
+
+  * `ours`: `python -m solution.train --config CONFIG --data_source dummy ...`
+    (and `torchrun --nproc_per_node 2 -m solution.train ...`), driven only
+    through its command line; step times from its metrics.jsonl;
+  * `bare`: forward, backward, optimizer step, zero_grad and nothing else, on
+    batches collated before the loop (the `dummy` source's windows,
+    `solution.features.DummyWindows`); DDP-wrapped under two processes;
+  * `hf_trainer`: transformers' `Trainer` with the same batch, steps,
+    `adamw_torch`, learning rate, weight decay and max_grad_norm, no eval, no
+    saving, `report_to="none"`, `dataloader_num_workers=0`, its default
+    logging, the dummy windows through our `collate`;
+    `ddp_find_unused_parameters=False` (its default for a model that is not a
+    `PreTrainedModel` is True, a graph walk every step the others don't pay).
+
+All three build `solution.model.QAModel` with `build_model` and the config's
+overrides (configs/train/bench_base.yaml: BERT-base size, random init,
+dropout 0, AdamW). That config trains in fp32 (`mixed_precision: "no"`), so
+all three run fp32. A step's time is the time between the ends of
+consecutive optimizer steps on rank 0, so everything the loop does between
+steps (data, logging, the loss reduction) counts; samples/s is the global
+batch over the median step time of the steps after --warmup, pooled over the
+repeats.
+
+Interleaving: the runs go repeat by repeat, and in each repeat, world size
+by world size, the three runners one after the other in an order rotated
+each repeat (bare, ours, hf_trainer; then ours, hf_trainer, bare; ...), so
+a machine that gets busier or quieter during the run does not favour one
+runner.
+
+Writes with --json a list of rows: `runner` (ours, bare, hf_trainer),
+`world_size`, `samples_per_s`, `step_time_s`, the per-repeat samples/s,
+`engine` (the class that wrapped the model: DistributedDataParallel with two
+processes), the settings; `ours` rows add `vs_bare` and `vs_hf_trainer` (ours' samples/s
+over theirs; goals: >= 0.97 and >= 1.0). `--quick` runs the tiny config
+(configs/train/tiny.yaml) for a few steps (the test's mode; not a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUNNERS = ["bare", "ours", "hf_trainer"]
+GOALS = {"vs_bare": 0.97, "vs_hf_trainer": 1.0}
+
+
+# -- the workers: one process (or one rank) of the bare loop or of transformers' Trainer ----------------
+
+def worker_setup(config: str, batch_size: int):
+    """The config, the model (seeded as the trainer seeds it) and the dummy windows, on this rank."""
+    import torch
+
+    from solution.config import load_config
+    from solution.features import DummyWindows
+    from solution.model import build_model, load_tokenizer
+
+    cfg = load_config(config, ["--data_source", "dummy", "--per_device_train_batch_size", str(batch_size)])
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
+    tok = load_tokenizer(cfg.model_name_or_path)
+    windows = DummyWindows(cfg.dummy_num_windows, cfg.window.max_seq_length, model.config.vocab_size,
+                           cfg.seed, tok.cls_token_id, tok.sep_token_id)
+    return cfg, model, windows, tok.pad_token_id or 0
+
+
+def adamw_groups(model, weight_decay: float) -> list:
+    """Decay on matrices only (biases and LayerNorm weights are 1-d), as the trainer and the Trainer do."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def run_bare(config: str, steps: int, batch_size: int) -> tuple:
+    """Forward, backward, step, zero_grad on pre-collated batches; returns the step-end times and the
+    class wrapping the model."""
+    import torch
+
+    from solution.inference import collate
+
+    cfg, model, windows, pad_id = worker_setup(config, batch_size)
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if world > 1:
+        torch.distributed.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    # Rank r's batch at step s is global batch s's r-th slice, collated once, before the clock starts.
+    batches = []
+    for s in range(steps):
+        first = (s * world + rank) * batch_size
+        rows = [windows[(first + i) % len(windows)] for i in range(batch_size)]
+        batches.append(collate(rows, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
+    optimizer = torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                                  betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+    model.train()
+    ends = [time.perf_counter()]
+    for batch in batches:
+        loss = model(**batch)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        ends.append(time.perf_counter())
+    engine = type(model).__name__
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    return ends, engine
+
+
+def run_hf_trainer(config: str, steps: int, batch_size: int) -> tuple:
+    """transformers' Trainer on the dummy windows; returns the step-end times (a callback's clock) and
+    the class wrapping the model."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from solution.inference import collate
+
+    cfg, model, windows, pad_id = worker_setup(config, batch_size)
+    ends: list = []
+
+    class StepClock(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            ends.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kwargs):
+            ends.append(time.perf_counter())
+
+    distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(
+            output_dir=tmp, per_device_train_batch_size=batch_size, max_steps=steps, optim="adamw_torch",
+            learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
+            adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm,
+            eval_strategy="no", save_strategy="no", report_to="none", dataloader_num_workers=0,
+            disable_tqdm=True, remove_unused_columns=False, use_cpu=True, seed=cfg.seed,
+            ddp_backend="gloo" if distributed else None, ddp_find_unused_parameters=False)
+        trainer = Trainer(model=model, args=args, train_dataset=windows,
+                          data_collator=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length),
+                          callbacks=[StepClock()])
+        trainer.train()
+    return ends, type(trainer.model_wrapped).__name__
+
+
+def worker_main(args) -> int:
+    ends, engine = (run_bare if args.worker == "bare" else run_hf_trainer)(args.config, args.steps, args.batch_size)
+    if int(os.environ.get("RANK", 0)) == 0:
+        Path(args.result).write_text(json.dumps({"step_times_s": [b - a for a, b in zip(ends, ends[1:])],
+                                                 "engine": engine}))
+    return 0
+
+
+# -- the driver ----------------------------------------------------------------------------------------
+
+def launch(module_args: list, world: int, threads: int, log: Path) -> None:
+    """`python MODULE_ARGS` as one process, or under torchrun with `world` processes; raises on failure."""
+    from solution.net import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+    if world == 1:
+        cmd = [sys.executable, *module_args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+               "--master_port", str(free_port()), *module_args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}); log: {log}\n{proc.stderr[-3000:]}")
+
+
+def run_one(runner: str, world: int, args, work: Path) -> tuple:
+    """One run of one runner; returns rank 0's step times (all steps, warm-up included) and the class
+    that wrapped the model (DistributedDataParallel with two processes)."""
+    out = work / f"{runner}-x{world}-{time.monotonic_ns()}"
+    out.mkdir(parents=True)
+    if runner == "ours":
+        launch(["-m", "solution.train", "--config", args.config, "--data_source", "dummy",
+                "--max_steps", str(args.steps), "--per_device_train_batch_size", str(args.batch_size),
+                "--gradient_accumulation_steps", "1", "--logging_steps", "1", "--eval_strategy", "no",
+                "--save_steps", "0", "--measure_memory", "false", "--disable_tqdm", "true",
+                "--output_dir", str(out)], world, args.threads, out.with_suffix(".log"))
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        shutil.rmtree(out / "model", ignore_errors=True)  # BERT-base's 440 MB per run; only the timings matter
+        return [r["step_time_s"] for r in records if "step_time_s" in r], records[0]["engine"]
+    result = out / "result.json"
+    launch([str(Path(__file__).resolve()), "--worker", runner, "--config", args.config, "--steps", str(args.steps),
+            "--batch-size", str(args.batch_size), "--result", str(result)], world, args.threads,
+           out.with_suffix(".log"))
+    result = json.loads(result.read_text())
+    return result["step_times_s"], result["engine"]
+
+
+def summarise(times: dict, args, engines: dict | None = None) -> list:
+    """Rows per (runner, world size), ours' with its ratios to the others."""
+    rows = []
+    for (runner, world), runs in times.items():
+        measured = [t for run in runs for t in run[args.warmup:]]
+        global_batch = args.batch_size * world
+        step = statistics.median(measured)
+        rows.append({"runner": runner, "world_size": world, "samples_per_s": global_batch / step,
+                     "step_time_s": step, "samples_per_s_per_repeat":
+                         [global_batch / statistics.median(run[args.warmup:]) for run in runs],
+                     "global_batch_size": global_batch, "steps": args.steps, "warmup_steps": args.warmup,
+                     "repeats": len(runs), "config": args.config, "precision": "fp32",
+                     "threads_per_process": args.threads, "engine": (engines or {}).get((runner, world))})
+    speed = {(r["runner"], r["world_size"]): r["samples_per_s"] for r in rows}
+    for r in rows:
+        if r["runner"] == "ours":
+            for key, other in (("vs_bare", "bare"), ("vs_hf_trainer", "hf_trainer")):
+                if (other, r["world_size"]) in speed:
+                    r[key] = r["samples_per_s"] / speed[(other, r["world_size"])]
+    return sorted(rows, key=lambda r: (r["world_size"], RUNNERS.index(r["runner"])))
+
+
+def table(rows: list) -> str:
+    lines = ["| processes | runner | samples/s | step time | ours / this |", "|---|---|---|---|---|"]
+    ours = {r["world_size"]: r["samples_per_s"] for r in rows if r["runner"] == "ours"}
+    for r in rows:
+        ratio = ours[r["world_size"]] / r["samples_per_s"] if r["world_size"] in ours else float("nan")
+        lines.append(f"| {r['world_size']} | {r['runner']} | {r['samples_per_s']:.2f} | "
+                     f"{r['step_time_s'] * 1000:.0f} ms | {ratio:.3f} |")
+    return "\n".join(lines)
+
+
+def goals_met(rows: list) -> list:
+    """One line per unmet goal (empty: all met)."""
+    return [f"ours {key} at {r['world_size']} process(es): {r[key]:.3f} < {goal}"
+            for r in rows if r["runner"] == "ours" for key, goal in GOALS.items() if r.get(key, goal) < goal]
+
+
+def main(argv=None) -> int:
+    from solution import cli  # both --a-b and --a_b spellings
+
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--config", default=None, help="training config (default configs/train/bench_base.yaml; "
+                                                   "with --quick configs/train/tiny.yaml)")
+    p.add_argument("--quick", action="store_true", help="tiny model, few steps, one repeat (seconds a run)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 10; quick 4)")
+    p.add_argument("--warmup", type=int, default=None, help="steps left out of the timing (default 2; quick 1)")
+    p.add_argument("--repeats", type=int, default=None, help="runs of each runner (default 2; quick 1)")
+    p.add_argument("--batch-size", type=int, default=None, help="per process (default: the config's)")
+    p.add_argument("--world-sizes", default="1,2", help="process counts, comma-separated")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--out", default="runs/benchmark_loop", help="logs and the trainer's output directories")
+    p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--worker", choices=["bare", "hf_trainer"], help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.config = args.config or ("configs/train/tiny.yaml" if args.quick else "configs/train/bench_base.yaml")
+    if args.worker:
+        return worker_main(args)
+    for name, full, quick in (("steps", 10, 4), ("warmup", 2, 1), ("repeats", 2, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.batch_size is None:
+        from solution.config import load_config
+
+        args.batch_size = load_config(args.config).per_device_train_batch_size
+    if not 0 <= args.warmup < args.steps or args.repeats < 1:
+        print("error: need 0 <= --warmup < --steps and --repeats >= 1", file=sys.stderr)
+        return 2
+    worlds = [int(w) for w in args.world_sizes.split(",")]
+    work = (ROOT / args.out).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    times: dict = {}
+    engines: dict = {}
+    for rep in range(args.repeats):
+        order = RUNNERS[rep % 3:] + RUNNERS[:rep % 3]  # rotated each repeat
+        for world in worlds:
+            for runner in order:
+                t0 = time.perf_counter()
+                run, engines[(runner, world)] = run_one(runner, world, args, work)
+                times.setdefault((runner, world), []).append(run)
+                print(f"repeat {rep + 1}/{args.repeats} {runner} x{world}: median "
+                      f"{statistics.median(run[args.warmup:]) * 1000:.0f} ms/step "
+                      f"({time.perf_counter() - t0:.0f} s with start-up)", flush=True)
+    rows = summarise(times, args, engines)
+    print(table(rows))
+    unmet = goals_met(rows)
+    print("goals met (ours >= 0.97x bare, >= 1.0x hf_trainer)" if not unmet else "goals NOT met: " + "; ".join(unmet))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
