@@ -168,6 +168,17 @@ def replace_dir(tmp: PathLike, final: PathLike) -> Path:
     return final
 
 
+def file_digest(path: PathLike) -> str:
+    """sha256 of a file's bytes, read in 16 MiB blocks (model weights: a file's identity, not its name)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def check_writable(path: PathLike, what: str = "output", create_dir: bool = False) -> Path:
     """Refuse at start-up an output whose folder is missing or cannot be written, naming the path.
 

@@ -33,7 +33,6 @@ No accelerate or deepspeed here: scoring runs in one process.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import sys
@@ -43,7 +42,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from solution.fsutil import DiskFullError, check_writable
+from solution.fsutil import DiskFullError, check_writable, file_digest
 from solution.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
 
@@ -54,15 +53,6 @@ def answer_probability(type_logits: np.ndarray) -> np.ndarray:
     return 1.0 - p[:, 0] / p.sum(axis=-1)
 
 
-def _digest(path: str) -> str:
-    """sha256 of a file (the model's weights: a model retrained into the same folder is another model)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def make_header(model_dir: str, train_file: str, window, precision: str, device: str, batch_size: int,
                 docs_per_chunk: int) -> dict:
     """The scores file's first record. A restart appends only to a file with this same header: every field
@@ -71,7 +61,7 @@ def make_header(model_dir: str, train_file: str, window, precision: str, device:
     from solution.model import WEIGHTS_FILE
 
     return {"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
-            "model_sha256": _digest(os.path.join(model_dir, WEIGHTS_FILE)),
+            "model_sha256": file_digest(os.path.join(model_dir, WEIGHTS_FILE)),
             "train_file": os.path.abspath(train_file), "train_file_bytes": os.path.getsize(train_file),
             "window": asdict(window), "precision": precision, "device": device, "batch_size": batch_size,
             "docs_per_chunk": docs_per_chunk, "score": "1 - P(UNKNOWN), answer-type head"}

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from solution import cli  # noqa: E402
 from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.fsutil import atomic_output, check_writable  # noqa: E402
+from solution.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
 from solution.inference import model_runner, submission_rows  # noqa: E402
 from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
@@ -105,7 +105,7 @@ def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: s
             continue
         first_post = first_post or PostprocessConfig(**meta["postprocess"])
         group_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
-        key = (group_key, model.config.to_json_string(), _file_digest(os.path.join(path, WEIGHTS_FILE)))
+        key = (group_key, model.config.to_json_string(), file_digest(os.path.join(path, WEIGHTS_FILE)))
         if key in members:
             members[key][0] += weight
             continue
@@ -127,16 +127,6 @@ def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: s
         featurizer = Featurizer(chosen[0][2], WindowConfig(**chosen[0][3]["window"]))
         groups.append(ModelGroup(featurizer, run, group_weight, len(chosen)))
     return groups, first_post, timings
-
-
-def _file_digest(path: str) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _timed(run, record: dict):

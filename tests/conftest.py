@@ -53,3 +53,14 @@ def nq_line(example_id="-123", question="who wrote the book", document=None, can
 def write_jsonl(path: Path, objs) -> Path:
     path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs))
     return path
+
+
+def small_test_file(out: Path, num_test: int) -> Path:
+    """A few short synthetic test documents (`solution.synth`, 200-400 words each), for prediction tests."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1", "--num-dev", "1",
+                    "--num-test", str(num_test), "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
+                   capture_output=True)
+    return out / "simplified-nq-test.jsonl"

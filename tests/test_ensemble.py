@@ -12,7 +12,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, small_test_file
 
 from solution.ensemble import combine_scores, document_scores, parse_weights, weighted_runner
 from solution.postprocess import DocumentScores, PostprocessConfig, decide
@@ -34,11 +34,7 @@ def make_model_dir(out, seed: int, window: dict = WINDOW):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1", "--num-dev", "1",
-                    "--num-test", "6", "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
-                   capture_output=True)
-    return out / "simplified-nq-test.jsonl"
+    return small_test_file(tmp_path_factory.mktemp("synth"), num_test=6)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, small_test_file
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
@@ -44,11 +44,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def test_file(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1", "--num-dev", "1",
-                    "--num-test", "4", "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
-                   capture_output=True)
-    return out / "simplified-nq-test.jsonl"
+    return small_test_file(tmp_path_factory.mktemp("synth"), num_test=4)
 
 
 def make_kernel(model_dir, out, *extra):
