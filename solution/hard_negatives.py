@@ -42,6 +42,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from solution.cli import progress
 from solution.fsutil import DiskFullError, check_writable, file_digest
 from solution.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
@@ -126,15 +127,6 @@ def _skip_scored(examples: Iterator, done: list, out: str, train_file: str) -> I
     return examples
 
 
-def _progress(initial: int, total: Optional[int], quiet: bool):
-    """A tqdm bar over documents on stderr; in a log file (not a terminal) one line every 10 s."""
-    from tqdm.auto import tqdm
-
-    interactive = sys.stderr.isatty()
-    return tqdm(initial=initial, total=total, desc="hard negatives", unit="doc", disable=quiet, file=sys.stderr,
-                dynamic_ncols=interactive, mininterval=0.1 if interactive else 10.0)
-
-
 def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, precision: str = "fp32",
                on_error: str = "raise", max_examples: Optional[int] = None, docs_per_chunk: int = 64,
                quiet: bool = False, device: str = "cpu", overwrite: bool = False) -> dict:
@@ -169,7 +161,8 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     run = model_runner(model, device, torch.bfloat16 if precision == "bf16" else None)
     counts = {"documents": len(done), "resumed": len(done), "windows": 0, "negatives": 0}
     t0 = time.perf_counter()
-    with open(out, "r+b" if keep_bytes else "wb") as f, _progress(len(done), max_examples, quiet) as bar:
+    bar = progress(total=max_examples, initial=len(done), desc="hard negatives", unit="doc", disable=quiet)
+    with open(out, "r+b" if keep_bytes else "wb") as f, bar:
         f.truncate(keep_bytes)  # drops a partial chunk and a cut last line
         f.seek(keep_bytes)
         if not keep_bytes:
