@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import yaml
 
+from solution import cli
 from solution.postprocess import PostprocessConfig
 from solution.sampling import NegativeSampling
 from solution.windows import WindowConfig
@@ -561,12 +562,11 @@ def _add_fields(parser: argparse.ArgumentParser, cls, title: Optional[str] = Non
         help_text = f"{doc} (default: {_default_text(default)})".strip()
         # A true/false setting may stand alone, as TrainingArguments' flags do: `--bf16`.
         extra = {"nargs": "?", "const": "true"} if hints[f.name] is bool else {}
-        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        groups[heading].add_argument(*names, dest=f.name, metavar=_type_name(hints[f.name]), default=argparse.SUPPRESS,
+        groups[heading].add_argument(f"--{f.name}", dest=f.name, metavar=_type_name(hints[f.name]), default=argparse.SUPPRESS,
                                      help=help_text.replace("%", "%%"), **extra)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(cli.ArgumentParser):  # --name-with-dashes too, as every command of the project
     def error(self, message):  # the caller prints `error: ...` and exits 2, as for every config error
         raise ValueError(f"command line: {message}")
 
@@ -579,7 +579,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                                          "the options below override it")
     parser.add_argument("--resume", metavar="CHECKPOINT", help="continue from output_dir/checkpoint-N, or `latest`")
     # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
-    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     _add_fields(parser, TrainConfig)
     for section, cls in SECTIONS.items():
         _add_fields(parser, cls, title=f"{section} (in YAML at the top level or in a `{section}:` section)")
