@@ -196,16 +196,27 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 def open_binary(path):
     """Open `.jsonl` or `.jsonl.gz` as a stream of bytes.
 
-    A file not named `.gz` that starts with gzip's magic bytes is refused by name: read as
-    text it would fail on line 1 with a UTF-8 or JSON error that hides the real problem."""
+    A file not named `.gz` that really is gzip (it starts with gzip's magic bytes and decompresses)
+    is refused by name: read as text it would fail on line 1 with a UTF-8 or JSON error that hides
+    the real problem. A text line that merely starts with those two bytes is not gzip: it fails on
+    its own, as any bad line does (and `on_error: skip` counts it)."""
     path = str(path)
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     f = open(path, "rb")
-    if f.peek(2)[:2] == _GZIP_MAGIC:
+    if f.peek(2)[:2] == _GZIP_MAGIC and _decompresses(path):
         f.close()
         raise NQFormatError(path, 1, "<file>", f"this file is gzip-compressed; name it {Path(path).name}.gz")
     return f
+
+
+def _decompresses(path: str) -> bool:
+    try:
+        with gzip.open(path, "rb") as g:
+            g.read(1)
+        return True
+    except (OSError, EOFError, zlib.error):  # gzip.BadGzipFile is an OSError
+        return False
 
 
 def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:

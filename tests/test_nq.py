@@ -189,3 +189,15 @@ def test_gzip_file_named_jsonl_says_so(tmp_path, capsys):
     assert evaluate.main(["--validate", str(csv), "--test", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "gzip-compressed" in err and "Traceback" not in err
+
+
+def test_a_text_line_that_starts_with_gzips_magic_bytes_is_a_bad_line_not_a_gzip_file(tmp_path):
+    """Found by the mutation test: b"\\x1f\\x8b" then JSON is no gzip stream. It fails on its own line
+    (and on_error skip counts it), instead of the whole file being refused as compressed."""
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b"\x1f\x8b" + json.dumps(nq_line()).encode() + b"\n")
+    with pytest.raises(NQFormatError) as err:
+        list(read_examples(path))
+    assert err.value.line == 1 and "gzip-compressed" not in str(err.value)
+    stats = ReadStats()
+    assert list(read_examples(path, on_error="skip", stats=stats)) == [] and stats.num_skipped == 1
