@@ -1,6 +1,6 @@
 """What our training loop costs over a bare PyTorch loop and over transformers' Trainer.
 
-    python scripts/benchmark_loop.py [--json FILE] [--quick] [--repeats N] [--steps N] [--warmup N]
+    python scripts/benchmark_loop.py [--json FILE] [--quick] [--repeats N] [--steps N] [--window N]
 
 Three runners train the same model, windows, batch and optimizer, as one
 process and as two DDP processes (torchrun, gloo, one thread per process):
@@ -12,20 +12,28 @@ process and as two DDP processes (torchrun, gloo, one thread per process):
     batches collated before the loop (the `dummy` source's windows,
     `solution.features.DummyWindows`); DDP-wrapped under two processes;
   * `hf_trainer`: transformers' `Trainer` with the same batch, steps,
-    `adamw_torch`, learning rate, weight decay and max_grad_norm, no eval, no
-    saving, `report_to="none"`, `dataloader_num_workers=0`, its default
-    logging, the dummy windows through our `collate`;
+    `adamw_torch`, learning rate and weight decay, no eval, no saving,
+    `report_to="none"`, `dataloader_num_workers=0`, the dummy windows
+    through our `collate`;
     `ddp_find_unused_parameters=False` (its default for a model that is not a
     `PreTrainedModel` is True, a graph walk every step the others don't pay).
 
 All three build `solution.model.QAModel` with `build_model` and the config's
 overrides (configs/train/bench_base.yaml: BERT-base size, random init,
 dropout 0, AdamW). That config trains in fp32 (`mixed_precision: "no"`), so
-all three run fp32. A step's time is the time between the ends of
-consecutive optimizer steps on rank 0, so everything the loop does between
-steps (data, logging, the loss reduction) counts; samples/s is the global
-batch over the median step time of the steps after --warmup, pooled over the
-repeats.
+all three run fp32. All three run the same update: AdamW without gradient
+clipping (the bare loop has none, so `ours` and the Trainer get
+`max_grad_norm 0`; clipping is a pass over every gradient, ~3% of a CPU
+step, that would otherwise be charged to the loop). `ours` and the Trainer
+log every --window steps (the Trainer's default is every 500).
+
+The clock: rank 0's time is cut into windows of --window optimizer steps
+(ours: the time between its consecutive metrics.jsonl records, which it
+writes every --window steps; the others: the ends of their optimizer
+steps), so everything a loop does between steps (data, logging, the loss
+reduction, the stop-signal check) counts. The first window is the warm-up
+and is left out; samples/s is the global batch over the median window's
+mean step time, pooled over the repeats.
 
 Interleaving: the runs go repeat by repeat, and in each repeat, world size
 by world size, the three runners one after the other in an order rotated
@@ -88,7 +96,7 @@ def adamw_groups(model, weight_decay: float) -> list:
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def run_bare(config: str, steps: int, batch_size: int) -> tuple:
+def run_bare(config: str, steps: int, batch_size: int, window: int = 0) -> tuple:
     """Forward, backward, step, zero_grad on pre-collated batches; returns the step-end times and the
     class wrapping the model."""
     import torch
@@ -122,7 +130,7 @@ def run_bare(config: str, steps: int, batch_size: int) -> tuple:
     return ends, engine
 
 
-def run_hf_trainer(config: str, steps: int, batch_size: int) -> tuple:
+def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tuple:
     """transformers' Trainer on the dummy windows; returns the step-end times (a callback's clock) and
     the class wrapping the model."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -144,8 +152,8 @@ def run_hf_trainer(config: str, steps: int, batch_size: int) -> tuple:
         args = TrainingArguments(
             output_dir=tmp, per_device_train_batch_size=batch_size, max_steps=steps, optim="adamw_torch",
             learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
-            adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon, max_grad_norm=cfg.max_grad_norm,
-            eval_strategy="no", save_strategy="no", report_to="none", dataloader_num_workers=0,
+            adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon, max_grad_norm=0.0,
+            logging_steps=window, eval_strategy="no", save_strategy="no", report_to="none", dataloader_num_workers=0,
             disable_tqdm=True, remove_unused_columns=False, use_cpu=True, seed=cfg.seed,
             ddp_backend="gloo" if distributed else None, ddp_find_unused_parameters=False)
         trainer = Trainer(model=model, args=args, train_dataset=windows,
@@ -156,10 +164,12 @@ def run_hf_trainer(config: str, steps: int, batch_size: int) -> tuple:
 
 
 def worker_main(args) -> int:
-    ends, engine = (run_bare if args.worker == "bare" else run_hf_trainer)(args.config, args.steps, args.batch_size)
+    run = run_bare if args.worker == "bare" else run_hf_trainer
+    ends, engine = run(args.config, args.steps, args.batch_size, args.window)
     if int(os.environ.get("RANK", 0)) == 0:
-        Path(args.result).write_text(json.dumps({"step_times_s": [b - a for a, b in zip(ends, ends[1:])],
-                                                 "engine": engine}))
+        w = args.window  # each window's mean step time, from the ends of its first and last steps
+        means = [(ends[k + w] - ends[k]) / w for k in range(0, len(ends) - w, w)]
+        Path(args.result).write_text(json.dumps({"window_step_times_s": means, "engine": engine}))
     return 0
 
 
@@ -182,38 +192,44 @@ def launch(module_args: list, world: int, threads: int, log: Path) -> None:
 
 
 def run_one(runner: str, world: int, args, work: Path) -> tuple:
-    """One run of one runner; returns rank 0's step times (all steps, warm-up included) and the class
-    that wrapped the model (DistributedDataParallel with two processes)."""
+    """One run of one runner; returns rank 0's mean step time per window (the warm-up window included)
+    and the class that wrapped the model (DistributedDataParallel with two processes)."""
     out = work / f"{runner}-x{world}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
     if runner == "ours":
         launch(["-m", "solution.train", "--config", args.config, "--data_source", "dummy",
                 "--max_steps", str(args.steps), "--per_device_train_batch_size", str(args.batch_size),
-                "--gradient_accumulation_steps", "1", "--logging_steps", "1", "--eval_strategy", "no",
+                "--gradient_accumulation_steps", "1", "--logging_steps", str(args.window), "--max_grad_norm", "0",
+                "--eval_strategy", "no",
                 "--save_steps", "0", "--measure_memory", "false", "--disable_tqdm", "true",
                 "--output_dir", str(out)], world, args.threads, out.with_suffix(".log"))
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         shutil.rmtree(out / "model", ignore_errors=True)  # BERT-base's 440 MB per run; only the timings matter
-        return [r["step_time_s"] for r in records if "step_time_s" in r], records[0]["engine"]
+        # A record's samples/s covers the steps since the previous record: its window.
+        return ([args.batch_size * world / r["samples_per_s"] for r in records if "samples_per_s" in r],
+                records[0]["engine"])
     result = out / "result.json"
     launch([str(Path(__file__).resolve()), "--worker", runner, "--config", args.config, "--steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--result", str(result)], world, args.threads,
+            "--batch-size", str(args.batch_size), "--window", str(args.window), "--result", str(result)],
+           world, args.threads,
            out.with_suffix(".log"))
     result = json.loads(result.read_text())
-    return result["step_times_s"], result["engine"]
+    return result["window_step_times_s"], result["engine"]
 
 
 def summarise(times: dict, args, engines: dict | None = None) -> list:
-    """Rows per (runner, world size), ours' with its ratios to the others."""
+    """Rows per (runner, world size), ours' with its ratios to the others. `times`: per run, the mean step
+    time of each window, the first (warm-up) window included."""
     rows = []
     for (runner, world), runs in times.items():
-        measured = [t for run in runs for t in run[args.warmup:]]
+        measured = [t for run in runs for t in run[1:]]
         global_batch = args.batch_size * world
         step = statistics.median(measured)
         rows.append({"runner": runner, "world_size": world, "samples_per_s": global_batch / step,
                      "step_time_s": step, "samples_per_s_per_repeat":
-                         [global_batch / statistics.median(run[args.warmup:]) for run in runs],
-                     "global_batch_size": global_batch, "steps": args.steps, "warmup_steps": args.warmup,
+                         [global_batch / statistics.median(run[1:]) for run in runs],
+                     "global_batch_size": global_batch, "steps": args.steps, "window_steps": args.window,
+                     "max_grad_norm": 0.0,
                      "repeats": len(runs), "config": args.config, "precision": "fp32",
                      "threads_per_process": args.threads, "engine": (engines or {}).get((runner, world))})
     speed = {(r["runner"], r["world_size"]): r["samples_per_s"] for r in rows}
@@ -249,8 +265,10 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=None, help="training config (default configs/train/bench_base.yaml; "
                                                    "with --quick configs/train/tiny.yaml)")
     p.add_argument("--quick", action="store_true", help="tiny model, few steps, one repeat (seconds a run)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default 10; quick 4)")
-    p.add_argument("--warmup", type=int, default=None, help="steps left out of the timing (default 2; quick 1)")
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run, a multiple of --window "
+                                                           "(default 12; quick 4)")
+    p.add_argument("--window", type=int, default=None, help="steps per timing window and logging interval; the "
+                                                            "first window is warm-up (default 3; quick 2)")
     p.add_argument("--repeats", type=int, default=None, help="runs of each runner (default 2; quick 1)")
     p.add_argument("--batch-size", type=int, default=None, help="per process (default: the config's)")
     p.add_argument("--world-sizes", default="1,2", help="process counts, comma-separated")
@@ -263,15 +281,15 @@ def main(argv=None) -> int:
     args.config = args.config or ("configs/train/tiny.yaml" if args.quick else "configs/train/bench_base.yaml")
     if args.worker:
         return worker_main(args)
-    for name, full, quick in (("steps", 10, 4), ("warmup", 2, 1), ("repeats", 2, 1)):
+    for name, full, quick in (("steps", 12, 4), ("window", 3, 2), ("repeats", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     if args.batch_size is None:
         from solution.config import load_config
 
         args.batch_size = load_config(args.config).per_device_train_batch_size
-    if not 0 <= args.warmup < args.steps or args.repeats < 1:
-        print("error: need 0 <= --warmup < --steps and --repeats >= 1", file=sys.stderr)
+    if args.window < 1 or args.steps % args.window or args.steps < 2 * args.window or args.repeats < 1:
+        print("error: need --steps a multiple of --window, at least two windows, and --repeats >= 1", file=sys.stderr)
         return 2
     worlds = [int(w) for w in args.world_sizes.split(",")]
     work = (ROOT / args.out).resolve()
@@ -286,7 +304,7 @@ def main(argv=None) -> int:
                 run, engines[(runner, world)] = run_one(runner, world, args, work)
                 times.setdefault((runner, world), []).append(run)
                 print(f"repeat {rep + 1}/{args.repeats} {runner} x{world}: median "
-                      f"{statistics.median(run[args.warmup:]) * 1000:.0f} ms/step "
+                      f"{statistics.median(run[1:]) * 1000:.0f} ms/step "
                       f"({time.perf_counter() - t0:.0f} s with start-up)", flush=True)
     rows = summarise(times, args, engines)
     print(table(rows))

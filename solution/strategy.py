@@ -398,10 +398,16 @@ def build_fsdp(cfg, plan: Plan, cuda: bool, kwargs: dict):
 
 
 def build_ddp(cfg, plan: Plan, cuda: bool, kwargs: dict):
-    """DDP, or one process (`single`): plain Accelerate."""
-    from accelerate import Accelerator
+    """DDP, or one process (`single`): plain Accelerate.
 
-    return Accelerator(cpu=not cuda, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+    gradient_as_bucket_view: the gradients are views into DDP's all-reduce buckets, so the reduced
+    values are not copied back into separate `.grad` tensors every step (BERT-base: 440 MB of copies
+    and of memory saved per step; the values are bitwise the same)."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    handlers = [*_gloo_handlers(cuda), DistributedDataParallelKwargs(gradient_as_bucket_view=True)]
+    return Accelerator(cpu=not cuda, kwargs_handlers=handlers, **kwargs)
 
 
 def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
@@ -480,13 +486,24 @@ class Strategy:
                              "refusing to train with a different engine than configured")
         return engine
 
-    def clip_and_norm(self, model, max_norm: float) -> Optional[float]:
-        """Global gradient norm before clipping (clipping applied here, or by DeepSpeed inside its step)."""
+    def clip_and_norm(self, model, max_norm: float, want_norm: bool = True) -> Optional[float]:
+        """Global gradient norm before clipping (clipping applied here, or by DeepSpeed inside its step).
+
+        Without clipping (max_norm 0) and `want_norm` False, nothing is computed (None): the norm is a
+        pass over every gradient, which the trainer only needs on logging and saving steps. Every rank
+        must pass the same `want_norm` (under FSDP the norm is a collective)."""
         if self.plan.is_deepspeed:
             # Accelerate's backward already ran engine.step() on the accumulation boundary; DeepSpeed
             # clipped there with `gradient_clipping` and kept the norm it measured first.
             norm = model.get_global_grad_norm()
             return None if norm is None else float(norm)
+        if max_norm <= 0 and not want_norm:
+            return None
+        if max_norm <= 0 and not self.plan.is_fsdp and self.accelerator.scaler is None:  # fp16 unscales first
+            # No clipping: only the norm (for the log and the divergence check). clip_grad_norm_ would also
+            # multiply every gradient by 1.0, a pass over all of them (BERT-base on CPU: ~25 ms a step).
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            return float(torch.nn.utils.get_total_norm(grads))
         norm = self.accelerator.clip_grad_norm_(model.parameters(), max_norm if max_norm > 0 else float("inf"))
         if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
             norm = norm.full_tensor()

@@ -447,7 +447,8 @@ class Trainer:
             for batch in self.epoch_batches(run, epoch, skip=batches):
                 batches += 1
                 run.memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
-                if not self.micro_step(run, batch, meter):
+                want_norm = self.norm_wanted(step + 1, run.total_steps, epoch_end=batches == run.batches_per_epoch)
+                if not self.micro_step(run, batch, meter, want_norm):
                     continue
                 step += 1
                 loss = meter.close_step(self.accelerator)
@@ -478,9 +479,9 @@ class Trainer:
         run.sampler.set_epoch(epoch)
         return loader
 
-    def micro_step(self, run: TrainingRun, batch: dict, meter: StepMeter) -> bool:
+    def micro_step(self, run: TrainingRun, batch: dict, meter: StepMeter, want_norm: bool = True) -> bool:
         """Forward and backward one micro-batch; the optimizer steps on the last of an accumulation.
-        True when it did (an optimizer step ended)."""
+        True when it did (an optimizer step ended). `want_norm`: see `norm_wanted`."""
         acc = self.accelerator
         with acc.accumulate(run.model):
             out = run.model(**batch)
@@ -490,24 +491,32 @@ class Trainer:
             meter.samples += batch["input_ids"].shape[0] * acc.num_processes
             if acc.sync_gradients:
                 meter.lr = run.scheduler.get_last_lr()[0]  # the rate this step uses
-                meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm)
+                meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm, want_norm)
                 run.optimizer.step()
                 run.scheduler.step()
                 run.optimizer.zero_grad(set_to_none=True)
         return acc.sync_gradients
 
+    def norm_wanted(self, step: int, total_steps: int, epoch_end: bool) -> bool:
+        """Whether step `step` needs the gradient norm when nothing is clipped: for its log record, and
+        before a save (a non-finite gradient with a finite loss must not reach a checkpoint). Between
+        them a diverged model shows in the next step's loss, checked every step."""
+        cfg = self.cfg
+        return step % cfg.logging_steps == 0 or step == total_steps or cfg.save_due(step, epoch_end)
+
     def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
         """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
         if step % self.cfg.logging_steps != 0 and step != total_steps:
             return
-        elapsed = time.perf_counter() - meter.t_log
+        now = time.perf_counter()
+        elapsed = now - meter.t_log
         record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": meter.grad_norm,
                   "lr": meter.lr, "step_time_s": meter.step_time,
                   "samples_per_s": meter.samples / max(elapsed, 1e-9)}
         self.metrics.write(record)
         if self.cfg.report_to:
             self.accelerator.log(tracker_values(record, "train"), step=step)
-        meter.t_log, meter.samples = time.perf_counter(), 0
+        meter.t_log, meter.samples = now, 0  # windows tile the clock: writing this record counts in the next
 
     def end_of_epoch(self, model, epoch: int, step: int) -> dict | None:
         """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation)."""

@@ -29,10 +29,11 @@ def test_help_answers_without_starting_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_rows_use_the_median_after_warmup_and_ratios_against_each_runner():
+def test_rows_use_the_median_window_after_warmup_and_ratios_against_each_runner():
     bench = load_script()
-    args = Namespace(warmup=1, batch_size=2, steps=4, config="c.yaml", threads=1)
-    # The first (warm-up) step is slow everywhere and must not count; medians 0.5 s, 0.5 s, 0.4 s, 1.0 s.
+    args = Namespace(window=2, batch_size=2, steps=8, config="c.yaml", threads=1)
+    # Mean step time per window; the first (warm-up) window is slow everywhere and must not count.
+    # Medians 0.5 s, 0.5 s, 0.4 s, 1.0 s.
     times = {("bare", 1): [[9.0, 0.5, 0.5, 0.6]], ("ours", 1): [[9.0, 0.5, 0.4, 0.6], [9.0, 0.5, 0.5, 0.5]],
              ("hf_trainer", 1): [[9.0, 0.4, 0.4, 0.4]], ("ours", 2): [[9.0, 1.0, 1.0, 1.0]],
              ("bare", 2): [[9.0, 0.9, 0.9, 0.9]]}
@@ -41,7 +42,7 @@ def test_rows_use_the_median_after_warmup_and_ratios_against_each_runner():
         ("bare", 1), ("ours", 1), ("hf_trainer", 1), ("bare", 2), ("ours", 2)]
     by = {(r["runner"], r["world_size"]): r for r in rows}
     assert by[("bare", 1)]["samples_per_s"] == pytest.approx(2 / 0.5)
-    assert by[("ours", 1)]["samples_per_s"] == pytest.approx(2 / 0.5)  # median of the six measured steps
+    assert by[("ours", 1)]["samples_per_s"] == pytest.approx(2 / 0.5)  # median of the six measured windows
     assert by[("ours", 1)]["repeats"] == 2
     assert by[("ours", 2)]["samples_per_s"] == pytest.approx(4 / 1.0)  # global batch: 2 per process x 2
     assert by[("ours", 1)]["vs_bare"] == pytest.approx(1.0)
