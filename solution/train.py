@@ -566,7 +566,7 @@ class Trainer:
         name = signal.Signals(signum).name
         # The record a script reads to tell "stopped and saved" from a crash (scripts/launch_slurm.sh).
         self.metrics.write({"event": "stopped", "signal": name, "step": step, "checkpoint": str(path)})
-        raise TrainingStopped(f"stopped by {name} at step {step}: saved {path}; continue with --resume auto",
+        raise TrainingStopped(f"stopped by {name} at step {step}: saved {path}; continue with --resume latest",
                               EXIT_STOPPED)
 
     def save_final(self, model) -> None:
@@ -592,7 +592,7 @@ DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is 
 def main(argv=None) -> int:
     """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
     naming the step or the path), 3 stopped by SIGTERM/SIGINT/SIGUSR1 after saving checkpoint-N at the
-    step reached (the line says which; continue with --resume auto)."""
+    step reached (the line says which; continue with --resume latest, or auto)."""
     try:
         path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
                                              DESCRIPTION)
