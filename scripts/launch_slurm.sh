@@ -47,8 +47,9 @@ from solution.config import load_config, parse_command_line
 
 try:
     print(load_config(*parse_command_line(sys.argv[1:], "launch_slurm.sh", "")).output_dir)
-except (ValueError, FileNotFoundError) as e:
-    sys.exit(f"error: {e}")
+except (ValueError, FileNotFoundError) as e:  # as the training would: one line, exit 2
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 EOF
 }
 
@@ -60,8 +61,9 @@ if [ -z "${SLURM_STEP_ID:-}" ] || [ "${SLURM_STEP_ID}" = "batch" ]; then
   if [ -f "$METRICS" ]; then SEEN=$(wc -l < "$METRICS"); fi
   RC=0
   srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$0" "$ACCEL_CONFIG" "$TRAIN_CONFIG" "$@" || RC=$?
-  if [ "$RC" -ne 0 ] && [ -f "$METRICS" ] \
-      && tail -n +$((SEEN + 1)) "$METRICS" | tail -n 1 | grep -q '"event": "stopped", "signal": "SIGUSR1"'; then
+  LAST=""
+  if [ -f "$METRICS" ]; then LAST=$(tail -n +$((SEEN + 1)) "$METRICS" | tail -n 1); fi
+  if [[ "$LAST" == *'"event": "stopped", "signal": "SIGUSR1"'* ]]; then
     echo "stopped on SIGUSR1 with a checkpoint: requeueing job $SLURM_JOB_ID; it resumes with --resume auto"
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
