@@ -6,7 +6,8 @@ The same loop runs on one process and under `accelerate launch`; the
 strategy comes from `solution.strategy`, never from this file. Writes to
 `output_dir`:
   config.yaml     the resolved config
-  metrics.jsonl   a start record, one record per logging step, dev scores, an end record
+  metrics.jsonl   a start record, one record per logging step, dev scores, an end record (or a
+                  `stopped` record naming the signal and the checkpoint)
   model/          the consolidated model directory that `submission/` loads
 
 Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
