@@ -143,8 +143,9 @@ def test_a_second_signal_during_the_save_does_not_corrupt_it(reference, tmp_path
 
 FAKE_SRUN = """#!/usr/bin/env bash
 # srun as the batch step calls it: record the call, run the node step (its own session, so the test can
-# signal every process of it, as SLURM does), and return its exit code.
+# signal every process of it, as SLURM does), and return its exit code; FAKE_SRUN_CRASH: fail at once.
 echo "srun $*" >> "$FAKE_SLURM_LOG"
+if [ -n "${FAKE_SRUN_CRASH:-}" ]; then exit 1; fi
 while [ "$1" != bash ]; do shift; done
 SLURM_STEP_ID=0 SLURM_NODEID=0 setsid "$@" &
 echo $! > "$FAKE_SLURM_STEP"
@@ -158,8 +159,9 @@ echo "scontrol $*" >> "$FAKE_SLURM_LOG"
 def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp_path):
     """scripts/launch_slurm.sh's batch step with srun and scontrol faked: SIGUSR1 to every process of
     the training step (as `#SBATCH --signal=USR1@120` sends it) stops it at a checkpoint and the job
-    requeues itself; the requeued start (the same command) resumes with `--resume auto` and ends with
-    the uninterrupted run's weights, and is not requeued again."""
+    requeues itself; a start that crashes is not requeued, though the file still ends with the stop
+    record; the next start (the same command) resumes with `--resume auto` and ends with the
+    uninterrupted run's weights, and is not requeued again."""
     fake = tmp_path / "bin"
     fake.mkdir()
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
@@ -185,8 +187,11 @@ def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp
     assert "requeueing job 4242" in stdout
     assert log.read_text().splitlines()[-1] == "scontrol requeue 4242"
 
+    crashed = subprocess.run(cmd, cwd=ROOT, env={**env, "FAKE_SRUN_CRASH": "1"}, capture_output=True, text=True,
+                             timeout=300)
+    assert crashed.returncode == 1 and "requeueing" not in crashed.stdout, crashed.stdout + crashed.stderr
     second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
     assert f"resume auto: continuing from {out / f'checkpoint-{step}'}" in second.stdout
-    assert [line.split()[0] for line in log.read_text().splitlines()] == ["srun", "scontrol", "srun"]
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["srun", "scontrol", "srun", "srun"]
     assert_same_weights(weights(out), reference)
