@@ -84,7 +84,7 @@ fi
 export PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1}
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-100}
 echo "node $NODE_RANK/$NNODES: $GPUS_PER_NODE ranks, rendezvous $MAIN_PROCESS_IP:${MAIN_PROCESS_PORT:-29500}"
-# exec: the launcher is the task SLURM signals, so each rank gets the signal once from SLURM and once from it.
+# exec: the launcher itself is the task SLURM signals (a bash in between would not pass the signal on).
 exec "$PYTHON" -m accelerate.commands.launch --config_file "$ACCEL_CONFIG" \
   --num_machines "$NNODES" --machine_rank "$NODE_RANK" \
   --num_processes $((NNODES * GPUS_PER_NODE)) \
