@@ -72,7 +72,25 @@ def signal_after_first_step(proc: subprocess.Popen, out: Path, send) -> tuple:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.05)
     send()
-    return proc.communicate(timeout=240)
+    try:
+        return proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:  # leave no training behind: the launcher, its workers, their children
+        kill_tree(proc.pid)
+        raise
+
+
+def kill_tree(pid: int, sig=signal.SIGKILL) -> None:
+    """`sig` to a process and all its descendants (those that are still there)."""
+    try:
+        top = psutil.Process(pid)
+        family = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def assert_stopped_at_one_checkpoint(out: Path, stderr: str, sig: str) -> int:
@@ -175,13 +193,8 @@ def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp
     cmd = ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", *RUN[1:], *TWO_RANKS,
            "--output_dir", str(out)]
 
-    def signal_the_step():
-        step = psutil.Process(int(step_pid.read_text()))
-        for p in [step, *step.children(recursive=True)]:
-            p.send_signal(signal.SIGUSR1)
-
     first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = signal_after_first_step(first, out, signal_the_step)
+    stdout, stderr = signal_after_first_step(first, out, lambda: kill_tree(int(step_pid.read_text()), signal.SIGUSR1))
     assert first.returncode == 0, stdout[-2000:] + stderr[-3000:]
     step = assert_stopped_at_one_checkpoint(out, stderr, "SIGUSR1")
     assert "requeueing job 4242" in stdout
