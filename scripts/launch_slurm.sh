@@ -4,17 +4,31 @@
 #
 #   sbatch --nodes 2 scripts/launch_slurm.sh configs/accelerate/zero3.yaml configs/train/demo.yaml [--name value ...]
 #
+# Every start passes `--resume auto` (a --resume of yours after the configs wins): it continues from
+# output_dir/latest when there is a complete checkpoint, else starts fresh.
+# Time limit and requeue (both on below; delete the #SBATCH lines to turn them off): 120 s before the
+# limit SLURM sends SIGUSR1 to every process of the training step (--signal=USR1@120; not to this
+# batch shell, that would be B:USR1); the ranks finish their optimizer step, write checkpoint-N and
+# stop, and this script then requeues the job (`scontrol requeue`, needs --requeue), whose next start
+# resumes. Only a run that stopped on SIGUSR1 with a checkpoint is requeued (its metrics.jsonl ends
+# with an `"event": "stopped"` record), never a crash or a success; SIGTERM (scancel, preemption)
+# also saves a checkpoint, and SLURM itself requeues a preempted job where it is set up to.
 # Environment knobs: GPUS_PER_NODE (default: GPUs visible, else 1 CPU rank), MAIN_PROCESS_PORT
-# (29500), MAIN_PROCESS_IP (default: the first host of the allocation), PYTHON (python).
+# (29500), MAIN_PROCESS_IP (default: the first host of the allocation), PYTHON (python),
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT (100: seconds the launcher lets its ranks save after a signal before
+# SIGKILL; keep it under the --signal lead time).
 #SBATCH --job-name=nq-bert-qa
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
 #SBATCH --output=slurm-%j.out
+#SBATCH --open-mode=append
+#SBATCH --signal=USR1@120
+#SBATCH --requeue
 set -euo pipefail
 
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
   # The usage is the comment block above, without the #SBATCH lines.
-  sed -n '2,8s/^# \{0,1\}//p' "$0"
+  sed -n '2,/^#SBATCH/{/^#SBATCH/!s/^# \{0,1\}//p}' "$0"
   exit 0
 fi
 if [ $# -lt 2 ]; then
@@ -22,13 +36,41 @@ if [ $# -lt 2 ]; then
   exit 2
 fi
 ACCEL_CONFIG=$1; TRAIN_CONFIG=$2; shift 2
+PYTHON=${PYTHON:-python}
+
+output_dir() {
+  # The training's own reading of the config and overrides, so the batch step finds metrics.jsonl.
+  "$PYTHON" - --config "$TRAIN_CONFIG" "$@" <<'EOF'
+import sys
+
+from solution.config import load_config, parse_command_line
+
+try:
+    print(load_config(*parse_command_line(sys.argv[1:], "launch_slurm.sh", "")).output_dir)
+except (ValueError, FileNotFoundError) as e:  # as the training would: one line, exit 2
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+EOF
+}
 
 if [ -z "${SLURM_STEP_ID:-}" ] || [ "${SLURM_STEP_ID}" = "batch" ]; then
-  # The batch step: start one task per node, each running this script again.
-  exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$0" "$ACCEL_CONFIG" "$TRAIN_CONFIG" "$@"
+  # The batch step: start one task per node, each running this script again; then requeue the job if
+  # the training stopped on SIGUSR1 after writing a checkpoint (a new "stopped" record, last in the file).
+  METRICS="$(output_dir "$@")/metrics.jsonl"
+  SEEN=0
+  if [ -f "$METRICS" ]; then SEEN=$(wc -l < "$METRICS"); fi
+  RC=0
+  srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$0" "$ACCEL_CONFIG" "$TRAIN_CONFIG" "$@" || RC=$?
+  LAST=""
+  if [ -f "$METRICS" ]; then LAST=$(tail -n +$((SEEN + 1)) "$METRICS" | tail -n 1); fi
+  if [[ "$LAST" == *'"event": "stopped", "signal": "SIGUSR1"'* ]]; then
+    echo "stopped on SIGUSR1 with a checkpoint: requeueing job $SLURM_JOB_ID; it resumes with --resume auto"
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+  fi
+  exit "$RC"
 fi
 
-PYTHON=${PYTHON:-python}
 NNODES=${SLURM_NNODES:?SLURM_NNODES not set}
 NODE_RANK=${SLURM_NODEID:?SLURM_NODEID not set}
 if [ -z "${MAIN_PROCESS_IP:-}" ]; then
@@ -37,9 +79,14 @@ fi
 if [ -z "${GPUS_PER_NODE:-}" ]; then
   GPUS_PER_NODE=$("$PYTHON" -c "import torch; print(max(torch.cuda.device_count(), 1))")
 fi
+# torch's launcher agent (under accelerate launch) dies on SIGUSR1 unless told to handle it; handled, it
+# passes the signal on to its ranks and waits for them, up to the shutdown timeout, before SIGKILL.
+export PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1}
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-100}
 echo "node $NODE_RANK/$NNODES: $GPUS_PER_NODE ranks, rendezvous $MAIN_PROCESS_IP:${MAIN_PROCESS_PORT:-29500}"
+# exec: the launcher itself is the task SLURM signals (a bash in between would not pass the signal on).
 exec "$PYTHON" -m accelerate.commands.launch --config_file "$ACCEL_CONFIG" \
   --num_machines "$NNODES" --machine_rank "$NODE_RANK" \
   --num_processes $((NNODES * GPUS_PER_NODE)) \
   --main_process_ip "$MAIN_PROCESS_IP" --main_process_port "${MAIN_PROCESS_PORT:-29500}" \
-  -m solution.train --config "$TRAIN_CONFIG" "$@"
+  -m solution.train --config "$TRAIN_CONFIG" --resume auto "$@"

@@ -43,19 +43,20 @@ def numbered_checkpoints(output_dir: Path) -> list:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
-def find_checkpoint(output_dir: Path, spec: str) -> Path:
-    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); else a path."""
+def find_checkpoint(output_dir: Path, spec: str) -> Optional[Path]:
+    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); `auto` -> the
+    same, or None when output_dir holds no complete checkpoint (start fresh); else a path."""
     output_dir = Path(output_dir)
-    if spec == "latest":
+    if spec in ("latest", "auto"):
         pointer = output_dir / LATEST
         if pointer.is_file():
             named = output_dir / pointer.read_text().strip()
             if (named / STATE_FILE).is_file():
                 return named
         done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
-        if not done:
+        if not done and spec == "latest":
             raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
-        return done[-1]
+        return done[-1] if done else None
     path = Path(spec)
     if not (path / STATE_FILE).is_file():
         raise ValueError(f"{path}: not a checkpoint (no {STATE_FILE}); checkpoints are "

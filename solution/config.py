@@ -157,7 +157,8 @@ class TrainConfig:
     measure_memory: bool = False
     """Benchmarks: record each rank's model-state bytes (live tensors at the optimizer step) and peak RSS."""
     resume_from_checkpoint: Optional[str] = None
-    """A checkpoint directory (output_dir/checkpoint-N) or `latest`; also `--resume`."""
+    """A checkpoint directory (output_dir/checkpoint-N), `latest`, or `auto` (latest when output_dir holds a
+    complete checkpoint, else start fresh: what scripts/launch_slurm.sh passes); also `--resume`."""
 
     # --- sections --------------------------------------------------------------
     window: WindowConfig = field(default_factory=WindowConfig)
@@ -577,7 +578,8 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                      usage=f"{prog} [--config FILE] [--resume CHECKPOINT] [--name value ...]")
     parser.add_argument("--config", metavar="FILE", help="YAML training config (configs/train/*.yaml), read first; "
                                          "the options below override it")
-    parser.add_argument("--resume", metavar="CHECKPOINT", help="continue from output_dir/checkpoint-N, or `latest`")
+    parser.add_argument("--resume", metavar="CHECKPOINT", help="continue from output_dir/checkpoint-N, `latest`, "
+                        "or `auto` (latest if there is one, else start fresh)")
     # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
     parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     _add_fields(parser, TrainConfig)

@@ -6,12 +6,13 @@ The same loop runs on one process and under `accelerate launch`; the
 strategy comes from `solution.strategy`, never from this file. Writes to
 `output_dir`:
   config.yaml     the resolved config
-  metrics.jsonl   a start record, one record per logging step, dev scores, an end record
+  metrics.jsonl   a start record, one record per logging step, dev scores, an end record (or a
+                  `stopped` record naming the signal and the checkpoint)
   model/          the consolidated model directory that `submission/` loads
 
 Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
-gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM or SIGINT after
-writing a checkpoint at the step reached (continue with `--resume latest`).
+gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
+after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class EpochShuffle(torch.utils.data.Sampler):
 
 
 EXIT_FAULT = 1  # diverged, disk full
-EXIT_STOPPED = 3  # SIGTERM/SIGINT: a checkpoint was written at the step reached
+EXIT_STOPPED = 3  # SIGTERM/SIGINT/SIGUSR1: a checkpoint was written at the step reached
 
 
 class TrainingStopped(Exception):
@@ -89,12 +90,14 @@ class TrainingStopped(Exception):
 
 
 class StopRequest:
-    """SIGTERM/SIGINT set a flag; the loop acts on it at the next optimizer step, on every rank at once.
+    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, on every rank
+    at once. SIGTERM: spot instances and SLURM preemption; SIGUSR1: SLURM's `--signal` before the time limit.
 
     Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
-    at once. A second signal during the checkpoint save only sets the flag again: the save goes on."""
+    at once. A second signal during the checkpoint save only sets the flag again: the save goes on, and
+    the message names the first signal."""
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
     def __init__(self):
         self.signum, self.armed, self._previous = 0, False, {}
@@ -407,12 +410,21 @@ class Trainer:
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)
         run = TrainingRun(model, optimizer, scheduler, loader, sampler, batches_per_epoch, total_steps,
                           num_epochs, start, memory)
-        if cfg.resume_from_checkpoint:
-            path = find_checkpoint(self.out, cfg.resume_from_checkpoint)
+        path = self.resume_path()
+        if path:
             run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         self.open_outputs(start)
         return run
+
+    def resume_path(self) -> Optional[Path]:
+        """The checkpoint to continue from (None: start fresh); under `auto`, one line says which."""
+        spec = self.cfg.resume_from_checkpoint
+        path = find_checkpoint(self.out, spec) if spec else None
+        if spec == "auto":  # a requeued job's log says whether it continued
+            self.log(f"resume auto: continuing from {path}" if path
+                     else f"resume auto: no complete checkpoint in {self.out}; starting fresh")
+        return path
 
     def open_outputs(self, start: StartRecord) -> None:
         """metrics.jsonl's start record, the trackers, and config.yaml."""
@@ -561,8 +573,11 @@ class Trainer:
         if not signum:
             return
         path = self.checkpointer.save_now(step, epoch, batches)
-        raise TrainingStopped(f"stopped by {signal.Signals(signum).name} at step {step}: saved {path}; "
-                              "continue with --resume latest", EXIT_STOPPED)
+        name = signal.Signals(signum).name
+        # The record a script reads to tell "stopped and saved" from a crash (scripts/launch_slurm.sh).
+        self.metrics.write({"event": "stopped", "signal": name, "step": step, "checkpoint": str(path)})
+        raise TrainingStopped(f"stopped by {name} at step {step}: saved {path}; continue with --resume latest",
+                              EXIT_STOPPED)
 
     def save_final(self, model) -> None:
         acc = self.accelerator
@@ -586,8 +601,8 @@ DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is 
 
 def main(argv=None) -> int:
     """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
-    naming the step or the path), 3 stopped by SIGTERM/SIGINT after saving checkpoint-N at the step
-    reached (the line says which; continue with --resume latest)."""
+    naming the step or the path), 3 stopped by SIGTERM/SIGINT/SIGUSR1 after saving checkpoint-N at the
+    step reached (the line says which; continue with --resume latest, or auto)."""
     try:
         path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
                                              DESCRIPTION)

@@ -88,6 +88,14 @@ def test_latest_falls_back_to_the_newest_complete_checkpoint_and_ignores_tmp_lef
         find_checkpoint(tmp_path, str(tmp_path / "nowhere"))
 
 
+def test_resume_auto_is_latest_when_there_is_one_else_a_fresh_start(tmp_path):
+    (tmp_path / "checkpoint-3.tmp").mkdir()  # a killed save is not a checkpoint
+    (tmp_path / "checkpoint-3.tmp" / "trainer_state.json").write_text("{}")
+    assert find_checkpoint(tmp_path, "auto") is None and find_checkpoint(tmp_path / "absent", "auto") is None
+    checkpointer(tmp_path, every=1).save(2, 0, 2)
+    assert find_checkpoint(tmp_path, "auto") == find_checkpoint(tmp_path, "latest") == tmp_path / "checkpoint-2"
+
+
 def test_a_full_disk_removes_the_tmp_and_keeps_latest(tmp_path):
     ck = checkpointer(tmp_path)
     ck.save(2, 0, 2)

@@ -1,0 +1,210 @@
+"""Preemption: a signal stops training at a checkpoint, and `--resume auto` finishes it exactly.
+
+SIGTERM (spot instances, SLURM preemption) is sent to the launcher (torchrun) of a 2-rank training
+that has no save_steps, under DDP and ZeRO-3; SIGUSR1 (SLURM's `--signal` before the time limit)
+reaches a training started by scripts/launch_slurm.sh, with srun and scontrol faked on PATH, and the
+script requeues the job. Each stopped run writes one checkpoint at the step its ranks agreed on,
+prints one line, and `--resume auto` continues it to the weights of one uninterrupted process at
+the same global batch (tiny BERT, SGD, fp32, dummy data, as tests/test_strategies.py). Every run
+here shares max_steps, so the learning-rate schedule is the same one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from conftest import ROOT
+from safetensors.torch import load_file
+from test_strategies import COMMON, TWO_RANKS, launch
+
+from solution.net import free_port
+
+pytestmark = pytest.mark.slow  # multi-process launches and trainings: make test, not make test-fast
+
+STEPS = 16  # long enough that a signal sent after step 1 lands before the end, even on a loaded machine
+RUN = [*COMMON, "--max_steps", str(STEPS)]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+# A test-side entry point: sends this process a second signal, SIGTERM, from inside the checkpoint save
+# (before the engine's files are written, and again before the checkpoint is renamed complete).
+SIGNAL_IN_SAVE = """
+import os, signal, sys
+import accelerate
+original = accelerate.Accelerator.save_state
+def save_state(self, *args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    result = original(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return result
+accelerate.Accelerator.save_state = save_state
+from solution.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def records(out: Path) -> list:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(out: Path) -> dict:
+    return load_file(str(out / "model" / "model.safetensors"))
+
+
+def assert_same_weights(got: dict, ref: dict) -> None:
+    assert got.keys() == ref.keys()
+    for name, w in ref.items():
+        torch.testing.assert_close(got[name], w, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def signal_after_first_step(proc: subprocess.Popen, out: Path, send) -> tuple:
+    """Wait for the first logged optimizer step, call `send()`, and return the run's (stdout, stderr)."""
+    deadline = time.monotonic() + 240
+    while not ((out / "metrics.jsonl").is_file() and '"loss"' in (out / "metrics.jsonl").read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    send()
+    try:
+        return proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:  # leave no training behind: the launcher, its workers, their children
+        kill_tree(proc.pid)
+        raise
+
+
+def kill_tree(pid: int, sig=signal.SIGKILL) -> None:
+    """`sig` to a process and all its descendants (those that are still there)."""
+    try:
+        top = psutil.Process(pid)
+        family = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def assert_stopped_at_one_checkpoint(out: Path, stderr: str, sig: str) -> int:
+    """One line from rank 0, checkpoint-N at the step reached (named by `latest` and by the last record
+    of metrics.jsonl), no model directory; returns N."""
+    lines = [line for line in stderr.splitlines() if line.startswith("stopped by")]
+    assert len(lines) == 1, stderr[-3000:]
+    step = int(lines[0].split("at step ")[1].split(":")[0])
+    saved = out / f"checkpoint-{step}"
+    assert lines[0] == f"stopped by {sig} at step {step}: saved {saved}; continue with --resume latest", lines
+    assert 1 <= step < STEPS, step  # stopped mid-run, so the resumed run has steps left to match
+    assert (out / "latest").read_text().strip() == saved.name and not (out / "model").exists()
+    assert records(out)[-1] == {"event": "stopped", "signal": sig, "step": step, "checkpoint": str(saved)}
+    return step
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """One uninterrupted process at global batch 8, STEPS steps."""
+    out = tmp_path_factory.mktemp("single")
+    proc = subprocess.run([sys.executable, "-m", "solution.train", *RUN, "--per_device_train_batch_size", "8",
+                           "--output_dir", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return weights(out)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero3"])
+def test_sigterm_to_torchrun_checkpoints_and_resume_auto_finishes_the_run(strategy, reference, tmp_path):
+    """torchrun forwards SIGTERM to its workers; they agree on one step, write checkpoint-N there and
+    exit 3 with one line (torchrun itself exits 1, its own SignalException being its only traceback);
+    `--resume auto` continues on two ranks to the uninterrupted run's weights."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "solution.train", *RUN, *TWO_RANKS, "--strategy", strategy, "--output_dir", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, stderr = signal_after_first_step(proc, out, lambda: proc.send_signal(signal.SIGTERM))
+    assert proc.returncode == 1, stderr[-3000:]
+    tracebacks = stderr.split("Traceback (most recent call last):")[1:]
+    assert len(tracebacks) == 1 and tracebacks[0].rstrip().splitlines()[-1].startswith(
+        "torch.distributed.elastic.multiprocessing.api.SignalException: "), stderr[-3000:]
+    step = assert_stopped_at_one_checkpoint(out, stderr, "SIGTERM")
+    resumed = launch(strategy, "torchrun", out, extra=["--max_steps", str(STEPS), "--resume", "auto"])
+    assert resumed["start"]["resumed_from"] == {"checkpoint": str(out / f"checkpoint-{step}"), "step": step}
+    assert sorted(resumed["steps"])[-1] == STEPS
+    assert_same_weights(resumed["weights"], reference)
+
+
+def test_a_second_signal_during_the_save_does_not_corrupt_it(reference, tmp_path):
+    """SIGUSR1 stops a one-process run; SIGTERM arrives twice while its checkpoint is being written.
+    The save completes, the exit is 3 naming SIGUSR1, and `--resume auto` reaches the reference.
+    The run itself starts with `--resume auto` too, and finds nothing to resume."""
+    out = tmp_path / "run"
+    (out / "checkpoint-3.tmp").mkdir(parents=True)  # a save that never completed is not a checkpoint
+    args = [*RUN, "--per_device_train_batch_size", "8", "--output_dir", str(out), "--resume", "auto"]
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_IN_SAVE, *args], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = signal_after_first_step(proc, out, lambda: proc.send_signal(signal.SIGUSR1))
+    assert proc.returncode == 3, stderr[-3000:]
+    assert f"resume auto: no complete checkpoint in {out}; starting fresh" in stdout
+    assert "Traceback" not in stderr, stderr[-3000:]
+    step = assert_stopped_at_one_checkpoint(out, stderr, "SIGUSR1")
+    resumed = subprocess.run([sys.executable, "-m", "solution.train", *args], cwd=ROOT, env=ENV,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resume auto: continuing from {out / f'checkpoint-{step}'}" in resumed.stdout
+    assert_same_weights(weights(out), reference)
+
+
+FAKE_SRUN = """#!/usr/bin/env bash
+# srun as the batch step calls it: record the call, run the node step (its own session, so the test can
+# signal every process of it, as SLURM does), and return its exit code; FAKE_SRUN_CRASH: fail at once.
+echo "srun $*" >> "$FAKE_SLURM_LOG"
+if [ -n "${FAKE_SRUN_CRASH:-}" ]; then exit 1; fi
+while [ "$1" != bash ]; do shift; done
+SLURM_STEP_ID=0 SLURM_NODEID=0 setsid "$@" &
+echo $! > "$FAKE_SLURM_STEP"
+wait $!
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+echo "scontrol $*" >> "$FAKE_SLURM_LOG"
+"""
+
+
+def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp_path):
+    """scripts/launch_slurm.sh's batch step with srun and scontrol faked: SIGUSR1 to every process of
+    the training step (as `#SBATCH --signal=USR1@120` sends it) stops it at a checkpoint and the job
+    requeues itself; a start that crashes is not requeued, though the file still ends with the stop
+    record; the next start (the same command) resumes with `--resume auto` and ends with the
+    uninterrupted run's weights, and is not requeued again."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    log, step_pid, out = tmp_path / "slurm.log", tmp_path / "step.pid", tmp_path / "run"
+    env = {**ENV, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(log), "FAKE_SLURM_STEP": str(step_pid),
+           "SLURM_JOB_ID": "4242", "SLURM_NNODES": "1", "MAIN_PROCESS_IP": "127.0.0.1",
+           "MAIN_PROCESS_PORT": str(free_port()), "GPUS_PER_NODE": "2", "PYTHON": sys.executable}
+    env.pop("SLURM_STEP_ID", None)
+    cmd = ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", *RUN[1:], *TWO_RANKS,
+           "--output_dir", str(out)]
+
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = signal_after_first_step(first, out, lambda: kill_tree(int(step_pid.read_text()), signal.SIGUSR1))
+    assert first.returncode == 0, stdout[-2000:] + stderr[-3000:]
+    step = assert_stopped_at_one_checkpoint(out, stderr, "SIGUSR1")
+    assert "requeueing job 4242" in stdout
+    assert log.read_text().splitlines()[-1] == "scontrol requeue 4242"
+
+    crashed = subprocess.run(cmd, cwd=ROOT, env={**env, "FAKE_SRUN_CRASH": "1"}, capture_output=True, text=True,
+                             timeout=300)
+    assert crashed.returncode == 1 and "requeueing" not in crashed.stdout, crashed.stdout + crashed.stderr
+    second = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
+    assert f"resume auto: continuing from {out / f'checkpoint-{step}'}" in second.stdout
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["srun", "scontrol", "srun", "srun"]
+    assert_same_weights(weights(out), reference)
