@@ -118,16 +118,16 @@ class StopRequest:
                                   "nothing was saved", 128 + signum)
         self.signum = self.signum or signum
 
-    def agreed(self, accelerator) -> int:
-        """The signal any rank received (0: none). One all-reduce per step when world size > 1: a rank
-        that stopped alone would leave the others waiting forever in the next collective."""
-        if accelerator.num_processes == 1:
-            return self.signum
-        import torch.distributed as dist
+    def flags(self) -> list:
+        """This rank's signal as one 0/1 flag per handled signal, summed over ranks with the step's loss
+        (`StepMeter.close_step`): a rank that stopped alone would leave the others waiting forever in
+        the next collective, so every rank must learn of any rank's signal at the same step."""
+        return [float(self.signum == sig) for sig in self.SIGNALS]
 
-        flag = torch.tensor([self.signum], dtype=torch.int64, device=accelerator.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item())
+    def agreed(self, summed: list) -> int:
+        """The signal some rank received (0: none) from the summed flags; the highest number when ranks
+        received different ones, the same on every rank."""
+        return max((int(sig) for sig, n in zip(self.SIGNALS, summed) if n > 0), default=0)
 
 
 def disk_full(path: Path) -> TrainingStopped:
@@ -249,15 +249,23 @@ class StepMeter:
     def __post_init__(self):
         self.t_step = self.t_log
 
-    def close_step(self, accelerator) -> float:
-        """After an optimizer step: its time, and its loss (mean over micro-batches, then over ranks:
-        the loss of the whole global batch)."""
+    def close_step(self, accelerator, flags: list) -> tuple[float, list]:
+        """After an optimizer step: its time, its loss (mean over micro-batches, then over ranks: the
+        loss of the whole global batch), and `flags` summed over ranks. One all-reduce carries both:
+        each blocking collective is a point where every rank waits for the slowest."""
         now = time.perf_counter()
         self.step_time, self.t_step = now - self.t_step, now
-        loss = accelerator.reduce(self.loss_sum / self.micro, reduction="mean").item()
+        values = torch.cat([(self.loss_sum / self.micro).reshape(1),
+                            torch.tensor(flags, dtype=self.loss_sum.dtype, device=self.loss_sum.device)])
+        if accelerator.num_processes > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(values)  # a sum; the loss is then divided like Accelerate's reduce("mean")
+            values[0] /= accelerator.num_processes
         self.loss_sum.zero_()
         self.micro = 0
-        return loss
+        loss, *summed = values.tolist()
+        return loss, summed
 
 
 class Trainer:
@@ -463,14 +471,14 @@ class Trainer:
                 if not self.micro_step(run, batch, meter, want_norm):
                     continue
                 step += 1
-                loss = meter.close_step(self.accelerator)
+                loss, flags = meter.close_step(self.accelerator, self.stop_request.flags())
                 self._check_finite(step, loss, meter.grad_norm)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 self.log_step(step, epoch, loss, meter, run.total_steps)
                 self.checkpointer.maybe_save(step, epoch, batches)
                 if step < run.total_steps:
-                    self._stop_if_requested(step, epoch, batches)
+                    self._stop_if_requested(step, epoch, batches, self.stop_request.agreed(flags))
                 if step >= run.total_steps:
                     break
             self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
@@ -568,8 +576,7 @@ class Trainer:
         raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
                               f"{self.checkpointer.last_good()}", EXIT_FAULT)
 
-    def _stop_if_requested(self, step: int, epoch: int, batches: int) -> None:
-        signum = self.stop_request.agreed(self.accelerator)
+    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int) -> None:
         if not signum:
             return
         path = self.checkpointer.save_now(step, epoch, batches)
