@@ -151,6 +151,8 @@ class Plan:
     """FSDP from `accelerate launch`: its FSDP_* environment variables fill the plugin."""
     fsdp_offload: bool = False
     """FSDP2 only: `cpu_offload` (or the launch YAML's fsdp_offload_params); DeepSpeed's offload is in its JSON."""
+    ds_load_universal: bool = False
+    """DeepSpeed only: the run resumes a ZeRO checkpoint of another world size through its universal checkpoint."""
 
     @property
     def is_deepspeed(self) -> bool:
@@ -336,10 +338,24 @@ def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
         # 2 ranks: step 1.2-1.3x -> 1.0x of DDP's, model states 11 -> 10 bytes per parameter).
         ds["zero_optimization"]["overlap_comm"] = False
         ds["zero_optimization"]["contiguous_gradients"] = False
+    if plan.ds_load_universal:  # read at engine construction: see resumes_universal
+        ds["checkpoint"] = {"load_universal": True}
     if plan.zero_stage == 3:
         # Needed for get_state_dict to gather full weights (else it raises).
         ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
     return ds
+
+
+def resumes_universal(cfg, plan: Plan) -> bool:
+    """Whether this run resumes a ZeRO checkpoint through DeepSpeed's universal checkpoint (same stage,
+    another world size, optimizer state to carry); the engine must be built knowing it."""
+    if not (plan.is_deepspeed and cfg.resume_from_checkpoint):
+        return False
+    from solution.checkpoint import TrainerState, find_checkpoint, resume_route
+
+    saved = TrainerState.read(find_checkpoint(cfg.output_dir, cfg.resume_from_checkpoint)).fingerprint
+    mine = {"strategy": plan.name, "zero_stage": plan.zero_stage, "world_size": _world_size(), "optim": cfg.optim}
+    return resume_route(saved, mine) == "universal"
 
 
 def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
@@ -430,6 +446,7 @@ class Strategy:
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
+        self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                       log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
@@ -553,6 +570,30 @@ class Strategy:
                 if acc.is_main_process else None
         state = acc.get_state_dict(model)
         return state if acc.is_main_process else None
+
+    def load_full_state(self, model, state: dict) -> None:
+        """Full fp32 weights by name (every rank holds them all) into the prepared model: resuming a
+        checkpoint of another engine. DeepSpeed: the module's weights (gathered under ZeRO-3, then
+        re-partitioned from rank 0) and the optimizer's fp32 master copy. FSDP2: torch's full state dict,
+        each rank keeping its shards. DDP/single: the module's state dict."""
+        if self.plan.is_deepspeed:
+            import deepspeed
+            from deepspeed.utils import safe_set_full_fp32_param
+
+            params = dict(model.module.named_parameters())
+            with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=0):
+                with torch.no_grad():
+                    for name, p in params.items():
+                        p.data.copy_(state[name].view(p.shape))
+            for name, p in params.items():
+                safe_set_full_fp32_param(p, state[name].to(self.accelerator.device))
+            return
+        if self.plan.is_fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+            return
+        self.accelerator.unwrap_model(model).load_state_dict(state)
 
     def close(self) -> None:
         """Tear down the process group (else ranks can die with 'terminate called without an active exception')."""

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.checkpoint import CheckpointDiskFull, Checkpointer, find_checkpoint
+from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message
@@ -187,12 +187,14 @@ class StartRecord:
     distributed_type: str
     cpu_offload: bool
     train_data: dict
+    optim: str
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                        "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
-                   "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps")
+                   "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
+                   "optim", "num_parameters", "train_windows")
 
     def as_dict(self) -> dict:
         record = {"event": "start", **asdict(self)}
@@ -205,10 +207,11 @@ class StartRecord:
         return {k: getattr(self, k) for k in self.FINGERPRINT}
 
     def resume_key(self) -> dict:
-        """The fields a checkpoint must share with the run resuming it: the engine's state is laid out
-        per rank and per batch shape, and a different batch would change what "step N" means."""
-        return {k: getattr(self, k) for k in ("strategy", "world_size", "global_batch_size",
-                                              "per_device_train_batch_size", "gradient_accumulation_steps")}
+        """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
+        means), the schedule, precision and optimizer, the model and the data. World size, strategy and
+        per-device batch against accumulation may change (solution.checkpoint.resume_route)."""
+        return {k: getattr(self, k) for k in ("global_batch_size", "num_optimizer_steps", "mixed_precision",
+                                              "optim", "num_parameters", "train_windows")}
 
 
 @dataclass
@@ -379,7 +382,7 @@ class Trainer:
             train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
             strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
             train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
-            else {"source": cfg.data_source})
+            else {"source": cfg.data_source}, optim=cfg.optim)
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
@@ -409,7 +412,8 @@ class Trainer:
                           num_epochs, start, memory)
         if cfg.resume_from_checkpoint:
             path = find_checkpoint(self.out, cfg.resume_from_checkpoint)
-            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch)
+            target = ResumeTarget(model, partial(self.strategy.load_full_state, model), cfg.seed)
+            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         self.open_outputs(start)
         return run
