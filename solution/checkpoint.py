@@ -222,6 +222,9 @@ class Checkpointer:
         if not same_world:
             reseed(target.seed if target else 0, state.step, self.accelerator.process_index, self.log)
         self.scheduler.load_state_dict(state.scheduler)
+        if route != "native":  # load_state_dict restores the schedule's position, not the rate in the optimizer
+            for group, lr in zip(self.scheduler.optimizer.param_groups, self.scheduler.get_last_lr()):
+                group["lr"] = lr
         step, epoch = state.step, state.epoch
         if skip >= batches_per_epoch:  # the checkpoint closed its epoch
             epoch, skip = epoch + 1, 0
