@@ -56,13 +56,13 @@ def train(out: Path, strategy: str, nproc: int, resume: Path | None = None, extr
     return run
 
 
-def same_as(ref: dict, run: dict, first_step: int, rtol: float = 1e-4) -> None:
+def same_as(ref: dict, run: dict, first_step: int, rtol: float = 1e-4, atol: float = 1e-6) -> None:
     assert sorted(run["steps"])[0] == first_step and sorted(run["steps"])[-1] == STEPS, sorted(run["steps"])
     for step in range(first_step, STEPS + 1):
         got, want = run["steps"][step]["loss"], ref["steps"][step]["loss"]
         assert got == pytest.approx(want, rel=rtol), f"step {step}: {got} vs {want}"
     for name, w in ref["weights"].items():
-        torch.testing.assert_close(run["weights"][name], w, rtol=rtol, atol=1e-6, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(run["weights"][name], w, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.fixture(scope="module")
@@ -109,4 +109,7 @@ def test_adamw_state_crosses_world_sizes_through_the_universal_checkpoint(tmp_pa
     whole = train(tmp_path / "whole", "zero2", 2, extra=adam)
     resumed = train(tmp_path / "resumed", "zero2", 1, resume=whole["out"] / "checkpoint-4", extra=adam)
     assert "universal" in resumed["stdout"] and (tmp_path / "resumed" / "checkpoint-4" / "universal").is_dir()
-    same_as(whole, resumed, first_step=5)
+    # atol 1e-5: Adam divides by sqrt(v) + eps, which turns the summation-order noise of 2 ranks against 1
+    # into up to 4e-6 on a few embedding rows whose gradients are near zero (measured: 8 of 1.95M weights).
+    # A lost moment or step count moves weights by the order of the rate, 1e-2 per step.
+    same_as(whole, resumed, first_step=5, atol=1e-5)
