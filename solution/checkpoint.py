@@ -203,11 +203,6 @@ class Checkpointer:
         skip = self._skip_batches(path, state)
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
         route = resume_route(state.fingerprint, self.fingerprint)
-        if route == "full" and self.fingerprint.get("optim", "sgd") != "sgd":
-            raise ValueError(f"{path}: resuming {state.fingerprint.get('strategy')} x{state.fingerprint.get('world_size')} "
-                             f"as {self.fingerprint.get('strategy')} x{self.accelerator.num_processes} goes through full "
-                             f"weights, which do not carry optimizer {self.fingerprint.get('optim')}'s state (moments); "
-                             "resume it under the same engine, or with optim sgd")
         same_world = state.fingerprint.get("world_size", self.accelerator.num_processes) == self.accelerator.num_processes
         if same_world:
             self._check_rng_files(path)
@@ -217,6 +212,8 @@ class Checkpointer:
             load_universal(path, target.model, self.accelerator, self.log)
         else:
             target.load_full_state(full_weights(path))
+            if self.fingerprint.get("optim", "sgd") != "sgd":  # plain SGD keeps no state
+                target.load_full_optimizer_state(full_optimizer_state(path, target.param_names, self.accelerator))
             if same_world:
                 restore_rng(path, self.accelerator.process_index)
         if not same_world:
@@ -257,6 +254,8 @@ class ResumeTarget:
 
     model: object  # the prepared model (a DeepSpeed engine for the universal route)
     load_full_state: Callable[[dict], None]  # full fp32 weights by name -> this run's engine
+    load_full_optimizer_state: Callable[[dict], None]  # Adam's state by name (`full_optimizer_state`) -> its optimizer
+    param_names: list  # the optimizer's parameters by name, in param_groups order (optimizer.bin numbers them so)
     seed: int = 0
 
 
@@ -271,8 +270,8 @@ def resume_route(saved: dict, mine: dict) -> str:
     native: Accelerate's load_state. Same strategy and world size; or plain weights at any world size
     (one file); or FSDP2 at another world size (the distributed checkpoint reshards on load).
     universal: ZeRO at the same stage but another world size, with optimizer state to carry: DeepSpeed's
-    universal checkpoint. full: anything else, through full fp32 weights by name (enough for SGD, which
-    holds no state; `Checkpointer.load` refuses it for Adam, whose moments it would drop)."""
+    universal checkpoint. full: anything else, through full state by parameter name: fp32 weights
+    (`full_weights`) and Adam's moments and step count (`full_optimizer_state`)."""
     s_strategy, m_strategy = saved.get("strategy"), mine.get("strategy")
     family = engine_family(s_strategy or "single")
     same_world = saved.get("world_size") == mine.get("world_size")
@@ -294,6 +293,46 @@ def full_weights(ckpt: Path) -> dict:
     from solution.consolidate import full_state_dict
 
     return full_state_dict(ckpt, verify=False)
+
+
+ADAM_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+def _adam_state(state: dict) -> dict:
+    """One parameter's Adam state as the full-state route carries it: full tensors and the step as a number."""
+    step = state["step"]
+    return {"step": float(step.item() if torch.is_tensor(step) else step), **{k: state[k] for k in ADAM_KEYS}}
+
+
+def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
+    """Adam's state by parameter name, full tensors, from any checkpoint layout (files already verified).
+
+    Plain: Accelerate's optimizer.bin numbers parameters in param_groups order (`names`). FSDP2: the
+    distributed checkpoint of the optimizer, keyed by name, gathered whole. DeepSpeed: the universal
+    checkpoint's per-parameter files (converted once by the main process)."""
+    kind = checkpoint_kind(ckpt)
+    if kind == "deepspeed":
+        if accelerator.is_main_process:
+            convert_to_universal(ckpt)
+        accelerator.wait_for_everyone()
+        zero = ckpt / UNIVERSAL_DIR / DS_TAG / "zero"
+        out = {}
+        for name in names:
+            files = {k: torch.load(zero / name / f"{k}.pt", map_location="cpu", weights_only=False)
+                     for k in ("step", *ADAM_KEYS)}  # written just now by ds_to_universal from verified files
+            out[name] = _adam_state({k: v["param"] if isinstance(v, dict) else v for k, v in files.items()})
+        return out
+    if kind == "fsdp":
+        import tempfile
+
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(ckpt / "optimizer_0"), f"{tmp}/optimizer.pt")
+            loaded = torch.load(f"{tmp}/optimizer.pt", map_location="cpu", weights_only=True)
+        return {name: _adam_state(st) for name, st in loaded["optimizer"]["state"].items()}
+    loaded = torch.load(ckpt / "optimizer.bin", map_location="cpu", weights_only=True)
+    return {names[i]: _adam_state(st) for i, st in loaded["state"].items()}
 
 
 UNIVERSAL_DIR = "universal"  # checkpoint-N/universal/<DS_TAG>/: DeepSpeed's universal checkpoint, converted once

@@ -595,6 +595,39 @@ class Strategy:
             return
         self.accelerator.unwrap_model(model).load_state_dict(state)
 
+    def load_full_optimizer_state(self, model, optimizer, names: list, moments: dict) -> None:
+        """Adam's state by parameter name (full tensors, `step` a number) into the prepared optimizer.
+        DeepSpeed: each rank's partition of the moments, and the step count of the optimizer over its
+        flat partitions. FSDP2: torch's full optimizer state dict, sharded on load. DDP/single: the
+        optimizer's own state dict, parameters numbered in param_groups order (`names`)."""
+        if self.plan.is_deepspeed:
+            from deepspeed.utils import safe_set_full_optimizer_state
+
+            for name, p in model.module.named_parameters():
+                shape = getattr(p, "ds_shape", p.shape)  # ZeRO-3: the full shape of a partitioned parameter
+                for key in ("exp_avg", "exp_avg_sq"):
+                    safe_set_full_optimizer_state(p, moments[name][key].reshape(shape).to(self.accelerator.device), key)
+            step = next(iter(moments.values()))["step"]
+            for state in model.optimizer.optimizer.state.values():  # ZeRO's base optimizer, over flat partitions
+                state["step"] = torch.full_like(state["step"], step) if torch.is_tensor(state["step"]) else int(step)
+            return
+        inner = optimizer.optimizer  # Accelerate's AcceleratedOptimizer wraps the torch optimizer
+        full = {n: {"step": torch.tensor(m["step"]), "exp_avg": m["exp_avg"], "exp_avg_sq": m["exp_avg_sq"]}
+                for n, m in moments.items()}
+        if self.plan.is_fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_optimizer_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True)
+            state = get_optimizer_state_dict(model, inner, options=options)  # param_groups keyed by name
+            set_optimizer_state_dict(model, inner, {**state, "state": full}, options=options)
+            return
+        state = inner.state_dict()
+        inner.load_state_dict({**state, "state": {i: full[n] for i, n in enumerate(names)}})
+
     def close(self) -> None:
         """Tear down the process group (else ranks can die with 'terminate called without an active exception')."""
         import torch.distributed as dist

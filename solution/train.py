@@ -56,6 +56,12 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
     return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def parameter_order(model: torch.nn.Module, groups: list) -> list:
+    """The optimizer's parameters by name, in the order its state dict numbers them."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in groups for p in group["params"]]
+
+
 class EpochShuffle(torch.utils.data.Sampler):
     """A permutation that is a pure function of (seed, epoch).
 
@@ -391,7 +397,9 @@ class Trainer:
         train_set = self.train_dataset()
         sampler = EpochShuffle(len(train_set), cfg.seed)
         loader = self.data_loader(train_set, sampler)
-        optimizer = self.strategy.make_optimizer(param_groups(self.model, cfg), cfg)
+        groups = param_groups(self.model, cfg)
+        param_names = parameter_order(self.model, groups)  # before prepare(): engines may replace the parameters
+        optimizer = self.strategy.make_optimizer(groups, cfg)
         memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
@@ -412,7 +420,9 @@ class Trainer:
                           num_epochs, start, memory)
         if cfg.resume_from_checkpoint:
             path = find_checkpoint(self.out, cfg.resume_from_checkpoint)
-            target = ResumeTarget(model, partial(self.strategy.load_full_state, model), cfg.seed)
+            target = ResumeTarget(model, partial(self.strategy.load_full_state, model),
+                                  partial(self.strategy.load_full_optimizer_state, model, optimizer, param_names),
+                                  param_names, cfg.seed)
             run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         self.open_outputs(start)

@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from solution.checkpoint import (LATEST, CheckpointDiskFull, Checkpointer, TrainerState, find_checkpoint, numbered_checkpoints,
-                                 resume_route)
+from solution.checkpoint import (
+    LATEST,
+    CheckpointDiskFull,
+    Checkpointer,
+    TrainerState,
+    find_checkpoint,
+    numbered_checkpoints,
+    resume_route,
+)
 
 
 class FakeAccelerator:
