@@ -439,6 +439,30 @@ def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
                          f"started {_world_size()}; ranks would not be synchronised")
 
 
+def ds_set_full(param, value: torch.Tensor, key: Optional[str] = None) -> None:
+    """This rank's part of a full fp32 value (the master weight, or optimizer state `key`) of a ZeRO parameter.
+
+    DeepSpeed's safe_set_full_fp32_param/safe_set_full_optimizer_state, except under ZeRO-3, where
+    0.19.8 slices the last rank's partition past the end of a parameter whose size does not divide by
+    the world size (a 5-element bias on 2 ranks: "start (3) + length (3) exceeds dimension size (5)");
+    here the value is padded with zeros as ZeRO-3 pads that partition."""
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    if not hasattr(param, "ds_id"):  # ZeRO-1/2
+        safe_set_full_fp32_param(param, value) if key is None else safe_set_full_optimizer_state(param, value, key)
+        return
+    if not param.requires_grad:
+        return
+    opt = param._z3_optimizer
+    part, group = opt._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
+    start = part.numel() * opt._get_param_partition_rank(param)
+    flat = value.flatten()
+    flat = torch.nn.functional.pad(flat, (0, max(0, start + part.numel() - flat.numel())))
+    part.data.copy_(flat.narrow(0, start, part.numel()))
+    if opt._swappable_optimizer_subgroup(group):  # NVMe offload: write the subgroup back, as DeepSpeed does
+        opt._optimizer_states_and_gradient_swap_out(group)
+
+
 class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
@@ -578,7 +602,6 @@ class Strategy:
         each rank keeping its shards. DDP/single: the module's state dict."""
         if self.plan.is_deepspeed:
             import deepspeed
-            from deepspeed.utils import safe_set_full_fp32_param
 
             params = dict(model.module.named_parameters())
             with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=0):
@@ -586,7 +609,7 @@ class Strategy:
                     for name, p in params.items():
                         p.data.copy_(state[name].view(p.shape))
             for name, p in params.items():
-                safe_set_full_fp32_param(p, state[name].to(self.accelerator.device))
+                ds_set_full(p, state[name].to(self.accelerator.device))
             return
         if self.plan.is_fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -601,12 +624,9 @@ class Strategy:
         flat partitions. FSDP2: torch's full optimizer state dict, sharded on load. DDP/single: the
         optimizer's own state dict, parameters numbered in param_groups order (`names`)."""
         if self.plan.is_deepspeed:
-            from deepspeed.utils import safe_set_full_optimizer_state
-
             for name, p in model.module.named_parameters():
-                shape = getattr(p, "ds_shape", p.shape)  # ZeRO-3: the full shape of a partitioned parameter
                 for key in ("exp_avg", "exp_avg_sq"):
-                    safe_set_full_optimizer_state(p, moments[name][key].reshape(shape).to(self.accelerator.device), key)
+                    ds_set_full(p, moments[name][key].to(self.accelerator.device), key)
             step = next(iter(moments.values()))["step"]
             for state in model.optimizer.optimizer.state.values():  # ZeRO's base optimizer, over flat partitions
                 state["step"] = torch.full_like(state["step"], step) if torch.is_tensor(state["step"]) else int(step)

@@ -101,15 +101,25 @@ def test_resumed_in_another_layout_matches_one_process(chain, chains):
         same_as(runs["ref"], run, first_step=step + 1)
 
 
-def test_adamw_state_crosses_world_sizes_through_the_universal_checkpoint(tmp_path):
-    """ZeRO-2 with AdamW on 2 processes, resumed on 1 from step 4: DeepSpeed's universal checkpoint,
-    converted once beside the checkpoint, carries the moments and the step count (bias correction);
-    without them the resumed steps would differ."""
-    adam = ["--optim", "adamw_torch", "--learning_rate", "0.01"]
-    whole = train(tmp_path / "whole", "zero2", 2, extra=adam)
-    resumed = train(tmp_path / "resumed", "zero2", 1, resume=whole["out"] / "checkpoint-4", extra=adam)
-    assert "universal" in resumed["stdout"] and (tmp_path / "resumed" / "checkpoint-4" / "universal").is_dir()
-    # atol 1e-5: Adam divides by sqrt(v) + eps, which turns the summation-order noise of 2 ranks against 1
-    # into up to 4e-6 on a few embedding rows whose gradients are near zero (measured: 8 of 1.95M weights).
-    # A lost moment or step count moves weights by the order of the rate, 1e-2 per step.
-    same_as(whole, resumed, first_step=5, atol=1e-5)
+ADAM_CHAIN = [  # (strategy, processes, resumed from, at step): every reader and writer of Adam's state
+    ("zero2", 1, "whole", 4),  # DeepSpeed's universal checkpoint, converted once beside the checkpoint
+    ("fsdp", 2, "whole", 2),  # ZeRO-2 -> FSDP: universal files in, FSDP2's full optimizer state dict out
+    ("single", 1, "fsdp", 4),  # FSDP -> one process: the optimizer's DCP gathered whole, into torch's AdamW
+    ("zero3", 2, "single", 6),  # one process -> ZeRO-3: optimizer.bin in, each rank's partition of the moments
+]
+
+
+def test_adamw_state_is_carried_across_world_sizes_and_engines(tmp_path):
+    """ZeRO-2 with AdamW on 2 processes, uninterrupted, against runs resumed from its checkpoints under
+    other world sizes and engines: the moments and the step count (bias correction) must arrive, or
+    the steps after the resume differ by the order of the rate (1e-2 per step). adam_epsilon 1e-4:
+    with the default 1e-8, Adam divides by sqrt(v) + eps and turns the summation-order noise of
+    parameters whose gradient is zero in exact arithmetic (attention key biases, the start/end bias:
+    the softmax ignores a shift) into updates of the rate's order (measured: 2e-3)."""
+    adam = ["--optim", "adamw_torch", "--learning_rate", "0.01", "--adam_epsilon", "1e-4"]
+    runs = {"whole": train(tmp_path / "whole", "zero2", 2, extra=adam)}
+    for strategy, nproc, source, step in ADAM_CHAIN:
+        run = train(tmp_path / strategy, strategy, nproc, resume=runs[source]["out"] / f"checkpoint-{step}", extra=adam)
+        runs[strategy] = run
+        same_as(runs["whole"], run, first_step=step + 1, atol=1e-5)
+    assert (tmp_path / "zero2" / "checkpoint-4" / "universal").is_dir() and "(universal, zero2 x2)" in runs["zero2"]["stdout"]
