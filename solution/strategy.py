@@ -624,11 +624,22 @@ class Strategy:
         flat partitions. FSDP2: torch's full optimizer state dict, sharded on load. DDP/single: the
         optimizer's own state dict, parameters numbered in param_groups order (`names`)."""
         if self.plan.is_deepspeed:
+            zero, base = model.optimizer, model.optimizer.optimizer  # base: Adam over ZeRO's flat fp32 partitions
+            # Adam's state appears at the first step: create it here, as DeepSpeed's universal loader does
+            # (DeepSpeed's CPU Adam counts steps in an int), and, under ZeRO-1/2, link it to each parameter.
+            flats = getattr(zero, "fp32_partitioned_groups_flat", None) or zero.single_partition_of_fp32_groups
+            for flat in flats:
+                state = base.state[flat]
+                state.setdefault("step", 0 if type(base).__name__ == "DeepSpeedCPUAdam" else torch.tensor(0.0))
+                for key in ("exp_avg", "exp_avg_sq"):
+                    state.setdefault(key, torch.zeros_like(flat))
+            if hasattr(zero, "_lazy_init_hp_params_optimizer_state"):
+                zero._lazy_init_hp_params_optimizer_state()
             for name, p in model.module.named_parameters():
                 for key in ("exp_avg", "exp_avg_sq"):
                     ds_set_full(p, moments[name][key].to(self.accelerator.device), key)
             step = next(iter(moments.values()))["step"]
-            for state in model.optimizer.optimizer.state.values():  # ZeRO's base optimizer, over flat partitions
+            for state in base.state.values():
                 state["step"] = torch.full_like(state["step"], step) if torch.is_tensor(state["step"]) else int(step)
             return
         inner = optimizer.optimizer  # Accelerate's AcceleratedOptimizer wraps the torch optimizer

@@ -106,6 +106,7 @@ ADAM_CHAIN = [  # (strategy, processes, resumed from, at step): every reader and
     ("fsdp", 2, "whole", 2),  # ZeRO-2 -> FSDP: universal files in, FSDP2's full optimizer state dict out
     ("single", 1, "fsdp", 4),  # FSDP -> one process: the optimizer's DCP gathered whole, into torch's AdamW
     ("zero3", 2, "single", 6),  # one process -> ZeRO-3: optimizer.bin in, each rank's partition of the moments
+    ("zero1", 1, "fsdp", 6),  # FSDP -> ZeRO-1: the same, ZeRO-1/2's way
 ]
 
 
