@@ -233,6 +233,8 @@ class Checkpointer:
         """This run's batches (per rank) to skip: the checkpoint's samples over this run's samples per batch."""
         per_batch = self.fingerprint.get("per_device_train_batch_size", 1) * self.accelerator.num_processes
         samples = state.samples()
+        if samples >= state.fingerprint.get("train_windows", samples + 1):
+            return samples  # the checkpoint closed its epoch (its last batch may have been partial): none left
         if samples % per_batch:
             raise ValueError(f"{path}: field 'samples_into_epoch' is {samples}, not a multiple of this run's "
                              f"per-device batch x world size ({per_batch}); resume with a layout that divides it")

@@ -176,3 +176,15 @@ def test_the_resume_route_follows_the_engine_and_the_world_size(saved, mine, rou
     assert resume_route(layout(*saved), layout(*mine)) == route
     if route == "universal":  # SGD keeps no state: full weights are all there is to carry
         assert resume_route(layout(*saved), {**layout(*mine), "optim": "sgd"}) == "full"
+
+
+def test_a_closed_epoch_needs_no_division(tmp_path, monkeypatch):
+    """100 windows at 8 a batch: the epoch closes after 13 batches (104 samples counted, the last batch
+    partial); a run at 3 samples a batch starts the next epoch instead of refusing 104 / 3."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    written = {**FINGERPRINT, "per_device_train_batch_size": 8, "train_windows": 100}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
+                        log=lambda m: None).save(13, 0, 13)
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**written, "per_device_train_batch_size": 3},
+                      save_due=lambda s, e: False, log=lambda m: None)
+    assert ck.load(path, {}, batches_per_epoch=34) == (13, 1, 0)
