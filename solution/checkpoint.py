@@ -287,7 +287,10 @@ def resume_route(saved: dict, mine: dict) -> str:
         return "full"
     if same_world:
         return "native"  # zero3 <-> zero3_offload: the same partitions, held elsewhere
-    return "full" if mine.get("optim") == "sgd" else "universal"
+    # ZeRO-3's universal loader (DeepSpeed 0.19.8) resumes 2 ranks on 1 off by 7e-4 after one AdamW step
+    # (measured; it also gives every param group the first one's weight decay), ZeRO-1/2's matches: ZeRO-3
+    # takes the universal checkpoint's files through full state instead, which matches.
+    return "full" if mine.get("optim") == "sgd" or mine.get("zero_stage") == 3 else "universal"
 
 
 def full_weights(ckpt: Path) -> dict:
@@ -318,11 +321,16 @@ def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
             convert_to_universal(ckpt)
         accelerator.wait_for_everyone()
         zero = ckpt / UNIVERSAL_DIR / DS_TAG / "zero"
+        # Written by ds_to_universal from verified files. ZeRO-1/2 give each parameter its step.pt, ZeRO-3
+        # keeps the step in the common optimizer_state.pt only.
+        common = torch.load(zero / "optimizer_state.pt", map_location="cpu", weights_only=False)
+        step = common.get("optimizer_state_dict", {}).get("state", {0: {}})[0].get("step")
         out = {}
         for name in names:
-            files = {k: torch.load(zero / name / f"{k}.pt", map_location="cpu", weights_only=False)
-                     for k in ("step", *ADAM_KEYS)}  # written just now by ds_to_universal from verified files
-            out[name] = _adam_state({k: v["param"] if isinstance(v, dict) else v for k, v in files.items()})
+            keys = ("step", *ADAM_KEYS) if step is None else ADAM_KEYS
+            files = {k: torch.load(zero / name / f"{k}.pt", map_location="cpu", weights_only=False) for k in keys}
+            out[name] = _adam_state({"step": step, **{k: v["param"] if isinstance(v, dict) else v
+                                                      for k, v in files.items()}})
         return out
     if kind == "fsdp":
         import tempfile
@@ -363,7 +371,7 @@ def convert_to_universal(ckpt: Path) -> Path:
 
 
 def load_universal(ckpt: Path, engine, accelerator, log: Callable[[str], None]) -> None:
-    """ZeRO at another world size: the universal checkpoint (converted by the main process), loaded by an
+    """ZeRO-1/2 at another world size: the universal checkpoint (converted by the main process), loaded by an
     engine built with `"checkpoint": {"load_universal": true}` (solution.strategy)."""
     if accelerator.is_main_process:
         log(f"converting {ckpt / DS_TAG} to a universal checkpoint in {ckpt / UNIVERSAL_DIR}")

@@ -214,10 +214,12 @@ class StartRecord:
 
     def resume_key(self) -> dict:
         """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
-        means), the schedule, precision and optimizer, the model and the data. World size, strategy and
-        per-device batch against accumulation may change (solution.checkpoint.resume_route)."""
-        return {k: getattr(self, k) for k in ("global_batch_size", "num_optimizer_steps", "mixed_precision",
-                                              "optim", "num_parameters", "train_windows")}
+        means), precision and optimizer, the model and the data. World size, strategy and per-device batch
+        against accumulation may change (solution.checkpoint.resume_route). The number of steps is not
+        checked: a run stopped by a signal may go on with another max_steps (the schedule's position
+        comes from the checkpoint)."""
+        return {k: getattr(self, k) for k in ("global_batch_size", "mixed_precision", "optim", "num_parameters",
+                                              "train_windows")}
 
 
 @dataclass
