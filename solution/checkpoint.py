@@ -271,26 +271,21 @@ def resume_route(saved: dict, mine: dict) -> str:
 
     native: Accelerate's load_state. Same strategy and world size; or plain weights at any world size
     (one file); or FSDP2 at another world size (the distributed checkpoint reshards on load).
-    universal: ZeRO at the same stage but another world size, with optimizer state to carry: DeepSpeed's
+    universal: ZeRO-1/2, same stage, another world size, with Adam's state to carry: DeepSpeed's
     universal checkpoint. full: anything else, through full state by parameter name: fp32 weights
     (`full_weights`) and Adam's moments and step count (`full_optimizer_state`)."""
-    s_strategy, m_strategy = saved.get("strategy"), mine.get("strategy")
-    family = engine_family(s_strategy or "single")
-    same_world = saved.get("world_size") == mine.get("world_size")
-    if family != engine_family(m_strategy or "single"):
-        return "full"
-    if family == "plain" or (s_strategy == m_strategy and same_world):
+    s_strategy, m_strategy = saved.get("strategy") or "single", mine.get("strategy") or "single"
+    family = engine_family(s_strategy)
+    if (s_strategy == m_strategy and saved.get("world_size") == mine.get("world_size")) or \
+            (family == engine_family(m_strategy) and family in ("plain", "fsdp")):
         return "native"
-    if family == "fsdp":
-        return "native"
-    if saved.get("zero_stage") != mine.get("zero_stage"):
-        return "full"
-    if same_world:
-        return "native"  # zero3 <-> zero3_offload: the same partitions, held elsewhere
     # ZeRO-3's universal loader (DeepSpeed 0.19.8) resumes 2 ranks on 1 off by 7e-4 after one AdamW step
     # (measured; it also gives every param group the first one's weight decay), ZeRO-1/2's matches: ZeRO-3
-    # takes the universal checkpoint's files through full state instead, which matches.
-    return "full" if mine.get("optim") == "sgd" or mine.get("zero_stage") == 3 else "universal"
+    # takes the universal checkpoint's files through full state instead, which matches. SGD keeps no
+    # state, and ds_to_universal refuses a checkpoint without Adam's moments.
+    if s_strategy == m_strategy and mine.get("zero_stage") in (1, 2) and mine.get("optim") != "sgd":
+        return "universal"
+    return "full"
 
 
 def full_weights(ckpt: Path) -> dict:
