@@ -67,7 +67,11 @@ def find_checkpoint(output_dir: Path, spec: str) -> Optional[Path]:
 @dataclass
 class TrainerState:
     """trainer_state.json: where the run was, the scheduler's state (JSON, not a pickle), and the
-    fingerprint of the run that wrote it (strategy, batch shape, ...), stored flat beside them."""
+    fingerprint of the run that wrote it (strategy, batch shape, ...), stored flat beside them.
+
+    The position is `samples_into_epoch`: samples of the epoch's global order already trained (the
+    shuffle is a function of seed and epoch), so a run with another world size or per-device batch
+    finds the same place. `batches_into_epoch` is the writer's own count (per rank), kept for reading."""
 
     step: int
     epoch: int
@@ -75,11 +79,21 @@ class TrainerState:
     scheduler: dict
     fingerprint: dict = field(default_factory=dict)
     format: str = CHECKPOINT_FORMAT
+    samples_into_epoch: Optional[int] = None
 
     def to_json(self) -> str:
         record = {"format": self.format, "step": self.step, "epoch": self.epoch,
-                  "batches_into_epoch": self.batches_into_epoch, "scheduler": self.scheduler, **self.fingerprint}
+                  "batches_into_epoch": self.batches_into_epoch, "samples_into_epoch": self.samples_into_epoch,
+                  "scheduler": self.scheduler, **self.fingerprint}
         return json.dumps(record, indent=2) + "\n"
+
+    def samples(self) -> int:
+        """Samples of the global order into the epoch; a checkpoint from before `samples_into_epoch`
+        counted batches per rank, each of per-device batch x world size samples."""
+        if self.samples_into_epoch is not None:
+            return self.samples_into_epoch
+        fp = self.fingerprint
+        return self.batches_into_epoch * fp.get("per_device_train_batch_size", 1) * fp.get("world_size", 1)
 
     @classmethod
     def read(cls, ckpt: Path) -> "TrainerState":
@@ -87,9 +101,9 @@ class TrainerState:
         record = json.loads(path.read_text())
         if record.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: format {record.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-        known = {"format", "step", "epoch", "batches_into_epoch", "scheduler"}
+        known = {"format", "step", "epoch", "batches_into_epoch", "samples_into_epoch", "scheduler"}
         return cls(record["step"], record["epoch"], record["batches_into_epoch"], record["scheduler"],
-                   {k: v for k, v in record.items() if k not in known})
+                   {k: v for k, v in record.items() if k not in known}, samples_into_epoch=record.get("samples_into_epoch"))
 
 
 class CheckpointDiskFull(Exception):
@@ -148,7 +162,9 @@ class Checkpointer:
         acc.wait_for_everyone()
         if self.is_main:
             self.write_meta(tmp)
-            state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint)
+            samples = batches_into_epoch * self.fingerprint.get("per_device_train_batch_size", 1) * acc.num_processes
+            state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
+                                 samples_into_epoch=samples)
             (tmp / STATE_FILE).write_text(state.to_json())
             if final.exists():
                 shutil.rmtree(final)
@@ -172,28 +188,217 @@ class Checkpointer:
             return f"the last good checkpoint is {self.out / pointer.read_text().strip()} (latest)"
         return "no checkpoint was written"
 
-    def load(self, path: Path, resume_key: dict, batches_per_epoch: int) -> tuple[int, int, int]:
-        """Restore engine, RNG and scheduler state; returns (step, epoch, batches into it) to go on from."""
+    def load(self, path: Path, resume_key: dict, batches_per_epoch: int,
+             target: Optional["ResumeTarget"] = None) -> tuple[int, int, int]:
+        """Restore engine, RNG and scheduler state; returns (step, epoch, batches into it) to go on from.
+
+        `resume_key`: what must match (global batch, schedule, model, data); the layout (world size,
+        strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`)."""
         state = TrainerState.read(path)
         for key, mine in resume_key.items():
-            if state.fingerprint.get(key) != mine:
-                raise ValueError(f"{path}: field '{key}' is {state.fingerprint.get(key)!r} in the checkpoint but "
-                                 f"{mine!r} in this run; resume with the same strategy and batch "
-                                 "(or consolidate it with python -m solution.consolidate and start anew)")
+            saved = state.fingerprint.get(key, mine)  # a field older checkpoints lack cannot be checked
+            if saved != mine:
+                raise ValueError(f"{path}: field '{key}' is {saved!r} in the checkpoint but {mine!r} in this run; "
+                                 "it must match to resume (world size, strategy, per-device batch and accumulation "
+                                 "may change), or consolidate it with python -m solution.consolidate and start anew")
+        skip = self._skip_batches(path, state)
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
+        route = resume_route(state.fingerprint, self.fingerprint)
+        same_world = state.fingerprint.get("world_size", self.accelerator.num_processes) == self.accelerator.num_processes
+        if same_world:
+            self._check_rng_files(path)
+        if route == "native":
+            self.accelerator.load_state(str(path))
+        elif route == "universal":
+            load_universal(path, target.model, self.accelerator, self.log)
+        else:
+            target.load_full_state(full_weights(path))
+            if self.fingerprint.get("optim", "sgd") != "sgd":  # plain SGD keeps no state
+                target.load_full_optimizer_state(full_optimizer_state(path, target.param_names, self.accelerator))
+            if same_world:
+                restore_rng(path, self.accelerator.process_index)
+        if not same_world:
+            reseed(target.seed if target else 0, state.step, self.accelerator.process_index, self.log)
+        self.scheduler.load_state_dict(state.scheduler)
+        if route != "native":  # load_state_dict restores the schedule's position, not the rate in the optimizer
+            for group, lr in zip(self.scheduler.optimizer.param_groups, self.scheduler.get_last_lr()):
+                group["lr"] = lr
+        step, epoch = state.step, state.epoch
+        if skip >= batches_per_epoch:  # the checkpoint closed its epoch
+            epoch, skip = epoch + 1, 0
+        self.log(f"resumed from {path} ({route}, {state.fingerprint.get('strategy')} x"
+                 f"{state.fingerprint.get('world_size')}): step {step}, epoch {epoch}, {skip} batches into it")
+        return step, epoch, skip
+
+    def _skip_batches(self, path: Path, state: TrainerState) -> int:
+        """This run's batches (per rank) to skip: the checkpoint's samples over this run's samples per batch."""
+        per_batch = self.fingerprint.get("per_device_train_batch_size", 1) * self.accelerator.num_processes
+        samples = state.samples()
+        if samples >= state.fingerprint.get("train_windows", samples + 1):
+            return samples  # the checkpoint closed its epoch (its last batch may have been partial): none left
+        if samples % per_batch:
+            raise ValueError(f"{path}: field 'samples_into_epoch' is {samples}, not a multiple of this run's "
+                             f"per-device batch x world size ({per_batch}); resume with a layout that divides it")
+        return samples // per_batch
+
+    def _check_rng_files(self, path: Path) -> None:
         for rank in range(self.accelerator.num_processes):
             # Accelerate only logs "Could not load random states" and goes on: dropout would then differ.
             rng = path / f"random_states_{rank}.pkl"
             if not rng.is_file():
                 raise ValueError(f"{rng}: missing; rank {rank}'s RNG state is needed to continue exactly "
                                  "(dropout); resume from another checkpoint")
-        self.accelerator.load_state(str(path))
-        self.scheduler.load_state_dict(state.scheduler)
-        step, epoch, batches = state.step, state.epoch, state.batches_into_epoch
-        if batches >= batches_per_epoch:  # the checkpoint closed its epoch
-            epoch, batches = epoch + 1, 0
-        self.log(f"resumed from {path}: step {step}, epoch {epoch}, {batches} batches into it")
-        return step, epoch, batches
+
+
+# -- resuming in another layout: the route, the universal checkpoint, full state, RNG ---------------
+@dataclass
+class ResumeTarget:
+    """What a resume outside Accelerate's own load_state needs from the trainer."""
+
+    model: object  # the prepared model (a DeepSpeed engine for the universal route)
+    load_full_state: Callable[[dict], None]  # full fp32 weights by name -> this run's engine
+    load_full_optimizer_state: Callable[[dict], None]  # Adam's state by name (`full_optimizer_state`) -> its optimizer
+    param_names: list  # the optimizer's parameters by name, in param_groups order (optimizer.bin numbers them so)
+    seed: int = 0
+
+
+def engine_family(strategy: str) -> str:
+    """Checkpoints of one family share a layout: plain weights (single, ddp), ZeRO partitions, FSDP2's DCP."""
+    return "deepspeed" if strategy.startswith("zero") else "fsdp" if strategy.startswith("fsdp") else "plain"
+
+
+def resume_route(saved: dict, mine: dict) -> str:
+    """How a checkpoint written with `saved`'s layout is loaded by a run with `mine` (both fingerprints).
+
+    native: Accelerate's load_state. Same strategy and world size; or plain weights at any world size
+    (one file); or FSDP2 at another world size (the distributed checkpoint reshards on load).
+    universal: ZeRO-1/2, same stage, another world size, with Adam's state to carry: DeepSpeed's
+    universal checkpoint. full: anything else, through full state by parameter name: fp32 weights
+    (`full_weights`) and Adam's moments and step count (`full_optimizer_state`)."""
+    s_strategy, m_strategy = saved.get("strategy") or "single", mine.get("strategy") or "single"
+    family = engine_family(s_strategy)
+    if (s_strategy == m_strategy and saved.get("world_size") == mine.get("world_size")) or \
+            (family == engine_family(m_strategy) and family in ("plain", "fsdp")):
+        return "native"
+    # ZeRO-3's universal loader (DeepSpeed 0.19.8) resumes 2 ranks on 1 off by 7e-4 after one AdamW step
+    # (measured; it also gives every param group the first one's weight decay), ZeRO-1/2's matches: ZeRO-3
+    # takes the universal checkpoint's files through full state instead, which matches. SGD keeps no
+    # state, and ds_to_universal refuses a checkpoint without Adam's moments.
+    if s_strategy == m_strategy and mine.get("zero_stage") in (1, 2) and mine.get("optim") != "sgd":
+        return "universal"
+    return "full"
+
+
+def full_weights(ckpt: Path) -> dict:
+    """Full fp32 weights by name, from any checkpoint layout (files already verified)."""
+    from solution.consolidate import full_state_dict
+
+    return full_state_dict(ckpt, verify=False)
+
+
+ADAM_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+def _adam_state(state: dict) -> dict:
+    """One parameter's Adam state as the full-state route carries it: full tensors and the step as a number."""
+    step = state["step"]
+    return {"step": float(step.item() if torch.is_tensor(step) else step), **{k: state[k] for k in ADAM_KEYS}}
+
+
+def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
+    """Adam's state by parameter name, full tensors, from any checkpoint layout (files already verified).
+
+    Plain: Accelerate's optimizer.bin numbers parameters in param_groups order (`names`). FSDP2: the
+    distributed checkpoint of the optimizer, keyed by name, gathered whole. DeepSpeed: the universal
+    checkpoint's per-parameter files (converted once by the main process)."""
+    kind = checkpoint_kind(ckpt)
+    if kind == "deepspeed":
+        if accelerator.is_main_process:
+            convert_to_universal(ckpt)
+        accelerator.wait_for_everyone()
+        zero = ckpt / UNIVERSAL_DIR / DS_TAG / "zero"
+        # Written by ds_to_universal from verified files. ZeRO-1/2 give each parameter its step.pt, ZeRO-3
+        # keeps the step in the common optimizer_state.pt only.
+        common = torch.load(zero / "optimizer_state.pt", map_location="cpu", weights_only=False)
+        step = common.get("optimizer_state_dict", {}).get("state", {0: {}})[0].get("step")
+        out = {}
+        for name in names:
+            keys = ("step", *ADAM_KEYS) if step is None else ADAM_KEYS
+            files = {k: torch.load(zero / name / f"{k}.pt", map_location="cpu", weights_only=False) for k in keys}
+            out[name] = _adam_state({"step": step, **{k: v["param"] if isinstance(v, dict) else v
+                                                      for k, v in files.items()}})
+        return out
+    if kind == "fsdp":
+        import tempfile
+
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(ckpt / "optimizer_0"), f"{tmp}/optimizer.pt")
+            loaded = torch.load(f"{tmp}/optimizer.pt", map_location="cpu", weights_only=True)
+        return {name: _adam_state(st) for name, st in loaded["optimizer"]["state"].items()}
+    loaded = torch.load(ckpt / "optimizer.bin", map_location="cpu", weights_only=True)
+    return {names[i]: _adam_state(st) for i, st in loaded["state"].items()}
+
+
+UNIVERSAL_DIR = "universal"  # checkpoint-N/universal/<DS_TAG>/: DeepSpeed's universal checkpoint, converted once
+
+
+def convert_to_universal(ckpt: Path) -> Path:
+    """checkpoint-N/universal, converted from the ZeRO partitions by DeepSpeed's ds_to_universal on first
+    use (written to a temporary name, then renamed: a later resume finds it whole or converts again)."""
+    import argparse
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    final = ckpt / UNIVERSAL_DIR
+    if (final / DS_TAG).is_dir():
+        return final
+    tmp = ckpt / f"{UNIVERSAL_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    args = argparse.Namespace(input_folder=str(ckpt / DS_TAG), output_folder=str(tmp / DS_TAG),
+                              num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True,
+                              # Accelerate's save_state writes no universal-checkpoint info; none is needed
+                              # without tensor or pipeline parallelism.
+                              inject_missing_state=True)
+    ds_to_universal.main(args)
+    publish_dir(tmp, final)
+    return final
+
+
+def load_universal(ckpt: Path, engine, accelerator, log: Callable[[str], None]) -> None:
+    """ZeRO-1/2 at another world size: the universal checkpoint (converted by the main process), loaded by an
+    engine built with `"checkpoint": {"load_universal": true}` (solution.strategy)."""
+    if accelerator.is_main_process:
+        log(f"converting {ckpt / DS_TAG} to a universal checkpoint in {ckpt / UNIVERSAL_DIR}")
+        convert_to_universal(ckpt)
+    accelerator.wait_for_everyone()
+    engine.load_checkpoint(str(ckpt / UNIVERSAL_DIR), tag=DS_TAG)
+
+
+def restore_rng(ckpt: Path, rank: int) -> None:
+    """This rank's RNG states as Accelerate saved them (random_states_<rank>.pkl), when resuming outside it."""
+    import random
+
+    import numpy as np
+
+    with torch.serialization.safe_globals(_safe_globals()):
+        states = torch.load(ckpt / f"random_states_{rank}.pkl", weights_only=True)
+    random.setstate(states["random_state"])
+    np.random.set_state(states["numpy_random_seed"])
+    torch.set_rng_state(states["torch_manual_seed"])
+    if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
+
+
+def reseed(seed: int, step: int, rank: int, log: Callable[[str], None]) -> None:
+    """Another world size: the old ranks' RNG states have no counterpart here. Each rank is seeded from
+    (seed, step, rank), so a resume is repeatable, but dropout draws cannot continue the old run's."""
+    from accelerate.utils import set_seed
+
+    set_seed(seed * 1_000_003 + step * 1_009 + rank)
+    log("the world size changed: dropout draws cannot continue exactly (they differ between world sizes "
+        f"anyway); each rank's RNG is seeded from (seed {seed}, step {step}, rank)")
 
 
 # -- layout readers (also used by solution.consolidate) ------------------------------------------

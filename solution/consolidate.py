@@ -21,9 +21,11 @@ import torch
 from solution.checkpoint import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
 
 
-def full_state_dict(ckpt: Path) -> dict:
-    """Full float32 weights of a checkpoint, whatever strategy wrote it."""
-    verify_checkpoint_files(ckpt, show_progress=True)
+def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
+    """Full float32 weights of a checkpoint, whatever strategy wrote it (`verify`: check its files first;
+    a resume checked them already)."""
+    if verify:
+        verify_checkpoint_files(ckpt, show_progress=True)
     kind = checkpoint_kind(ckpt)
     if kind == "deepspeed":
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint

@@ -151,6 +151,8 @@ class Plan:
     """FSDP from `accelerate launch`: its FSDP_* environment variables fill the plugin."""
     fsdp_offload: bool = False
     """FSDP2 only: `cpu_offload` (or the launch YAML's fsdp_offload_params); DeepSpeed's offload is in its JSON."""
+    ds_load_universal: bool = False
+    """DeepSpeed only: the run resumes a ZeRO checkpoint of another world size through its universal checkpoint."""
 
     @property
     def is_deepspeed(self) -> bool:
@@ -336,10 +338,27 @@ def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
         # 2 ranks: step 1.2-1.3x -> 1.0x of DDP's, model states 11 -> 10 bytes per parameter).
         ds["zero_optimization"]["overlap_comm"] = False
         ds["zero_optimization"]["contiguous_gradients"] = False
+    if plan.ds_load_universal:  # read at engine construction: see resumes_universal
+        ds["checkpoint"] = {"load_universal": True}
     if plan.zero_stage == 3:
         # Needed for get_state_dict to gather full weights (else it raises).
         ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
     return ds
+
+
+def resumes_universal(cfg, plan: Plan) -> bool:
+    """Whether this run resumes a ZeRO checkpoint through DeepSpeed's universal checkpoint (same stage,
+    another world size, optimizer state to carry); the engine must be built knowing it."""
+    if not (plan.is_deepspeed and cfg.resume_from_checkpoint):
+        return False
+    from solution.checkpoint import TrainerState, find_checkpoint, resume_route
+
+    path = find_checkpoint(cfg.output_dir, cfg.resume_from_checkpoint)
+    if path is None:  # --resume auto with nothing to resume: a fresh start
+        return False
+    saved = TrainerState.read(path).fingerprint
+    mine = {"strategy": plan.name, "zero_stage": plan.zero_stage, "world_size": _world_size(), "optim": cfg.optim}
+    return resume_route(saved, mine) == "universal"
 
 
 def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
@@ -429,6 +448,30 @@ def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
                          f"started {_world_size()}; ranks would not be synchronised")
 
 
+def ds_set_full(param, value: torch.Tensor, key: Optional[str] = None) -> None:
+    """This rank's part of a full fp32 value (the master weight, or optimizer state `key`) of a ZeRO parameter.
+
+    DeepSpeed's safe_set_full_fp32_param/safe_set_full_optimizer_state, except under ZeRO-3, where
+    0.19.8 slices the last rank's partition past the end of a parameter whose size does not divide by
+    the world size (a 5-element bias on 2 ranks: "start (3) + length (3) exceeds dimension size (5)");
+    here the value is padded with zeros as ZeRO-3 pads that partition."""
+    from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
+
+    if not hasattr(param, "ds_id"):  # ZeRO-1/2
+        safe_set_full_fp32_param(param, value) if key is None else safe_set_full_optimizer_state(param, value, key)
+        return
+    if not param.requires_grad:
+        return
+    opt = param._z3_optimizer
+    part, group = opt._get_fp32_opt_state_partition(param, release_swap_buffers=False, optim_state_key=key)
+    start = part.numel() * opt._get_param_partition_rank(param)
+    flat = value.flatten()
+    flat = torch.nn.functional.pad(flat, (0, max(0, start + part.numel() - flat.numel())))
+    part.data.copy_(flat.narrow(0, start, part.numel()))
+    if opt._swappable_optimizer_subgroup(group):  # NVMe offload: write the subgroup back, as DeepSpeed does
+        opt._optimizer_states_and_gradient_swap_out(group)
+
+
 class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
@@ -436,6 +479,7 @@ class Strategy:
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
+        self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                       log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
@@ -570,6 +614,70 @@ class Strategy:
                 if acc.is_main_process else None
         state = acc.get_state_dict(model)
         return state if acc.is_main_process else None
+
+    def load_full_state(self, model, state: dict) -> None:
+        """Full fp32 weights by name (every rank holds them all) into the prepared model: resuming a
+        checkpoint of another engine. DeepSpeed: the module's weights (gathered under ZeRO-3, then
+        re-partitioned from rank 0) and the optimizer's fp32 master copy. FSDP2: torch's full state dict,
+        each rank keeping its shards. DDP/single: the module's state dict."""
+        if self.plan.is_deepspeed:
+            import deepspeed
+
+            params = dict(model.module.named_parameters())
+            with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=0):
+                with torch.no_grad():
+                    for name, p in params.items():
+                        p.data.copy_(state[name].view(p.shape))
+            for name, p in params.items():
+                ds_set_full(p, state[name].to(self.accelerator.device))
+            return
+        if self.plan.is_fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+            return
+        self.accelerator.unwrap_model(model).load_state_dict(state)
+
+    def load_full_optimizer_state(self, model, optimizer, names: list, moments: dict) -> None:
+        """Adam's state by parameter name (full tensors, `step` a number) into the prepared optimizer.
+        DeepSpeed: each rank's partition of the moments, and the step count of the optimizer over its
+        flat partitions. FSDP2: torch's full optimizer state dict, sharded on load. DDP/single: the
+        optimizer's own state dict, parameters numbered in param_groups order (`names`)."""
+        if self.plan.is_deepspeed:
+            zero, base = model.optimizer, model.optimizer.optimizer  # base: Adam over ZeRO's flat fp32 partitions
+            # Adam's state appears at the first step: create it here, as DeepSpeed's universal loader does
+            # (DeepSpeed's CPU Adam counts steps in an int), and, under ZeRO-1/2, link it to each parameter.
+            flats = getattr(zero, "fp32_partitioned_groups_flat", None) or zero.single_partition_of_fp32_groups
+            for flat in flats:
+                state = base.state[flat]
+                state.setdefault("step", 0 if type(base).__name__ == "DeepSpeedCPUAdam" else torch.tensor(0.0))
+                for key in ("exp_avg", "exp_avg_sq"):
+                    state.setdefault(key, torch.zeros_like(flat))
+            if hasattr(zero, "_lazy_init_hp_params_optimizer_state"):
+                zero._lazy_init_hp_params_optimizer_state()
+            for name, p in model.module.named_parameters():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    ds_set_full(p, moments[name][key].to(self.accelerator.device), key)
+            step = next(iter(moments.values()))["step"]
+            for state in base.state.values():
+                state["step"] = torch.full_like(state["step"], step) if torch.is_tensor(state["step"]) else int(step)
+            return
+        inner = optimizer.optimizer  # Accelerate's AcceleratedOptimizer wraps the torch optimizer
+        full = {n: {"step": torch.tensor(m["step"]), "exp_avg": m["exp_avg"], "exp_avg_sq": m["exp_avg_sq"]}
+                for n, m in moments.items()}
+        if self.plan.is_fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_optimizer_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True)
+            state = get_optimizer_state_dict(model, inner, options=options)  # param_groups keyed by name
+            set_optimizer_state_dict(model, inner, {**state, "state": full}, options=options)
+            return
+        state = inner.state_dict()
+        inner.load_state_dict({**state, "state": {i: full[n] for i, n in enumerate(names)}})
 
     def close(self) -> None:
         """Tear down the process group (else ranks can die with 'terminate called without an active exception')."""

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.checkpoint import CheckpointDiskFull, Checkpointer, find_checkpoint
+from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message
@@ -55,6 +55,12 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
         if p.requires_grad:
             (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def parameter_order(model: torch.nn.Module, groups: list) -> list:
+    """The optimizer's parameters by name, in the order its state dict numbers them."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in groups for p in group["params"]]
 
 
 class EpochShuffle(torch.utils.data.Sampler):
@@ -190,12 +196,14 @@ class StartRecord:
     distributed_type: str
     cpu_offload: bool
     train_data: dict
+    optim: str
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                        "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
-                   "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps")
+                   "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
+                   "optim", "num_parameters", "train_windows")
 
     def as_dict(self) -> dict:
         record = {"event": "start", **asdict(self)}
@@ -208,10 +216,13 @@ class StartRecord:
         return {k: getattr(self, k) for k in self.FINGERPRINT}
 
     def resume_key(self) -> dict:
-        """The fields a checkpoint must share with the run resuming it: the engine's state is laid out
-        per rank and per batch shape, and a different batch would change what "step N" means."""
-        return {k: getattr(self, k) for k in ("strategy", "world_size", "global_batch_size",
-                                              "per_device_train_batch_size", "gradient_accumulation_steps")}
+        """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
+        means), precision and optimizer, the model and the data. World size, strategy and per-device batch
+        against accumulation may change (solution.checkpoint.resume_route). The number of steps is not
+        checked: a run stopped by a signal may go on with another max_steps (the schedule's position
+        comes from the checkpoint)."""
+        return {k: getattr(self, k) for k in ("global_batch_size", "mixed_precision", "optim", "num_parameters",
+                                              "train_windows")}
 
 
 @dataclass
@@ -390,7 +401,7 @@ class Trainer:
             train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
             strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
             train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
-            else {"source": cfg.data_source})
+            else {"source": cfg.data_source}, optim=cfg.optim)
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
@@ -399,7 +410,9 @@ class Trainer:
         train_set = self.train_dataset()
         sampler = EpochShuffle(len(train_set), cfg.seed)
         loader = self.data_loader(train_set, sampler)
-        optimizer = self.strategy.make_optimizer(param_groups(self.model, cfg), cfg)
+        groups = param_groups(self.model, cfg)
+        param_names = parameter_order(self.model, groups)  # before prepare(): engines may replace the parameters
+        optimizer = self.strategy.make_optimizer(groups, cfg)
         memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
@@ -420,7 +433,10 @@ class Trainer:
                           num_epochs, start, memory)
         path = self.resume_path()
         if path:
-            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch)
+            target = ResumeTarget(model, partial(self.strategy.load_full_state, model),
+                                  partial(self.strategy.load_full_optimizer_state, model, optimizer, param_names),
+                                  param_names, cfg.seed)
+            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         self.open_outputs(start)
         return run

@@ -8,11 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from solution.checkpoint import LATEST, CheckpointDiskFull, Checkpointer, TrainerState, find_checkpoint, numbered_checkpoints
+from solution.checkpoint import (
+    LATEST,
+    CheckpointDiskFull,
+    Checkpointer,
+    TrainerState,
+    find_checkpoint,
+    numbered_checkpoints,
+    resume_route,
+)
 
 
 class FakeAccelerator:
-    is_main_process, num_processes = True, 1
+    is_main_process, num_processes, process_index = True, 1, 0
 
     def __init__(self, fail_with=None):
         self.fail_with, self.loaded = fail_with, None
@@ -41,7 +49,7 @@ class FakeScheduler:
         self.value = state["value"]
 
 
-FINGERPRINT = {"strategy": "ddp", "world_size": 1}
+FINGERPRINT = {"strategy": "ddp", "world_size": 1, "per_device_train_batch_size": 4}
 
 
 def checkpointer(out, every=2, limit=None, acc=None, scheduler=None):
@@ -58,7 +66,7 @@ def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, m
     assert path == tmp_path / "checkpoint-2" and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
     state = json.loads((path / "trainer_state.json").read_text())
     assert state == {"format": "nq-bert-qa-checkpoint/1", "step": 2, "epoch": 0, "batches_into_epoch": 2,
-                     "scheduler": {"value": 7}, **FINGERPRINT}
+                     "samples_into_epoch": 8, "scheduler": {"value": 7}, **FINGERPRINT}
     assert TrainerState.read(path).fingerprint == FINGERPRINT
     assert ck.save_now(2, 0, 2) == path and ck.saved_step == 2  # just written: not written again
     assert not list(tmp_path.glob("*.tmp"))
@@ -120,3 +128,72 @@ def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):
     (path / "random_states_0.pkl").unlink()
     with pytest.raises(ValueError, match="random_states_0.pkl: missing"):
         ck.load(path, FINGERPRINT, batches_per_epoch=4)
+
+
+def test_the_position_is_counted_in_samples_of_the_global_order(tmp_path, monkeypatch):
+    """Saved 3 batches into an epoch at 4 per device x 1 rank (12 samples): a run at 2 per device x 2
+    ranks skips 3 of its batches, one at 3 x 2 skips 2; 8 x 1 does not divide 12 and is refused."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = checkpointer(tmp_path).save(4, 1, 3)
+    for per_device, skip in ((2, 3), (3, 2)):
+        acc = FakeAccelerator()
+        acc.num_processes = 2
+        ck = Checkpointer(acc, tmp_path, FakeScheduler(), {**FINGERPRINT, "world_size": 2, "per_device_train_batch_size":
+                          per_device}, save_due=lambda s, e: False, log=lambda m: None)
+        ck._check_rng_files = lambda path: None
+        monkeypatch.setattr("solution.checkpoint.reseed", lambda *a: None)
+        assert ck.load(path, {}, batches_per_epoch=10) == (4, 1, skip)
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "per_device_train_batch_size": 8},
+                      save_due=lambda s, e: False, log=lambda m: None)
+    with pytest.raises(ValueError, match="field 'samples_into_epoch' is 12, not a multiple of .* \\(8\\)"):
+        ck.load(path, {}, batches_per_epoch=10)
+
+
+def test_a_checkpoint_without_the_sample_count_reads_its_batches(tmp_path):
+    path = checkpointer(tmp_path).save(4, 1, 3)
+    record = json.loads((path / "trainer_state.json").read_text())
+    del record["samples_into_epoch"]
+    record["world_size"] = 2
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    assert TrainerState.read(path).samples() == 3 * 4 * 2
+
+
+def test_must_match_fields_are_named(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "global_batch_size": 8},
+                        save_due=lambda s, e: True, log=lambda m: None).save(2, 0, 2)
+    with pytest.raises(ValueError, match="field 'global_batch_size' is 8 in the checkpoint but 16 in this run; it must"):
+        checkpointer(tmp_path).load(path, {"global_batch_size": 16}, batches_per_epoch=4)
+
+
+@pytest.mark.parametrize("saved,mine,route", [
+    (("ddp", 2, None), ("ddp", 2, None), "native"),
+    (("ddp", 2, None), ("single", 1, None), "native"),  # plain weights: one file at any world size
+    (("fsdp", 2, None), ("fsdp", 1, None), "native"),  # the distributed checkpoint reshards on load
+    (("zero2", 2, 2), ("zero2", 2, 2), "native"),
+    (("zero3", 2, 3), ("zero3_offload", 2, 3), "full"),
+    (("zero2", 2, 2), ("zero2", 1, 2), "universal"),
+    (("zero3", 2, 3), ("zero3", 1, 3), "full"),  # ZeRO-3's universal loader is off (see resume_route)
+    (("zero2", 2, 2), ("zero3", 2, 3), "full"),
+    (("zero2", 2, 2), ("fsdp", 2, None), "full"),
+    (("single", 1, None), ("zero3", 2, 3), "full"),
+])
+def test_the_resume_route_follows_the_engine_and_the_world_size(saved, mine, route):
+    def layout(strategy, world, stage):
+        return {"strategy": strategy, "world_size": world, "zero_stage": stage, "optim": "adamw_torch"}
+
+    assert resume_route(layout(*saved), layout(*mine)) == route
+    if route == "universal":  # SGD keeps no state: full weights are all there is to carry
+        assert resume_route(layout(*saved), {**layout(*mine), "optim": "sgd"}) == "full"
+
+
+def test_a_closed_epoch_needs_no_division(tmp_path, monkeypatch):
+    """100 windows at 8 a batch: the epoch closes after 13 batches (104 samples counted, the last batch
+    partial); a run at 3 samples a batch starts the next epoch instead of refusing 104 / 3."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    written = {**FINGERPRINT, "per_device_train_batch_size": 8, "train_windows": 100}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
+                        log=lambda m: None).save(13, 0, 13)
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**written, "per_device_train_batch_size": 3},
+                      save_due=lambda s, e: False, log=lambda m: None)
+    assert ck.load(path, {}, batches_per_epoch=34) == (13, 1, 0)
