@@ -197,13 +197,15 @@ class StartRecord:
     cpu_offload: bool
     train_data: dict
     optim: str
+    schedule: dict = field(default_factory=dict)  # lr_scheduler_type, learning_rate, num_warmup_steps
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                        "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
-                   "optim", "num_parameters", "train_windows")
+                   "optim", "num_parameters", "train_windows", "schedule")
+    RATE_IGNORES_LENGTH = ("constant", "constant_with_warmup")  # schedules whose rates do not depend on max_steps
 
     def as_dict(self) -> dict:
         record = {"event": "start", **asdict(self)}
@@ -217,12 +219,14 @@ class StartRecord:
 
     def resume_key(self) -> dict:
         """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
-        means), precision and optimizer, the model and the data. World size, strategy and per-device batch
-        against accumulation may change (solution.checkpoint.resume_route). The number of steps is not
-        checked: a run stopped by a signal may go on with another max_steps (the schedule's position
-        comes from the checkpoint)."""
-        return {k: getattr(self, k) for k in ("global_batch_size", "mixed_precision", "optim", "num_parameters",
-                                              "train_windows")}
+        means), precision and optimizer, the model, the data and the learning-rate schedule (its type, peak
+        rate, warm-up, and its length unless the rates do not depend on it: under a constant schedule a
+        stopped run may go on to another max_steps). World size, strategy and per-device batch against
+        accumulation may change (solution.checkpoint.resume_route)."""
+        keys = ["global_batch_size", "mixed_precision", "optim", "num_parameters", "train_windows", "schedule"]
+        if self.schedule.get("lr_scheduler_type") not in self.RATE_IGNORES_LENGTH:
+            keys.append("num_optimizer_steps")
+        return {k: getattr(self, k) for k in keys}
 
 
 @dataclass
@@ -401,7 +405,9 @@ class Trainer:
             train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
             strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
             train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
-            else {"source": cfg.data_source}, optim=cfg.optim)
+            else {"source": cfg.data_source}, optim=cfg.optim,
+            schedule={"lr_scheduler_type": cfg.lr_scheduler_type, "learning_rate": cfg.learning_rate,
+                      "num_warmup_steps": cfg.num_warmup_steps(total_steps)})
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""

@@ -197,3 +197,19 @@ def test_a_closed_epoch_needs_no_division(tmp_path, monkeypatch):
     ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**written, "per_device_train_batch_size": 3},
                       save_due=lambda s, e: False, log=lambda m: None)
     assert ck.load(path, {}, batches_per_epoch=34) == (13, 1, 0)
+
+
+def test_the_schedule_must_match_and_its_length_unless_constant():
+    """A resumed run keeps the learning-rate schedule: its type, peak rate and warm-up, and max_steps too
+    unless the rates do not depend on it (a constant schedule, where a stopped run may be extended)."""
+    from dataclasses import replace
+
+    from solution.train import StartRecord
+
+    start = StartRecord("ddp", "DistributedDataParallel", None, 2, 2, 2, 8, "no", 100, 1, 64, "cpu", 10, "x", "y",
+                        False, {}, "sgd", {"lr_scheduler_type": "linear", "learning_rate": 0.3, "num_warmup_steps": 10})
+    key = start.resume_key()
+    assert key["num_optimizer_steps"] == 100 and key["schedule"]["learning_rate"] == 0.3
+    assert "world_size" not in key and "strategy" not in key
+    constant = replace(start, schedule={**start.schedule, "lr_scheduler_type": "constant"})
+    assert "num_optimizer_steps" not in constant.resume_key() and "schedule" in constant.resume_key()

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
        "--per_device_train_batch_size", "8", "--optim", "sgd", "--learning_rate", "0.3", "--dropout", "0.1",
        "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
+CONSTANT = ("--lr_scheduler_type", "constant")  # its rates do not depend on max_steps, which a resume then may change
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
@@ -61,9 +62,9 @@ def test_resume_in_the_third_epoch_with_dropout_is_bitwise(tmp_path):
 
 
 def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
-    assert train(tmp_path, "--max_steps", "2", "--save_steps", "1").returncode == 0
+    assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
     (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
-    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest")
+    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest", *CONSTANT)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc) == [x for x in proc.stderr.splitlines() if "random_states_0.pkl: missing" in x]
     assert len(error_lines(proc)) == 1 and str(tmp_path / "checkpoint-2") in error_lines(proc)[0]
@@ -140,7 +141,7 @@ def wait_for_first_step(proc, out: Path, timeout: float = 120) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
-    cmd = [sys.executable, "-m", "solution.train", *RUN, "--max_steps", "100000", "--output_dir", str(tmp_path)]
+    cmd = [sys.executable, "-m", "solution.train", *RUN, "--max_steps", "100000", *CONSTANT, "--output_dir", str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_first_step(proc, tmp_path)
     os.kill(proc.pid, sig)
@@ -151,6 +152,6 @@ def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
     assert line == (f"stopped by {sig.name} at step {step}: saved {tmp_path / f'checkpoint-{step}'}; "
                     "continue with --resume latest"), line
     assert (tmp_path / "latest").read_text().strip() == f"checkpoint-{step}" and not (tmp_path / "model").exists()
-    resumed = train(tmp_path, "--max_steps", str(step + 2), "--resume", "latest")
+    resumed = train(tmp_path, "--max_steps", str(step + 2), "--resume", "latest", *CONSTANT)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(steps(tmp_path))[-2:] == [step + 1, step + 2] and (tmp_path / "model").is_dir()
