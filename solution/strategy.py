@@ -637,9 +637,12 @@ def shutdown() -> None:
     their objects collected before the interpreter exits: a gloo process group still alive then is destroyed
     during interpreter teardown, which is where "terminate called without an active exception" came from
     (docs/cpu-distributed-facts.md, "Shutting down")."""
-    if _OPEN is not None:
-        _OPEN.close(barrier=False)
-    _destroy_process_groups()
+    try:
+        if _OPEN is not None:
+            _OPEN.close(barrier=False)
+        _destroy_process_groups()
+    except Exception as e:  # in a `finally`: a teardown error must not hide why training ended
+        print(f"warning: rank {_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
 
 
 # -- DeepSpeed's shared memory on CPU ---------------------------------------------------------------------
