@@ -38,6 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from solution.net import free_port  # noqa: E402
+from solution.strategy import remove_shm_buffers  # noqa: E402
 
 STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op"]
 K = 12  # Adam, mixed precision: fp32 master copy + two fp32 moments
@@ -56,13 +57,17 @@ def paper_bytes(strategy: str, psi: int, n: int) -> float:
 
 def run_training(out: Path, nproc: int, args: list, threads: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
+    port = free_port()
     if nproc == 1:
         cmd = [sys.executable, "-m", "solution.train", *args, "--output_dir", str(out)]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(free_port()), "-m", "solution.train", *args, "--output_dir", str(out)]
+               "--master_port", str(port), "-m", "solution.train", *args, "--output_dir", str(out)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    finally:  # a run that failed or was interrupted (Ctrl-C) had no chance to unlink DeepSpeed's CPU buffers
+        remove_shm_buffers(port)
     wall = time.perf_counter() - t0
     (out.parent / f"{out.name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:

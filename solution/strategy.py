@@ -38,7 +38,9 @@ on them and checks the result:
 from __future__ import annotations
 
 import copy
+import gc
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -371,6 +373,8 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
                           MASTER_PORT=str(free_port()))
     if plan.name == "zero3_offload" and cfg.optim == "adamw_torch":
         _require_cpu_adam()
+    if not cuda:
+        _drop_stale_shm_buffers()
     # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
     # process), then partitioned by the engine. Building it inside zero.Init would only matter for
     # models that do not fit one device's memory, far above BERT sizes.
@@ -484,6 +488,10 @@ class Strategy:
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                       log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
         self.accelerator = build(cfg, self.plan, self.cuda, kwargs)
+        global _OPEN
+        _OPEN = self  # from here on, shutdown() has something to close
+        # DeepSpeed on CPU: its shared-memory buffers are mapped by now; unlink them (see the function).
+        self._shm_port = _unlink_own_shm_buffer() if self.plan.is_deepspeed and not self.cuda else None
         verify_launch(self.accelerator, self.plan, self.cuda)
 
     # -- facts ------------------------------------------------------------------
@@ -679,10 +687,141 @@ class Strategy:
         state = inner.state_dict()
         inner.load_state_dict({**state, "state": {i: full[n] for i, n in enumerate(names)}})
 
-    def close(self) -> None:
-        """Tear down the process group (else ranks can die with 'terminate called without an active exception')."""
+    def close(self, barrier: bool = True) -> None:
+        """Shut down in order; once, whatever way training ends (see `shutdown`).
+
+        barrier: wait for every rank first (a run that finished); False on an error or a signal, where
+        a rank may be gone or still inside another collective, so waiting could hang or pair wrongly."""
+        global _OPEN
+        if _OPEN is not self:
+            return
+        _OPEN = None
         import torch.distributed as dist
 
-        self.accelerator.end_training()
+        if barrier and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            _barrier(CLOSE_BARRIER_TIMEOUT_S)
+        try:
+            # First, while deepspeed.comm still works (DeepSpeed's engine.destroy() asks it for the rank):
+            # the engine's hooks and Accelerate's references to the engine, models and optimizers go.
+            self.accelerator.free_memory()
+        finally:
+            _destroy_process_groups()
+            self.accelerator.end_training()  # the trackers finish (its process-group teardown is done already)
+            if self._shm_port is not None:  # unlinked after start-up already; this catches a failed barrier there
+                remove_shm_buffers(self._shm_port, rank=_rank())
+
+
+CLOSE_BARRIER_TIMEOUT_S = 300
+"""How long a finished rank waits at the closing barrier for the others before shutting down anyway."""
+
+_OPEN: Optional[Strategy] = None
+"""The strategy this process built and has not closed: what `shutdown` closes on the way out."""
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _barrier(timeout_s: float) -> None:
+    """Every rank reaches this point, or a timeout: a rank that died must not leave the others waiting."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    try:
+        if dist.get_backend() == "gloo":  # gloo only: a barrier that names the ranks that did not arrive
+            dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+        else:
+            dist.barrier()
+    except RuntimeError as e:  # a rank is gone: shut down this one all the same
+        print(f"warning: rank {_rank()}: closing barrier failed ({str(e).splitlines()[0][:200]}); "
+              "shutting down without it", file=sys.stderr, flush=True)
+
+
+def _destroy_process_groups() -> None:
+    """Destroy every process group through DeepSpeed's comm layer (which also drops the references it keeps
+    in deepspeed.utils.groups) or torch; then collect, so that the gloo groups' C++ objects are destroyed
+    here, joining their worker threads, and not during interpreter exit."""
+    import torch.distributed as dist
+
+    ds_comm = sys.modules.get("deepspeed.comm.comm")
+    if ds_comm is not None and ds_comm.cdb is not None:
         if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+            ds_comm.destroy_process_group()
+        ds_comm.cdb = None  # its backend object: nothing left to talk to
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    gc.collect()
+
+
+def shutdown() -> None:
+    """The last step of every way out of training: `finally: strategy.shutdown()` in `solution.train.main`.
+
+    A run that finished has closed its strategy already (`Strategy.close` after the final barrier). After an
+    error or a signal it is closed here without a barrier. Either way the process groups are destroyed and
+    their objects collected before the interpreter exits: a gloo process group still alive then is destroyed
+    during interpreter teardown, which is where "terminate called without an active exception" came from
+    (docs/cpu-distributed-facts.md, "Shutting down")."""
+    try:
+        if _OPEN is not None:
+            _OPEN.close(barrier=False)
+        _destroy_process_groups()
+    except Exception as e:  # in a `finally`: a teardown error must not hide why training ended
+        print(f"warning: rank {_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
+
+
+# -- DeepSpeed's shared memory on CPU ---------------------------------------------------------------------
+
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "deepspeed_allreduce_buffer"
+"""DeepSpeed's CPU all-reduce (ops/csrc/cpu/comm/shm.cpp) maps one 66 MB file per rank, named
+deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, when every rank runs on this host
+(the `deepspeed` launcher sets LOCAL_SIZE; torchrun and accelerate launch do not), and never unlinks it."""
+
+
+def shm_buffers(port, rank: Optional[int] = None) -> list[Path]:
+    """This user's DeepSpeed shared-memory files of the run that rendezvoused at `port` (one rank's, or all)."""
+    found = []
+    for path in SHM_DIR.glob(f"{SHM_PREFIX}_{os.getuid()}_*_{port}_*"):
+        *_, got_port, got_rank = path.name.rsplit("_", 2)  # the address may hold anything but the port cannot
+        if got_port == str(port) and got_rank.isdigit() and (rank is None or int(got_rank) == rank):
+            found.append(path)
+    return sorted(found)
+
+
+def remove_shm_buffers(port, older_than: Optional[float] = None, rank: Optional[int] = None) -> list[Path]:
+    """Remove the files of `shm_buffers(port, rank)` (only those last written before `older_than`, a
+    time.time() value, when given); returns what it removed. For launchers and tests that kill a run."""
+    removed = []
+    for path in shm_buffers(port, rank):
+        try:
+            if older_than is None or path.stat().st_mtime < older_than:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:  # another rank of the same run removed it first
+            pass
+    return removed
+
+
+def _drop_stale_shm_buffers() -> None:
+    """Before DeepSpeed creates this run's buffers: remove those a killed run on the same port left.
+
+    shm_open(O_CREAT) would reuse a stale file, and a peer can map it before its owner rewrites it. Every
+    rank removes every rank's file of this port that is older than its own process: a file of the live run
+    cannot be (the ranks start together and create their files seconds later, after their imports)."""
+    import psutil
+
+    remove_shm_buffers(os.environ.get("MASTER_PORT", ""), older_than=psutil.Process().create_time())
+
+
+def _unlink_own_shm_buffer() -> str:
+    """Once every rank has mapped every other rank's buffer (DeepSpeed does it while building its comm
+    backend, inside Accelerator()), unlink this rank's file: the mappings stay valid until the process ends,
+    and a run killed from here on leaves nothing in /dev/shm. Returns the port, for close() to check again."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()  # every rank is past DeepSpeed's shm_initialize, which opened the others' files
+    port = os.environ.get("MASTER_PORT", "")
+    remove_shm_buffers(port, rank=_rank())
+    return port

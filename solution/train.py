@@ -637,7 +637,10 @@ def main(argv=None) -> int:
                                              DESCRIPTION)
         with StopRequest() as stop_request:
             cfg = load_config(path, overrides)
-            Trainer(cfg, stop_request).train()
+            try:
+                Trainer(cfg, stop_request).train()
+            finally:  # every way out (done, error, signal): process groups and engine torn down in order
+                strategy.shutdown()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from conftest import ROOT
 from safetensors.torch import load_file
 
 from solution.net import free_port
+from solution.strategy import SHM_DIR, remove_shm_buffers, shm_buffers
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 
@@ -44,10 +45,30 @@ ENGINES = {"ddp": "DistributedDataParallel", "zero1": "DeepSpeedEngine", "zero2"
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3, "zero3_offload": 3}
 
 
-def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None):
+PORTS: set = set()  # every rendezvous port this module's launches used
+
+
+def new_port() -> str:
+    """A free port for one launch, remembered for the shared-memory check (no_shared_memory_left_behind)."""
+    port = str(free_port())
+    PORTS.add(port)
+    return port
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_shared_memory_left_behind():
+    """DeepSpeed's CPU all-reduce buffers (66 MB a rank in /dev/shm) of this module's runs: none may remain,
+    whether the run finished (the trainer unlinks them) or was killed (launch() removes them)."""
+    before = set(SHM_DIR.glob("deepspeed_allreduce_buffer_*"))
+    yield
+    left = [p for port in sorted(PORTS) for p in shm_buffers(port) if p not in before]
+    assert not left, f"DeepSpeed shared memory left behind: {left}"
+
+
+def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None, port=None):
     """Two ranks of `python -m solution.train` through a real launcher; with `fault`, torchrun runs
     tests/faulty_train.py, which patches that fault in and then calls solution.train's main."""
-    port = str(free_port())
+    port = port or new_port()
     entry = ["-m", "solution.train"] if fault is None else ["tests/faulty_train.py", fault]
     assert fault is None or launcher == "torchrun"
     train = [*entry, *COMMON, *TWO_RANKS, "--output_dir", str(out), *extra]
@@ -63,6 +84,7 @@ def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, ti
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
+        remove_shm_buffers(port)  # a killed or failed run had no chance to unlink its DeepSpeed buffers
         raise AssertionError(f"{strategy} via {launcher} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return read_run(out)
@@ -160,6 +182,23 @@ def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path):
         torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
 
 
+def test_deepspeed_launcher_leaves_no_shared_memory_and_skips_stale_buffers(tmp_path):
+    """The `deepspeed` launcher is the one under which DeepSpeed's CPU all-reduce maps a shared-memory file per
+    rank. Stale files of an earlier, killed run on the same port (planted here: small, dated an hour back) are
+    removed before the backend could map them, and the finished run leaves none of its own."""
+    import time
+
+    port = new_port()
+    hour_ago = time.time() - 3600
+    for rank in (0, 1):
+        stale = SHM_DIR / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_{rank}"
+        stale.write_bytes(b"\xff" * 4096)
+        os.utime(stale, (hour_ago, hour_ago))
+    run = launch("zero1", "deepspeed", tmp_path / "run", extra=["--max_steps", "2"], port=port)
+    assert run["start"]["strategy"] == "zero1" and sorted(run["steps"]) == [1, 2]
+    assert shm_buffers(port) == []
+
+
 def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
     extra = ["--save_steps", "2", "--save_total_limit", "1"]
     whole = launch("ddp", "torchrun", tmp_path / "whole", extra=extra)
@@ -179,7 +218,7 @@ def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
 def test_two_nodes_through_the_slurm_script_train_as_one_world(reference, tmp_path):
     """scripts/launch_slurm.sh as srun runs it on two nodes (SLURM_NODEID 0 and 1), rendezvous on
     127.0.0.1, one rank per node: one world of 2 that optimises like the single process."""
-    port = str(free_port())
+    port = new_port()
     out = tmp_path / "two-nodes"
     procs = []
     for node in (0, 1):
@@ -232,7 +271,7 @@ def test_evaluation_with_sharded_parameters_gathers_every_rank(strategy, tmp_pat
                     "--num-test", "1", "--min-words", "200", "--max-words", "900", "--seed", "9"],
                    cwd=ROOT, check=True, capture_output=True)
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", new_port(),
            "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--strategy", strategy,
            "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--dev_file", str(corpus / "simplified-nq-dev.jsonl"),
            "--max_steps", "2", "--per_device_eval_batch_size", "1", "--disable_tqdm", "true",
