@@ -131,8 +131,27 @@ CASES = [("ddp", "accelerate"), ("zero1", "deepspeed"), ("zero2", "accelerate"),
 
 
 @pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{via}" for s, via in CASES])
+def plant_stale_buffers(port: str) -> None:
+    """Shared-memory files of an earlier, killed run on `port` (small, dated an hour back), as DeepSpeed's CPU
+    all-reduce would have left them."""
+    import time
+
+    hour_ago = time.time() - 3600
+    for rank in (0, 1):
+        stale = SHM_DIR / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_{rank}"
+        stale.write_bytes(b"\xff" * 4096)
+        os.utime(stale, (hour_ago, hour_ago))
+
+
 def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_factory):
-    run = launch(strategy, launcher, tmp_path_factory.mktemp(strategy))
+    """Under the `deepspeed` launcher (the one under which DeepSpeed's CPU all-reduce maps a shared-memory
+    file per rank) stale files of a killed run on the same port are planted first: they are removed before
+    the backend could map them, and the finished run leaves none of its own."""
+    port = new_port()
+    if launcher == "deepspeed":
+        plant_stale_buffers(port)
+    run = launch(strategy, launcher, tmp_path_factory.mktemp(strategy), port=port)
+    assert shm_buffers(port) == []
     RUNS[strategy] = run
     start = run["start"]
     assert start["strategy"] == strategy and start["engine"] == ENGINES[strategy], start
@@ -180,23 +199,6 @@ def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path):
     model_dir = consolidate(tmp_path / "whole" / "checkpoint-10", tmp_path / "consolidated")
     for name, w in load_file(str(model_dir / "model.safetensors")).items():
         torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
-
-
-def test_deepspeed_launcher_leaves_no_shared_memory_and_skips_stale_buffers(tmp_path):
-    """The `deepspeed` launcher is the one under which DeepSpeed's CPU all-reduce maps a shared-memory file per
-    rank. Stale files of an earlier, killed run on the same port (planted here: small, dated an hour back) are
-    removed before the backend could map them, and the finished run leaves none of its own."""
-    import time
-
-    port = new_port()
-    hour_ago = time.time() - 3600
-    for rank in (0, 1):
-        stale = SHM_DIR / f"deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_{rank}"
-        stale.write_bytes(b"\xff" * 4096)
-        os.utime(stale, (hour_ago, hour_ago))
-    run = launch("zero1", "deepspeed", tmp_path / "run", extra=["--max_steps", "2"], port=port)
-    assert run["start"]["strategy"] == "zero1" and sorted(run["steps"]) == [1, 2]
-    assert shm_buffers(port) == []
 
 
 def test_save_killed_halfway_leaves_the_previous_checkpoint_resumable(tmp_path):
