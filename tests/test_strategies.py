@@ -130,7 +130,6 @@ CASES = [("ddp", "accelerate"), ("zero1", "deepspeed"), ("zero2", "accelerate"),
          ("zero3_offload", "torchrun"), ("fsdp", "accelerate"), ("fsdp_grad_op", "torchrun")]
 
 
-@pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{via}" for s, via in CASES])
 def plant_stale_buffers(port: str) -> None:
     """Shared-memory files of an earlier, killed run on `port` (small, dated an hour back), as DeepSpeed's CPU
     all-reduce would have left them."""
@@ -143,6 +142,7 @@ def plant_stale_buffers(port: str) -> None:
         os.utime(stale, (hour_ago, hour_ago))
 
 
+@pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{via}" for s, via in CASES])
 def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_factory):
     """Under the `deepspeed` launcher (the one under which DeepSpeed's CPU all-reduce maps a shared-memory
     file per rank) stale files of a killed run on the same port are planted first: they are removed before

@@ -145,3 +145,27 @@ def test_free_port_is_free():
     port = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # raises if the port were taken
+
+
+def test_stale_deepspeed_buffers_of_this_port_are_removed_before_a_run_and_live_ones_kept(monkeypatch, tmp_path):
+    """A killed run's shared-memory files on this run's port (older than this process) are removed before
+    DeepSpeed could map them; a file written after this process started (a live peer's) and another
+    port's files are kept."""
+    import os
+    import time
+
+    from solution import strategy
+
+    monkeypatch.setattr(strategy, "SHM_DIR", tmp_path)
+    monkeypatch.setenv("MASTER_PORT", "12345")
+    uid = os.getuid()
+    stale = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_12345_{r}" for r in (0, 1)]
+    live = tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_12345_2"
+    other = tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_54321_0"
+    hour_ago = time.time() - 3600
+    for path in (*stale, live, other):
+        path.write_bytes(b"x")
+    for path in (*stale, other):
+        os.utime(path, (hour_ago, hour_ago))
+    strategy._drop_stale_shm_buffers()
+    assert [p.exists() for p in stale] == [False, False] and live.exists() and other.exists()
