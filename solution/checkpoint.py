@@ -313,10 +313,7 @@ def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
     checkpoint's per-parameter files (converted once by the main process)."""
     kind = checkpoint_kind(ckpt)
     if kind == "deepspeed":
-        if accelerator.is_main_process:
-            convert_to_universal(ckpt)
-        accelerator.wait_for_everyone()
-        zero = ckpt / UNIVERSAL_DIR / DS_TAG / "zero"
+        zero = universal_on_every_rank(ckpt, accelerator) / DS_TAG / "zero"
         # Written by ds_to_universal from verified files. ZeRO-1/2 give each parameter its step.pt, ZeRO-3
         # keeps the step in the common optimizer_state.pt only.
         common = torch.load(zero / "optimizer_state.pt", map_location="cpu", weights_only=False)
@@ -371,9 +368,15 @@ def load_universal(ckpt: Path, engine, accelerator, log: Callable[[str], None]) 
     engine built with `"checkpoint": {"load_universal": true}` (solution.strategy)."""
     if accelerator.is_main_process:
         log(f"converting {ckpt / DS_TAG} to a universal checkpoint in {ckpt / UNIVERSAL_DIR}")
+    engine.load_checkpoint(str(universal_on_every_rank(ckpt, accelerator)), tag=DS_TAG)
+
+
+def universal_on_every_rank(ckpt: Path, accelerator) -> Path:
+    """checkpoint-N/universal, converted by the main process only (once), seen by every rank after a barrier."""
+    if accelerator.is_main_process:
         convert_to_universal(ckpt)
     accelerator.wait_for_everyone()
-    engine.load_checkpoint(str(ckpt / UNIVERSAL_DIR), tag=DS_TAG)
+    return ckpt / UNIVERSAL_DIR
 
 
 def restore_rng(ckpt: Path, rank: int) -> None:
