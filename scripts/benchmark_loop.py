@@ -1,6 +1,6 @@
 """What our training loop costs over a bare PyTorch loop and over transformers' Trainer.
 
-    python scripts/benchmark_loop.py [--json FILE] [--quick] [--repeats N] [--steps N] [--window N]
+    python scripts/benchmark_loop.py [--json FILE] [--quick] [--repeats N] [--steps N] [--window N] [--same-allocator]
 
 Three runners train the same model, windows, batch and optimizer, as one
 process and as two DDP processes (torchrun, gloo, one thread per process):
@@ -12,7 +12,8 @@ process and as two DDP processes (torchrun, gloo, one thread per process):
     batches collated before the loop (the `dummy` source's windows,
     `solution.features.DummyWindows`); DDP-wrapped under two processes;
   * `hf_trainer`: transformers' `Trainer` with the same batch, steps,
-    `adamw_torch`, learning rate and weight decay, no eval, no saving,
+    optimizer (`optim`: the config's, transformers' own names), learning
+    rate and weight decay, no eval, no saving,
     `report_to="none"`, `dataloader_num_workers=0`, the dummy windows
     through our `collate`;
     `ddp_find_unused_parameters=False` (its default for a model that is not a
@@ -20,12 +21,22 @@ process and as two DDP processes (torchrun, gloo, one thread per process):
 
 All three build `solution.model.QAModel` with `build_model` and the config's
 overrides (configs/train/bench_base.yaml: BERT-base size, random init,
-dropout 0, AdamW). That config trains in fp32 (`mixed_precision: "no"`), so
-all three run fp32. All three run the same update: AdamW without gradient
+dropout 0, fused AdamW, transformers' default optimizer since torch 2.8).
+That config trains in fp32 (`mixed_precision: "no"`), so all three run
+fp32. All three run the same update: the same AdamW kernel without gradient
 clipping (the bare loop has none, so `ours` and the Trainer get
 `max_grad_norm 0`; clipping is a pass over every gradient, ~3% of a CPU
 step, that would otherwise be charged to the loop). `ours` and the Trainer
 log every --window steps (the Trainer's default is every 500).
+
+The allocator: `ours` runs with its defaults, which on CPU include
+`cpu_retain_freed_memory` (glibc keeps the memory a step frees for the next
+step instead of unmapping it and faulting it back in; see
+solution.memory.retain_freed_memory). The bare loop and the Trainer run with
+the system allocator's defaults, as their users get them. So the rows say
+what each runner costs as shipped. `--same-allocator` gives the bare loop and
+the Trainer the same setting, so that the ratios isolate what the loop
+itself costs (each row's `allocator` says which it ran with).
 
 The clock: rank 0's time is cut into windows of --window optimizer steps
 (ours: the time between its consecutive metrics.jsonl records, which it
@@ -67,13 +78,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RUNNERS = ["bare", "ours", "hf_trainer"]
+SAME_ALLOCATOR = "BENCHMARK_LOOP_SAME_ALLOCATOR"  # tells the bare and Trainer workers (environment variable)
 GOALS = {"vs_bare": 0.97, "vs_hf_trainer": 1.0}
 
 
 # -- the workers: one process (or one rank) of the bare loop or of transformers' Trainer ----------------
 
 def worker_setup(config: str, batch_size: int):
-    """The config, the model (seeded as the trainer seeds it) and the dummy windows, on this rank."""
+    """The config, the model (seeded as the trainer seeds it) and the dummy windows, on this rank; with
+    --same-allocator, glibc keeps freed memory from here on, as our trainer does."""
     import torch
 
     from solution.config import load_config
@@ -86,6 +99,12 @@ def worker_setup(config: str, batch_size: int):
     tok = load_tokenizer(cfg.model_name_or_path)
     windows = DummyWindows(cfg.dummy_num_windows, cfg.window.max_seq_length, model.config.vocab_size,
                            cfg.seed, tok.cls_token_id, tok.sep_token_id)
+    if os.environ.get(SAME_ALLOCATOR) == "1":
+        from solution.memory import retain_freed_memory
+
+        line = retain_freed_memory()
+        if not line.startswith("freed memory kept"):
+            raise SystemExit(f"--same-allocator: {line}")
     return cfg, model, windows, tok.pad_token_id or 0
 
 
@@ -114,8 +133,12 @@ def run_bare(config: str, steps: int, batch_size: int, window: int = 0) -> tuple
         first = (s * world + rank) * batch_size
         rows = [windows[(first + i) % len(windows)] for i in range(batch_size)]
         batches.append(collate(rows, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
-    optimizer = torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
-                                  betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
+    if cfg.optim == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate)
+    else:
+        optimizer = torch.optim.AdamW(adamw_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                                      betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon,
+                                      fused=cfg.optim == "adamw_torch_fused")
     model.train()
     ends = [time.perf_counter()]
     for batch in batches:
@@ -125,8 +148,8 @@ def run_bare(config: str, steps: int, batch_size: int, window: int = 0) -> tuple
         optimizer.zero_grad(set_to_none=True)
         ends.append(time.perf_counter())
     engine = type(model).__name__
-    if world > 1:
-        torch.distributed.destroy_process_group()
+    del model, optimizer  # DDP's reducer holds the process group: it goes first (close_process_group)
+    close_process_group()
     return ends, engine
 
 
@@ -150,7 +173,7 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
-            output_dir=tmp, per_device_train_batch_size=batch_size, max_steps=steps, optim="adamw_torch",
+            output_dir=tmp, per_device_train_batch_size=batch_size, max_steps=steps, optim=cfg.optim,
             learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
             adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon, max_grad_norm=0.0,
             logging_steps=window, eval_strategy="no", save_strategy="no", report_to="none", dataloader_num_workers=0,
@@ -160,7 +183,26 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
                           data_collator=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length),
                           callbacks=[StepClock()])
         trainer.train()
-    return ends, type(trainer.model_wrapped).__name__
+    engine = type(trainer.model_wrapped).__name__
+    del trainer, model
+    close_process_group()
+    return ends, engine
+
+
+def close_process_group() -> None:
+    """After the timed part, with two processes: tear the process group down the way our trainer does
+    (solution.strategy's shutdown), so the workers exit as reliably as it does; a 2-process bare run that
+    left it to the garbage collector hung at exit 1 run in 8 (see `destroy_process_groups`)."""
+    import gc
+
+    import torch.distributed as dist
+
+    from solution.strategy import destroy_process_groups
+
+    gc.collect()  # the model's DDP reducer, while the group is still registered
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        destroy_process_groups()
 
 
 def worker_main(args) -> int:
@@ -169,7 +211,9 @@ def worker_main(args) -> int:
     if int(os.environ.get("RANK", 0)) == 0:
         w = args.window  # each window's mean step time, from the ends of its first and last steps
         means = [(ends[k + w] - ends[k]) / w for k in range(0, len(ends) - w, w)]
-        Path(args.result).write_text(json.dumps({"window_step_times_s": means, "engine": engine}))
+        allocator = "retain" if os.environ.get(SAME_ALLOCATOR) == "1" else "system"
+        Path(args.result).write_text(json.dumps({"window_step_times_s": means, "engine": engine,
+                                                 "allocator": allocator}))
     return 0
 
 
@@ -192,8 +236,9 @@ def launch(module_args: list, world: int, threads: int, log: Path) -> None:
 
 
 def run_one(runner: str, world: int, args, work: Path) -> tuple:
-    """One run of one runner; returns rank 0's mean step time per window (the warm-up window included)
-    and the class that wrapped the model (DistributedDataParallel with two processes)."""
+    """One run of one runner; returns rank 0's mean step time per window (the warm-up window included),
+    the class that wrapped the model (DistributedDataParallel with two processes) and the allocator
+    setting it ran with (retain: glibc keeps freed memory; system: glibc's defaults)."""
     out = work / f"{runner}-x{world}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
     if runner == "ours":
@@ -204,20 +249,21 @@ def run_one(runner: str, world: int, args, work: Path) -> tuple:
                 "--save_steps", "0", "--measure_memory", "false", "--disable_tqdm", "true",
                 "--output_dir", str(out)], world, args.threads, out.with_suffix(".log"))
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        allocator = "retain" if "cpu memory: freed memory kept" in out.with_suffix(".log").read_text() else "system"
         shutil.rmtree(out / "model", ignore_errors=True)  # BERT-base's 440 MB per run; only the timings matter
         # A record's samples/s covers the steps since the previous record: its window.
         return ([args.batch_size * world / r["samples_per_s"] for r in records if "samples_per_s" in r],
-                records[0]["engine"])
+                records[0]["engine"], allocator)
     result = out / "result.json"
     launch([str(Path(__file__).resolve()), "--worker", runner, "--config", args.config, "--steps", str(args.steps),
             "--batch-size", str(args.batch_size), "--window", str(args.window), "--result", str(result)],
            world, args.threads,
            out.with_suffix(".log"))
     result = json.loads(result.read_text())
-    return result["window_step_times_s"], result["engine"]
+    return result["window_step_times_s"], result["engine"], result["allocator"]
 
 
-def summarise(times: dict, args, engines: dict | None = None) -> list:
+def summarise(times: dict, args, runs_info: dict | None = None) -> list:
     """Rows per (runner, world size), ours' with its ratios to the others. `times`: per run, the mean step
     time of each window, the first (warm-up) window included."""
     rows = []
@@ -230,8 +276,9 @@ def summarise(times: dict, args, engines: dict | None = None) -> list:
                          [global_batch / statistics.median(run[1:]) for run in runs],
                      "global_batch_size": global_batch, "steps": args.steps, "window_steps": args.window,
                      "max_grad_norm": 0.0,
-                     "repeats": len(runs), "config": args.config, "precision": "fp32",
-                     "threads_per_process": args.threads, "engine": (engines or {}).get((runner, world))})
+                     "repeats": len(runs), "config": args.config, "precision": "fp32", "optim": getattr(args, "optim", None),
+                     "threads_per_process": args.threads,
+                     **(runs_info or {}).get((runner, world), {"engine": None, "allocator": None})})
     speed = {(r["runner"], r["world_size"]): r["samples_per_s"] for r in rows}
     for r in rows:
         if r["runner"] == "ours":
@@ -275,6 +322,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--out", default="runs/benchmark_loop", help="logs and the trainer's output directories")
     p.add_argument("--json", default=None, help="write the rows here")
+    p.add_argument("--same-allocator", action="store_true",
+                   help="give the bare loop and the Trainer our CPU allocator setting too (glibc keeps freed memory), "
+                        "so the ratios isolate the loop itself")
     p.add_argument("--worker", choices=["bare", "hf_trainer"], help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -284,10 +334,12 @@ def main(argv=None) -> int:
     for name, full, quick in (("steps", 12, 4), ("window", 3, 2), ("repeats", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    if args.batch_size is None:
-        from solution.config import load_config
+    from solution.config import load_config
 
-        args.batch_size = load_config(args.config).per_device_train_batch_size
+    cfg = load_config(args.config)
+    args.optim = cfg.optim
+    if args.batch_size is None:
+        args.batch_size = cfg.per_device_train_batch_size
     if args.window < 1 or args.steps % args.window or args.steps < 2 * args.window or args.repeats < 1:
         print("error: need --steps a multiple of --window, at least two windows, and --repeats >= 1", file=sys.stderr)
         return 2
@@ -295,18 +347,21 @@ def main(argv=None) -> int:
     work = (ROOT / args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     times: dict = {}
-    engines: dict = {}
+    runs_info: dict = {}  # (runner, world) -> engine and allocator
+    if args.same_allocator:
+        os.environ[SAME_ALLOCATOR] = "1"  # the bare and Trainer workers read it
     for rep in range(args.repeats):
         order = RUNNERS[rep % 3:] + RUNNERS[:rep % 3]  # rotated each repeat
         for world in worlds:
             for runner in order:
                 t0 = time.perf_counter()
-                run, engines[(runner, world)] = run_one(runner, world, args, work)
+                run, engine, allocator = run_one(runner, world, args, work)
+                runs_info[(runner, world)] = {"engine": engine, "allocator": allocator}
                 times.setdefault((runner, world), []).append(run)
                 print(f"repeat {rep + 1}/{args.repeats} {runner} x{world}: median "
                       f"{statistics.median(run[1:]) * 1000:.0f} ms/step "
                       f"({time.perf_counter() - t0:.0f} s with start-up)", flush=True)
-    rows = summarise(times, args, engines)
+    rows = summarise(times, args, runs_info)
     print(table(rows))
     unmet = goals_met(rows)
     print("goals met (ours >= 0.97x bare, >= 1.0x hf_trainer)" if not unmet else "goals NOT met: " + "; ".join(unmet))

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
+from solution.config import optimizer_family
 from solution.fsutil import atomic_write_text, disk_full_message, publish_dir
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
@@ -197,6 +198,8 @@ class Checkpointer:
         state = TrainerState.read(path)
         for key, mine in resume_key.items():
             saved = state.fingerprint.get(key, mine)  # a field older checkpoints lack cannot be checked
+            if key == "optim":  # fused or not, AdamW's state is the same
+                saved, mine = optimizer_family(saved), optimizer_family(mine)
             if saved != mine:
                 raise ValueError(f"{path}: field '{key}' is {saved!r} in the checkpoint but {mine!r} in this run; "
                                  "it must match to resume (world size, strategy, per-device batch and accumulation "

@@ -35,7 +35,14 @@ from solution.sampling import NegativeSampling
 from solution.windows import WindowConfig
 
 SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}
-OPTIMIZERS = ("adamw_torch", "sgd")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "sgd")
+
+
+def optimizer_family(optim: str) -> str:
+    """What a checkpoint's optimizer state is: both AdamW's keep the same moments and step count."""
+    return "adamw" if optim.startswith("adamw") else optim
+
+
 # transformers' SchedulerType names that get_scheduler builds from (warmup, total) alone; the others
 # need a metric (reduce_lr_on_plateau) or extra arguments (cosine_with_min_lr, warmup_stable_decay).
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
@@ -105,8 +112,12 @@ class TrainConfig:
     """AdamW's second-moment decay."""
     adam_epsilon: float = 1e-8
     """AdamW's denominator epsilon."""
-    optim: str = "adamw_torch"
-    """`adamw_torch` or `sgd` (plain SGD: its step scales with the gradient, which equivalence tests need)."""
+    optim: str = "adamw_torch_fused"
+    """`adamw_torch_fused` (AdamW in one fused kernel per parameter group: transformers' default since torch
+    2.8, and on CPU a step ~5x faster than the per-tensor loop: 80 against 430-680 ms for BERT-base),
+    `adamw_torch` (the same AdamW, one tensor at a time), or `sgd` (plain SGD: its step scales with the
+    gradient, which equivalence tests need). The two AdamW's keep the same state: a checkpoint of one
+    resumes under the other."""
     lr_scheduler_type: str = "linear"
     """Learning-rate schedule, built by `transformers.get_scheduler` and stepped once per optimizer step:
     linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup or inverse_sqrt."""
@@ -154,6 +165,10 @@ class TrainConfig:
     """With save_strategy steps: a checkpoint every N optimizer steps (0: never)."""
     save_total_limit: Optional[int] = None
     """Keep only the newest N checkpoints (null: all)."""
+    cpu_retain_freed_memory: bool = True
+    """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
+    and faulting it back in (solution.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the
+    resident size stays at its peak). No effect on a GPU or without glibc."""
     measure_memory: bool = False
     """Benchmarks: record each rank's model-state bytes (live tensors at the optimizer step) and peak RSS."""
     resume_from_checkpoint: Optional[str] = None

@@ -41,6 +41,7 @@ import copy
 import gc
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -298,7 +299,7 @@ def _require_cpu_adam() -> None:
             raise RuntimeError("not compatible with this machine")
         builder.load(verbose=False)
     except Exception as e:  # any build failure: compiler, ninja, headers
-        raise ValueError(f"strategy zero3_offload with optim adamw_torch needs DeepSpeed's CPUAdam op, which could "
+        raise ValueError(f"strategy zero3_offload with an AdamW optim needs DeepSpeed's CPUAdam op, which could "
                          f"not be built here ({type(e).__name__}: {str(e)[:300]}). Install a C++ compiler and ninja, "
                          f"or pre-build it with DS_BUILD_CPU_ADAM=1 pip install deepspeed") from None
 
@@ -371,7 +372,7 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
     if "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(free_port()))
-    if plan.name == "zero3_offload" and cfg.optim == "adamw_torch":
+    if plan.name == "zero3_offload" and cfg.optim != "sgd":
         _require_cpu_adam()
     if not cuda:
         _drop_stale_shm_buffers()
@@ -513,7 +514,7 @@ class Strategy:
             return DeepSpeedCPUAdam(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                     eps=cfg.adam_epsilon, adamw_mode=True)
         return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                 eps=cfg.adam_epsilon)
+                                 eps=cfg.adam_epsilon, fused=cfg.optim == "adamw_torch_fused")
 
     def check_engine(self, prepared_model) -> str:
         """The class that really wraps the model; stop if it is not the engine the strategy names."""
@@ -705,11 +706,14 @@ class Strategy:
             # the engine's hooks and Accelerate's references to the engine, models and optimizers go.
             self.accelerator.free_memory()
         finally:
-            _destroy_process_groups()
+            destroy_process_groups()
             self.accelerator.end_training()  # the trackers finish (its process-group teardown is done already)
             if self._shm_port is not None:  # unlinked after start-up already; this catches a failed barrier there
                 remove_shm_buffers(self._shm_port, rank=_rank())
 
+
+GLOO_SETTLE_S = 0.2
+"""How long shutdown releases the GIL before destroying the process groups (see `destroy_process_groups`)."""
 
 CLOSE_BARRIER_TIMEOUT_S = 300
 """How long a finished rank waits at the closing barrier for the others before shutting down anyway."""
@@ -738,12 +742,18 @@ def _barrier(timeout_s: float) -> None:
               "shutting down without it", file=sys.stderr, flush=True)
 
 
-def _destroy_process_groups() -> None:
+def destroy_process_groups() -> None:
     """Destroy every process group through DeepSpeed's comm layer (which also drops the references it keeps
     in deepspeed.utils.groups) or torch; then collect, so that the gloo groups' C++ objects are destroyed
     here, joining their worker threads, and not during interpreter exit."""
     import torch.distributed as dist
 
+    if dist.is_available() and dist.is_initialized():
+        # A gloo worker thread that has just finished a collective still takes the GIL once, to drop that
+        # work's Python state. Destroying the group joins that thread from here, with the GIL held: a
+        # deadlock (gdb: ~ProcessGroupGloo in thread::join, pt_gloo_runloop in ~ThreadLocalState waiting
+        # for the GIL; 4 runs in 35 of a 2-process DDP loop). Sleeping releases the GIL so the threads go idle.
+        time.sleep(GLOO_SETTLE_S)
     ds_comm = sys.modules.get("deepspeed.comm.comm")
     if ds_comm is not None and ds_comm.cdb is not None:
         if dist.is_available() and dist.is_initialized():
@@ -765,7 +775,7 @@ def shutdown() -> None:
     try:
         if _OPEN is not None:
             _OPEN.close(barrier=False)
-        _destroy_process_groups()
+        destroy_process_groups()
     except Exception as e:  # in a `finally`: a teardown error must not hide why training ended
         print(f"warning: rank {_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
 

@@ -39,7 +39,7 @@ from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message
 from solution.inference import collate, model_runner, predict_documents
-from solution.memory import probe_memory
+from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
 from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
@@ -472,6 +472,9 @@ class Trainer:
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
         run = self.setup()
+        if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
+            # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
+            self.log("cpu memory: " + retain_freed_memory())
         from tqdm.auto import tqdm
 
         bar = tqdm(total=run.total_steps, initial=run.step, disable=not self.is_main or self.cfg.disable_tqdm,

@@ -56,7 +56,9 @@ def test_rows_use_the_median_window_after_warmup_and_ratios_against_each_runner(
 @pytest.mark.slow
 def test_quick_run_writes_a_row_per_runner_and_world_size(tmp_path):
     out = tmp_path / "loop.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", str(out), "--out", str(tmp_path / "runs")],
+    # --same-allocator: the bare loop and the Trainer keep freed memory as ours does by default on CPU.
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--same-allocator", "--json", str(out),
+                           "--out", str(tmp_path / "runs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -69,4 +71,7 @@ def test_quick_run_writes_a_row_per_runner_and_world_size(tmp_path):
             assert r["vs_bare"] > 0 and r["vs_hf_trainer"] > 0
         # Two processes really were DDP for every runner, one process a plain model.
         assert r["engine"] == ("DistributedDataParallel" if r["world_size"] == 2 else "QAModel"), r
+        # Every runner ran the config's optimizer (tiny.yaml: the default, fused AdamW) and, with
+        # --same-allocator, with freed memory kept: ours' from its own log line, the others' from the workers.
+        assert r["optim"] == "adamw_torch_fused" and r["allocator"] == "retain", r
     assert "| 2 | hf_trainer |" in proc.stdout

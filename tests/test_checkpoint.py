@@ -213,3 +213,13 @@ def test_the_schedule_must_match_and_its_length_unless_constant():
     assert "world_size" not in key and "strategy" not in key
     constant = replace(start, schedule={**start.schedule, "lr_scheduler_type": "constant"})
     assert "num_optimizer_steps" not in constant.resume_key() and "schedule" in constant.resume_key()
+
+
+def test_fused_and_plain_adamw_resume_each_other_but_not_sgd(tmp_path, monkeypatch):
+    """Both AdamW's keep the same state (moments, step count): a checkpoint of one resumes under the other."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "optim": "adamw_torch"},
+                        save_due=lambda s, e: True, log=lambda m: None).save(2, 0, 2)
+    assert checkpointer(tmp_path).load(path, {"optim": "adamw_torch_fused"}, batches_per_epoch=4) == (2, 0, 2)
+    with pytest.raises(ValueError, match="field 'optim' is 'adamw' in the checkpoint but 'sgd' in this run"):
+        checkpointer(tmp_path).load(path, {"optim": "sgd"}, batches_per_epoch=4)

@@ -169,3 +169,34 @@ def test_stale_deepspeed_buffers_of_this_port_are_removed_before_a_run_and_live_
         os.utime(path, (hour_ago, hour_ago))
     strategy._drop_stale_shm_buffers()
     assert [p.exists() for p in stale] == [False, False] and live.exists() and other.exists()
+
+
+def test_adamw_torch_fused_is_the_default_and_the_same_update_as_adamw_torch():
+    """transformers' default since torch 2.8: one fused kernel per group. Same AdamW (weights within float
+    rounding after three steps), and its state has the same keys and shapes, so either resumes the other."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import torch
+
+    from solution.strategy import Strategy
+
+    cfg = load_config("configs/train/tiny.yaml")
+    assert cfg.optim == "adamw_torch_fused"
+    stub = SimpleNamespace(plan=SimpleNamespace(is_deepspeed=False, cpu_offload=False))
+    runs = {}
+    for optim in ("adamw_torch_fused", "adamw_torch"):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 8)
+        opt = Strategy.make_optimizer(stub, [{"params": list(model.parameters()), "weight_decay": 0.01}],
+                                      replace(cfg, optim=optim))
+        assert bool(opt.defaults["fused"]) == (optim == "adamw_torch_fused")
+        for _ in range(3):
+            model(torch.ones(4, 16)).square().sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        runs[optim] = (model.weight.detach().clone(), opt.state_dict()["state"])
+    (w_fused, s_fused), (w_plain, s_plain) = runs["adamw_torch_fused"], runs["adamw_torch"]
+    torch.testing.assert_close(w_fused, w_plain)
+    assert {k: {n: v.shape for n, v in s.items()} for k, s in s_fused.items()} == \
+        {k: {n: v.shape for n, v in s.items()} for k, s in s_plain.items()}
