@@ -129,6 +129,11 @@ class Checkpointer:
     def is_main(self) -> bool:
         return self.accelerator.is_main_process
 
+    @property
+    def samples_per_batch(self) -> int:
+        """Samples of the global order one batch of this run covers: per-device batch x world size."""
+        return self.fingerprint.get("per_device_train_batch_size", 1) * self.accelerator.num_processes
+
     def maybe_save(self, step: int, epoch: int, batches_into_epoch: int, epoch_end: bool = False) -> Optional[Path]:
         if not self.save_due(step, epoch_end):
             return None
@@ -163,7 +168,7 @@ class Checkpointer:
         acc.wait_for_everyone()
         if self.is_main:
             self.write_meta(tmp)
-            samples = batches_into_epoch * self.fingerprint.get("per_device_train_batch_size", 1) * acc.num_processes
+            samples = batches_into_epoch * self.samples_per_batch
             state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
                                  samples_into_epoch=samples)
             (tmp / STATE_FILE).write_text(state.to_json())
@@ -235,7 +240,7 @@ class Checkpointer:
 
     def _skip_batches(self, path: Path, state: TrainerState) -> int:
         """This run's batches (per rank) to skip: the checkpoint's samples over this run's samples per batch."""
-        per_batch = self.fingerprint.get("per_device_train_batch_size", 1) * self.accelerator.num_processes
+        per_batch = self.samples_per_batch
         samples = state.samples()
         if samples >= state.fingerprint.get("train_windows", samples + 1):
             return samples  # the checkpoint closed its epoch (its last batch may have been partial): none left
@@ -369,7 +374,7 @@ def convert_to_universal(ckpt: Path) -> Path:
 def load_universal(ckpt: Path, engine, accelerator, log: Callable[[str], None]) -> None:
     """ZeRO-1/2 at another world size: the universal checkpoint (converted by the main process), loaded by an
     engine built with `"checkpoint": {"load_universal": true}` (solution.strategy)."""
-    if accelerator.is_main_process:
+    if accelerator.is_main_process and not (ckpt / UNIVERSAL_DIR / DS_TAG).is_dir():  # a later resume reuses it
         log(f"converting {ckpt / DS_TAG} to a universal checkpoint in {ckpt / UNIVERSAL_DIR}")
     engine.load_checkpoint(str(universal_on_every_rank(ckpt, accelerator)), tag=DS_TAG)
 

@@ -74,9 +74,9 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 TRIM_NEVER = 2**31 - 1  # mallopt takes an int: the heap's top is returned to the kernel past 2 GiB only
 
 
-def retain_freed_memory() -> str:
+def retain_freed_memory() -> tuple[bool, str]:
     """Make glibc's malloc keep freed memory for the next allocations instead of giving it back to the kernel;
-    returns a line saying what was done (or why nothing was).
+    returns whether it did and a line saying what was done (or why nothing was).
 
     glibc serves every block above its mmap threshold (at most 32 MiB) with a fresh mmap, unmaps it on free,
     and trims the heap's top once more than twice that threshold is free. A CPU training step frees and
@@ -88,12 +88,12 @@ def retain_freed_memory() -> str:
     as a caching allocator does (the resident size stays at the peak instead of falling between steps).
     A block the heap cannot grow for still gets its own mapping (glibc falls back to mmap)."""
     if not sys.platform.startswith("linux"):
-        return f"system allocator kept ({sys.platform} has no glibc mallopt)"
+        return False, f"system allocator kept ({sys.platform} has no glibc mallopt)"
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
-        return "system allocator kept (the C library is not glibc)"
+        return False, "system allocator kept (the C library is not glibc)"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     if mallopt(M_MMAP_MAX, 0) != 1 or mallopt(M_TRIM_THRESHOLD, TRIM_NEVER) != 1:
-        return "system allocator kept (glibc refused mallopt)"
-    return "freed memory kept for reuse (glibc mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD 2 GiB)"
+        return False, "system allocator kept (glibc refused mallopt)"
+    return True, "freed memory kept for reuse (glibc mallopt: M_MMAP_MAX 0, M_TRIM_THRESHOLD 2 GiB)"

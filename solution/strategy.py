@@ -48,6 +48,7 @@ from typing import Callable, Optional
 
 import torch
 
+from solution.checkpoint import ADAM_KEYS
 from solution.config import read_settings_file
 from solution.net import free_port
 
@@ -660,12 +661,12 @@ class Strategy:
             for flat in flats:
                 state = base.state[flat]
                 state.setdefault("step", 0 if type(base).__name__ == "DeepSpeedCPUAdam" else torch.tensor(0.0))
-                for key in ("exp_avg", "exp_avg_sq"):
+                for key in ADAM_KEYS:
                     state.setdefault(key, torch.zeros_like(flat))
             if hasattr(zero, "_lazy_init_hp_params_optimizer_state"):
                 zero._lazy_init_hp_params_optimizer_state()
             for name, p in model.module.named_parameters():
-                for key in ("exp_avg", "exp_avg_sq"):
+                for key in ADAM_KEYS:
                     ds_set_full(p, moments[name][key].to(self.accelerator.device), key)
             step = next(iter(moments.values()))["step"]
             for state in base.state.values():

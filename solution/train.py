@@ -474,7 +474,7 @@ class Trainer:
         run = self.setup()
         if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
             # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
-            self.log("cpu memory: " + retain_freed_memory())
+            self.log("cpu memory: " + retain_freed_memory()[1])
         from tqdm.auto import tqdm
 
         bar = tqdm(total=run.total_steps, initial=run.step, disable=not self.is_main or self.cfg.disable_tqdm,

@@ -50,9 +50,9 @@ def faults():  # page faults of allocating, writing and freeing 64 MiB four time
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 system = faults()
-line = retain_freed_memory()
+kept, line = retain_freed_memory()
 faults()  # the heap grows to the high-water mark once
-print(system, faults(), line, sep="\\n")
+print(system, faults(), kept, line, sep="\\n")
 """
 
 
@@ -64,7 +64,7 @@ def test_retained_memory_serves_the_next_allocation_without_page_faults():
     proc = subprocess.run([sys.executable, "-c", RETAIN_PROBE], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    system, retained, line = proc.stdout.splitlines()[-3:]
-    assert line.startswith("freed memory kept"), line
+    system, retained, kept, line = proc.stdout.splitlines()[-4:]
+    assert kept == "True" and line.startswith("freed memory kept"), line
     assert int(system) > 4 * 16384 * 0.9, system
     assert int(retained) < 1000, retained
