@@ -13,7 +13,10 @@ runs with internet off and no custom packages:
                       `submission.predict --model ... --weights ...` does
       code/solution/  the reading, windowing, model, post-processing and inference modules
       code/submission/predict.py
-      MANIFEST.json   what was copied, from where, with sizes
+      MANIFEST.json   what was copied, from where, with sizes; its "made_by" marks the folder as
+                      this tool's: a later run replaces such a folder (holding nothing else), and
+                      refuses any other existing folder, a file, the model directories and the
+                      checkout's source folders (one line naming it, nothing removed)
       dataset-metadata.json, notebook.ipynb   with --dataset-id: the Kaggle dataset's metadata, and
                       a one-cell notebook running /kaggle/input/SLUG/run.py
 
@@ -35,19 +38,30 @@ kernel then runs on any image with torch and transformers.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from solution.fsutil import replace_dir  # noqa: E402
+
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
 CODE = ["solution/__init__.py", "solution/cli.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
         "solution/inference.py", "solution/ensemble.py", "solution/model.py", "solution/fsutil.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
+# The folders the kernel's code is copied from: an --out there would replace the code being packed.
+PACKED = ("solution", "submission")
+# MANIFEST.json's "made_by": how an existing --out is known as a kernel folder this tool wrote (and so
+# may be replaced); a folder without it is the user's, and is never removed.
+MADE_BY = "scripts/make_kaggle_kernel.py"
+KIT_ENTRY = re.compile(r"run\.py|code|model(-\d+)?|MANIFEST\.json|dataset-metadata\.json|notebook\.ipynb")
 DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*/[A-Za-z0-9][A-Za-z0-9_-]*")  # Kaggle's USER/SLUG
 
 RUN_PY = '''"""Kaggle TF2 QA submission, offline.
@@ -138,9 +152,55 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
         from solution.ensemble import parse_weights
 
         parse_weights(weights, len(model_dirs))
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "code").mkdir(parents=True)
+    check_out(out, model_dirs)
+    final = Path(os.path.abspath(out))  # `--out .` has a name and a folder beside it to write in
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and swapped in whole: a failure leaves the old folder as it was.
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes the folder private; a kernel folder is read like any other
+        manifest = write_kernel(model_dirs, tmp, weights, dataset_id, title, license_name)
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def check_out(out: Path, model_dirs) -> None:
+    """Refuse an --out whose replacement would remove something this tool did not write, naming it."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, expected a folder")
+    target = out.resolve()
+    guarded = [(f"--model {d}", d.resolve(), True) for d in model_dirs]
+    guarded += [(f"the packed source folder {ROOT / f}", (ROOT / f).resolve(), True) for f in PACKED]
+    guarded.append((f"the checkout {ROOT}", ROOT.resolve(), False))  # kernel/ inside the checkout is the default
+    for what, folder, not_inside in guarded:
+        if folder == target or folder.is_relative_to(target) or (not_inside and target.is_relative_to(folder)):
+            raise ValueError(f"--out {out}: is, holds or lies inside {what}; choose a folder of its own")
+    if out.is_dir() and any(out.iterdir()):
+        why = not_a_kit(out)
+        if why:
+            raise ValueError(f"--out {out}: exists and {why}; it is not replaced (remove it yourself, "
+                             "or choose another --out)")
+
+
+def not_a_kit(folder: Path) -> str:
+    """Why `folder` is not a kernel folder this tool wrote, as it wrote it ("" when it is)."""
+    try:
+        manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("made_by") != MADE_BY:
+        return f"has no MANIFEST.json with \"made_by\": \"{MADE_BY}\" (not a kernel folder this tool wrote)"
+    extra = sorted(p.name for p in folder.iterdir() if not KIT_ENTRY.fullmatch(p.name))
+    return f"holds {extra[0]}, which this tool did not write" if extra else ""
+
+
+def write_kernel(model_dirs: list, out: Path, weights: Optional[str], dataset_id: Optional[str],
+                 title: Optional[str], license_name: str) -> dict:
+    """The kernel folder's contents, written into the (new, empty) folder `out`."""
+    (out / "code").mkdir()
     copied = []
     for rel in CODE:
         src = ROOT / rel
@@ -162,7 +222,7 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
     folders = [names[d.resolve()] for d in model_dirs]
     (out / "run.py").write_text(RUN_PY.replace("__MODELS__", repr(folders)).replace("__WEIGHTS__", repr(weights)))
     size = sum(p.stat().st_size for f in set(folders) for p in (out / f).rglob("*") if p.is_file())
-    manifest = {"models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
+    manifest = {"made_by": MADE_BY, "models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
                 "model_bytes": size, "code": copied, "entry": "run.py",
                 "needs": ["torch", "transformers>=4.51", "numpy", "safetensors", "tqdm"]}
     if dataset_id is not None:
@@ -198,7 +258,9 @@ def main(argv=None) -> int:
                    help="model directory (output_dir/model, or from solution.consolidate); repeat it for an "
                         "ensemble (see python -m submission.predict --help)")
     p.add_argument("--weights", default=None, metavar="W1,W2,...", help="one weight per --model (default: equal)")
-    p.add_argument("--out", default="kernel", help="folder to write (replaced)")
+    p.add_argument("--out", default="kernel",
+                   help="folder to write; an existing one is replaced only if this tool wrote it (its MANIFEST.json "
+                        "says so and it holds nothing else), else refused")
     p.add_argument("--dataset-id", default=None, metavar="USER/SLUG",
                    help="the Kaggle dataset to upload the folder as: also writes dataset-metadata.json and "
                         "notebook.ipynb (one cell: !python /kaggle/input/SLUG/run.py), and prints the upload command")
@@ -207,7 +269,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "

@@ -8,6 +8,7 @@ as scripts/benchmark_inference.py does for the QA pipeline, and puts it first on
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict
@@ -77,6 +78,86 @@ def test_no_dataset_id_writes_no_kaggle_files_and_a_bad_one_is_refused(model_dir
     proc = make_kernel(model_dir, tmp_path / "bad", "--dataset_id", "no-slash")
     assert proc.returncode == 2 and "error: --dataset-id 'no-slash': expected USER/SLUG" in proc.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def kit_main(*argv) -> int:
+    """make_kaggle_kernel.main in this process (a script, not a module: loaded from its path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_kaggle_kernel", ROOT / "scripts" / "make_kaggle_kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([str(a) for a in argv])
+
+
+def one_error_line(capsys, *words) -> str:
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --out ") and "Traceback" not in err, err
+    assert all(str(w) in lines[0] for w in words), err
+    return lines[0]
+
+
+def test_out_never_replaces_the_run_holding_the_model_nor_a_folder_inside_it(model_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run / "model")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for out in (run, run / "model", run / "model" / "kernel"):
+        assert kit_main("--model", run / "model", "--out", out) == 2
+        one_error_line(capsys, out, f"--model {run / 'model'}")
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary folder left beside it
+
+
+def test_out_refuses_a_folder_it_did_not_write_and_a_file(model_dir, tmp_path, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    assert kit_main("--model", model_dir, "--out", mine) == 2
+    one_error_line(capsys, mine, "MANIFEST.json", "not replaced")
+    assert (mine / "notes.txt").read_text() == "mine\n"
+    afile = tmp_path / "kernel.zip"
+    afile.write_bytes(b"PK")
+    assert kit_main("--model", model_dir, "--out", afile) == 2
+    one_error_line(capsys, afile, "is a file, expected a folder")
+    assert afile.read_bytes() == b"PK"
+
+
+def test_out_replaces_its_own_kernel_folder_but_not_what_was_added_to_it(model_dir, tmp_path, capsys):
+    kernel = tmp_path / "kernel"
+    assert kit_main("--model", model_dir, "--out", kernel) == 0
+    (kernel / "run.py").write_text("stale\n")  # a kit folder's own file: replaced
+    assert kit_main("--model", model_dir, "--out", kernel, "--dataset-id", "u/nq") == 0
+    assert "stale" not in (kernel / "run.py").read_text() and (kernel / "dataset-metadata.json").is_file()
+    (kernel / "submission.csv").write_text("a result\n")  # the user's, beside the kit's files: kept
+    capsys.readouterr()
+    assert kit_main("--model", model_dir, "--out", kernel) == 2
+    one_error_line(capsys, kernel, "holds submission.csv")
+    assert (kernel / "submission.csv").read_text() == "a result\n" and (kernel / "dataset-metadata.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel"]
+
+
+def test_out_refuses_the_checkout_and_the_source_folders_it_packs(model_dir, tmp_path):
+    """Run from a copy of the checkout, so that the old behaviour (replace --out) deletes only the copy."""
+    checkout = tmp_path / "checkout"
+    skip = shutil.ignore_patterns("__pycache__")
+    for folder in ("solution", "submission"):
+        shutil.copytree(ROOT / folder, checkout / folder, ignore=skip)
+    (checkout / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "make_kaggle_kernel.py", checkout / "scripts")
+    before = sorted(p.relative_to(checkout) for p in checkout.rglob("*"))
+    for out in (checkout, checkout / "solution", checkout / "submission" / "kernel", tmp_path):
+        proc = subprocess.run([sys.executable, str(checkout / "scripts" / "make_kaggle_kernel.py"), "--model",
+                               str(model_dir), "--out", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: --out {out}: "), proc.stderr
+        assert sorted(p.relative_to(checkout) for p in checkout.rglob("*")) == before
+    # The default, kernel/ inside the checkout, is still allowed.
+    proc = subprocess.run([sys.executable, "scripts/make_kaggle_kernel.py", "--model", str(model_dir)],
+                          cwd=checkout, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and (checkout / "kernel" / "run.py").is_file(), proc.stderr
 
 
 def side_transformers() -> Path:
