@@ -142,9 +142,6 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
     """Write the kernel folder for one model directory or an ensemble of several (and, with `dataset_id`,
     the Kaggle dataset's metadata and a notebook that runs it)."""
     model_dirs = [Path(model_dirs)] if isinstance(model_dirs, (str, Path)) else [Path(d) for d in model_dirs]
-    for d in model_dirs:
-        if not (d / "qa_config.json").is_file() or not (d / "model.safetensors").is_file():
-            raise ValueError(f"{d}: not a model directory (needs qa_config.json and model.safetensors)")
     if dataset_id is not None and not DATASET_ID.fullmatch(dataset_id):
         raise ValueError(f"--dataset-id {dataset_id!r}: expected USER/SLUG, as in kaggle.com/datasets/USER/SLUG")
     if weights is not None:
@@ -153,6 +150,7 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
 
         parse_weights(weights, len(model_dirs))
     check_out(out, model_dirs)
+    check_models(model_dirs)
     final = Path(os.path.abspath(out))  # `--out .` has a name and a folder beside it to write in
     final.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and swapped in whole: a failure leaves the old folder as it was.
@@ -183,6 +181,15 @@ def check_out(out: Path, model_dirs) -> None:
         if why:
             raise ValueError(f"--out {out}: exists and {why}; it is not replaced (remove it yourself, "
                              "or choose another --out)")
+
+
+def check_models(model_dirs: list) -> None:
+    """Load each model directory as run.py will (submission.predict's loader, every file checked): a
+    directory that cannot load is refused here, in one line naming the file, not on Kaggle in a traceback."""
+    from solution.model import load_model_dir
+
+    for d in {d.resolve(): d for d in model_dirs}.values():  # a directory listed twice loads once
+        load_model_dir(d)
 
 
 def not_a_kit(folder: Path) -> str:

@@ -39,6 +39,7 @@ from solution.windows import ANSWER_TYPES, WindowConfig
 QA_CONFIG_FILE = "qa_config.json"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"  # the fast tokenizer windows are cut with (save_pretrained writes it)
 MODEL_DIR_FORMAT = "nq-bert-qa/2"
 # Format 1: weights under `backbone.*`, and none of the answer techniques of issue 13 yet.
 READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
@@ -424,6 +425,12 @@ def load_model_dir(model_dir, device="cpu"):
         raise ValueError(f"{d} is not a model directory (needs {QA_CONFIG_FILE} and {WEIGHTS_FILE}); "
                          "training writes one to output_dir/model, and `python -m solution.consolidate` "
                          "makes one from a checkpoint")
+    for name in (CONFIG_FILE, TOKENIZER_FILE):
+        # Without them transformers fails with a message about something else, or (no tokenizer.json)
+        # loads a tokenizer of its five special tokens.
+        if not (d / name).is_file():
+            raise ValueError(f"{d / name}: missing; a model directory holds {WEIGHTS_FILE}, {CONFIG_FILE}, "
+                             f"{TOKENIZER_FILE} and {QA_CONFIG_FILE}")
     meta = read_qa_config(d / QA_CONFIG_FILE)
     model = load_qa_weights(d, read_backbone_config(d))
     tokenizer = read_tokenizer(d)

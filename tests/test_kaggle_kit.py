@@ -90,10 +90,10 @@ def kit_main(*argv) -> int:
     return module.main([str(a) for a in argv])
 
 
-def one_error_line(capsys, *words) -> str:
+def one_error_line(capsys, *words, start="error: --out ") -> str:
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --out ") and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(start) and "Traceback" not in err, err
     assert all(str(w) in lines[0] for w in words), err
     return lines[0]
 
@@ -136,6 +136,16 @@ def test_out_replaces_its_own_kernel_folder_but_not_what_was_added_to_it(model_d
     one_error_line(capsys, kernel, "holds submission.csv")
     assert (kernel / "submission.csv").read_text() == "a result\n" and (kernel / "dataset-metadata.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel"]
+
+
+@pytest.mark.parametrize("missing", ["tokenizer.json", "config.json"])
+def test_a_model_directory_that_cannot_load_is_refused_naming_the_missing_file(missing, model_dir, tmp_path, capsys):
+    broken = tmp_path / "model"
+    shutil.copytree(model_dir, broken)
+    (broken / missing).unlink()
+    assert kit_main("--model", model_dir, "--model", broken, "--out", tmp_path / "kernel") == 2
+    one_error_line(capsys, broken / missing, "missing", start="error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no kernel folder, no temporary one
 
 
 def test_out_refuses_the_checkout_and_the_source_folders_it_packs(model_dir, tmp_path):
