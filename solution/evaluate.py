@@ -94,7 +94,10 @@ def tune_config(args: argparse.Namespace):
         path = Path(args.model) / "qa_config.json"
         if not path.is_file():
             raise ValueError(f"{args.model}: not a model directory (no qa_config.json)")
-        cfg = PostprocessConfig(**json.loads(path.read_text())["postprocess"])
+        try:
+            cfg = PostprocessConfig(**json.loads(path.read_text())["postprocess"])
+        except (TypeError, ValueError) as e:  # ValueError: a bad value, NaN included; TypeError: an unknown field
+            raise ValueError(f"{path}: postprocess: {e}") from None
     return apply_overrides(cfg, args.overrides)
 
 

@@ -62,6 +62,7 @@ Deciding:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -114,6 +115,11 @@ class PostprocessConfig:
     context on both sides (BERT's token_is_max_context; 2nd place)."""
 
     def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            # A NaN threshold compares false with every score: every row blank, and nothing says why.
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
         if self.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.max_answer_length < 1:
@@ -149,6 +155,8 @@ def apply_overrides(cfg: PostprocessConfig, overrides) -> PostprocessConfig:
                 value = int(text)
             elif kind == "float":
                 value = float(text)
+                if not math.isfinite(value):
+                    raise ValueError("must be a finite number")
             else:
                 value = text
         except ValueError as e:

@@ -24,6 +24,7 @@ re-scored with `metric.score` itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -205,9 +206,12 @@ def write_thresholds(model_dir, long_threshold: float, short_threshold: float, t
     path = Path(model_dir) / "qa_config.json"
     if not path.is_file():
         raise ValueError(f"{model_dir}: not a model directory (no qa_config.json)")
+    written = {"long_threshold": long_threshold, "short_threshold": short_threshold, **(others or {})}
+    try:
+        dataclasses.replace(PostprocessConfig(), **written)  # never a NaN or infinite threshold into the file
+    except ValueError as e:
+        raise ValueError(f"{path}: postprocess not written: {e}") from None
     meta = json.loads(path.read_text())
-    meta["postprocess"]["long_threshold"] = long_threshold
-    meta["postprocess"]["short_threshold"] = short_threshold
-    meta["postprocess"].update(others or {})
+    meta["postprocess"].update(written)
     meta["tuned_thresholds"] = tuned_on
     return atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

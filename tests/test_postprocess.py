@@ -1,7 +1,9 @@
-"""The answer-extraction settings of issue 13 on hand-made logits: each changes the answer where it
+"""The answer-extraction settings on hand-made logits: each changes the answer where it
 should and not where it should not, and every one off reproduces the earlier post-processing exactly."""
 
+import dataclasses
 import json
+import re
 
 import numpy as np
 import postprocess_reference as reference
@@ -372,9 +374,12 @@ def test_apply_overrides_types_values_by_field():
     ("score_space=odds", "score_space must be one of logits, probs"),
     ("n_best_size=0", "n_best_size must be >= 1"),
     ("top_k", "expected KEY=VALUE"),
+    ("long_threshold=nan", "--set long_threshold=nan: not a valid float (must be a finite number)"),
+    ("short_threshold=inf", "--set short_threshold=inf: not a valid float (must be a finite number)"),
+    ("no_threshold=-Infinity", "--set no_threshold=-Infinity: not a valid float (must be a finite number)"),
 ])
 def test_apply_overrides_errors_name_the_key(item, message):
-    with pytest.raises(ValueError, match=message.replace("+", r"\+")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         apply_overrides(PostprocessConfig(), [item])
 
 
@@ -385,6 +390,53 @@ def test_predict_takes_repeated_set(capsys):
     assert args.overrides == ["top_k=5", "max_context=true"]
     assert main(["--model", "no-such-dir", "--input", "i", "--set", "top_k=5", "--set", "bogus=1"]) == 2
     assert "error: --set bogus: unknown post-processing setting" in capsys.readouterr().err
+
+
+# -- non-finite settings, wherever they come from ---------------------------------------------------------
+
+def qa_config_with(tmp_path, **postprocess):
+    """A whole qa_config.json (as a model directory holds) with some post-processing values replaced."""
+    from solution.model import MODEL_DIR_FORMAT
+    from solution.windows import ANSWER_TYPES, WindowConfig
+
+    path = tmp_path / "qa_config.json"
+    # json writes float("nan") as NaN and float("inf") as Infinity, and reads them back: both are in the wild.
+    path.write_text(json.dumps({"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES),
+                                "window": dataclasses.asdict(WindowConfig()), "tokenizer_size": 30522,
+                                "postprocess": {**dataclasses.asdict(PostprocessConfig()), **postprocess}}))
+    return path
+
+
+def test_predict_refuses_a_non_finite_set_before_loading_the_model(capsys):
+    from submission.predict import main
+
+    assert main(["--model", "no-such-dir", "--input", "i", "--set", "long_threshold=nan"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --set long_threshold=nan: not a valid float (must be a finite number)\n", err
+
+
+@pytest.mark.parametrize("field, value", [("long_threshold", float("nan")), ("short_threshold", float("inf")),
+                                          ("yes_threshold", float("-inf"))])
+def test_a_non_finite_threshold_in_qa_config_is_refused_naming_file_and_field(field, value, tmp_path, capsys):
+    from solution.model import read_qa_config
+
+    path = qa_config_with(tmp_path, **{field: value})
+    with pytest.raises(ValueError) as e:
+        read_qa_config(path)  # the reader of submission.predict, the kit and the ensemble
+    assert str(e.value) == f"{path}: postprocess: {field} must be a finite number, got {value!r}"
+    # evaluate --tune reads the model's settings on its own
+    assert evaluate.main(["--tune", "--scores", "s.jsonl", "--gold", "g.jsonl", "--model", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: {path}: postprocess: {field} must be a finite number, got {value!r}\n"
+
+
+def test_tuning_never_writes_a_non_finite_threshold(tmp_path):
+    path = qa_config_with(tmp_path)
+    before = path.read_text()
+    with pytest.raises(ValueError, match=f"^{path}: postprocess not written: long_threshold must be a finite number"):
+        write_thresholds(tmp_path, float("nan"), 0.0, {})
+    with pytest.raises(ValueError, match=f"^{path}: postprocess not written: no_threshold must be a finite number"):
+        write_thresholds(tmp_path, 0.0, 0.0, {}, {"no_threshold": float("inf")})
+    assert path.read_text() == before
 
 
 def test_windows_record_doc_start_and_inference_carries_it():
