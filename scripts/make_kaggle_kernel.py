@@ -103,12 +103,17 @@ def main():
     args = p.parse_args()
     import torch
     import transformers
-    from submission.predict import predict_file
+    from submission.predict import predict_file, stop_on_signals
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
-    r = predict_file([str(HERE / m) for m in MODELS], args.input, args.output, args.batch_size, device,
-                     args.precision, weights=WEIGHTS)
+    try:
+        with stop_on_signals():  # a stopped kernel removes its temporary CSV (exit status 128 + the signal)
+            r = predict_file([str(HERE / m) for m in MODELS], args.input, args.output, args.batch_size, device,
+                             args.precision, weights=WEIGHTS)
+    except (ValueError, OSError) as e:  # a bad input or output path, a model that cannot load, a full disk
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     dt = time.perf_counter() - t0
     wps = r["windows"] / dt if dt else 0.0
     print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows run "

@@ -9,6 +9,11 @@ reading, windowing, model and post-processing modules; never accelerate or
 deepspeed, and never the network (HF_HUB_OFFLINE is set before transformers
 loads). Everything it needs (weights, tokenizer, window and post-processing
 settings) comes from the model directory.
+
+The CSV and the scores file are written under temporary names and renamed
+when whole; an error, SIGTERM or Ctrl-C removes them (exit status 128 + the
+signal) and leaves what the real names held. An output that is the input, a
+model file or the other output is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import contextlib
 import csv
 import json
 import os
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Optional, Sequence, Union
 
 # Before transformers is imported: never reach for a model hub.
@@ -87,6 +94,56 @@ def resolve_precision(precision: str, device: str) -> str:
     if precision == "auto":
         return "bf16" if native_bf16(device) else "fp32"
     return precision
+
+
+class Stopped(SystemExit):
+    """SIGTERM or SIGINT, raised where the process is: a SystemExit, so no per-document `except Exception`
+    takes it for a failed document, and every `finally` (atomic_output's, which removes the temporary
+    CSV and scores file) runs on the way out. Exit status 128 + the signal, as a shell reports it."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """SIGTERM and SIGINT raise `Stopped` while the block runs (main thread only, as signals are)."""
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file: the same path once resolved, or (a hard link) the same inode."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: not the same file
+        return False
+
+
+def check_paths_apart(outputs: list, inputs: list) -> None:
+    """Refuse an output that is an input or another output, however spelled: it would replace the input
+    with the CSV, or one output with the other. `outputs`, `inputs`: (what, path) pairs, both named."""
+    outs = [(what, path) for what, path in outputs if path]
+    for i, (what, path) in enumerate(outs):
+        for other, other_path in [*outs[:i], *inputs]:
+            if _same_file(path, other_path):
+                raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
+
+
+def _model_files(model_dirs: Sequence[str]) -> list:
+    """("the model file", PATH) for every file of the model directories: inputs an output must not replace."""
+    return [("the model file", p) for d in model_dirs if Path(d).is_dir() for p in sorted(Path(d).iterdir())
+            if p.is_file()]
 
 
 def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: str,
@@ -178,6 +235,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post-processing settings for this run (--set KEY=VALUE), over the first weighted model's."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     precision = resolve_precision(precision, device)
+    check_paths_apart([("--output", output_path), ("--scores-out", scores_out)],
+                      [("--input", input_path), *_model_files(model_dirs)])
     check_writable(output_path, "--output")  # before the models load, not after every document is scored
     if scores_out:
         check_writable(scores_out, "--scores-out")
@@ -233,12 +292,16 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     try:
         apply_overrides(PostprocessConfig(), args.overrides)  # a bad --set fails before the model loads
-        result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
-                              args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
-                              args.overrides)
+        with stop_on_signals():
+            result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
+                                  args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
+                                  args.overrides)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Stopped as e:
+        print(f"error: stopped by {e.name}; {args.output} not written (what it held before is kept)", file=sys.stderr)
+        return e.code
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
           f"documents ({result['windows']} windows run{_through(result['models'])}, {result['precision']}) "
           f"in {result['seconds']:.1f}s")

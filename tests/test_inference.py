@@ -1,10 +1,16 @@
-"""The prediction stream: windows that hold no long-answer candidate are never run through the model."""
+"""The prediction stream: windows that hold no long-answer candidate are never run through the model; and
+submission.predict's outputs: never written over an input, never left half-written when it is stopped."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
-from conftest import nq_line
+from conftest import ROOT, nq_line, write_jsonl
 
 from solution.inference import predict_documents
 from solution.model import load_tokenizer
@@ -81,3 +87,80 @@ def test_precision_auto_follows_the_hardware(monkeypatch):
     assert predict.resolve_precision("bf16", "cpu") == "bf16"  # asked for: emulated where not native
     with pytest.raises(ValueError, match="precision"):
         predict.resolve_precision("fp16", "cpu")
+
+
+# -- submission.predict's outputs: never over an input, never left half-written ------------------------------
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from test_model_dir import write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("model") / "model")
+
+
+def test_predict_refuses_an_output_that_is_an_input_or_the_other_output(model_dir, tmp_path, capsys):
+    from submission import predict
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(2)])
+    text = data.read_text()
+    (tmp_path / "link.jsonl").symlink_to(data)
+    os.link(data, tmp_path / "hard.jsonl")
+    (tmp_path / "sub").mkdir()
+    cases = [  # (--output, --scores-out, the output named, the file it would replace)
+        (data, None, f"--output {data}", f"--input {data}"),
+        (tmp_path / "sub" / ".." / "test.jsonl", None, "--output", f"--input {data}"),
+        (tmp_path / "link.jsonl", None, f"--output {tmp_path / 'link.jsonl'}", f"--input {data}"),
+        (tmp_path / "hard.jsonl", None, f"--output {tmp_path / 'hard.jsonl'}", f"--input {data}"),
+        (tmp_path / "a.csv", data, f"--scores-out {data}", f"--input {data}"),
+        (tmp_path / "a.csv", tmp_path / "a.csv", f"--scores-out {tmp_path / 'a.csv'}", f"--output {tmp_path / 'a.csv'}"),
+        (model_dir / "qa_config.json", None, "--output", f"the model file {model_dir / 'qa_config.json'}"),
+    ]
+    model_files = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+    for out, scores, named, replaced in cases:
+        argv = ["--model", str(model_dir), "--input", str(data), "--output", str(out), "--quiet"]
+        code = predict.main(argv + (["--scores-out", str(scores)] if scores else []))
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: {named}"), err
+        assert f" is the same file as {replaced}; write it elsewhere" in err, err
+        assert data.read_text() == text and {p.name: p.read_bytes() for p in model_dir.iterdir()} == model_files
+        assert not (tmp_path / "a.csv").exists()
+
+
+def wait_for(condition, proc, what: str, seconds: float = 120.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"predict exited ({proc.returncode}) before {what}: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"predict did not reach {what} in {seconds:.0f}s")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig, model_dir, tmp_path):
+    """A real signal to a real process, sent once both temporary files exist: the input is long enough
+    (400 documents, 22 windows each: 40 s on 2 CPU cores) that predict is still scoring it then."""
+    body = " ".join(f"<P> Paragraph {i} says the book was written by Ann Smith in 1901 . </P>" for i in range(150))
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i), document=f"Book <H1> Book </H1> {body}",
+                                                         annotations=False) for i in range(400)])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "submission.csv").write_text("the previous submission\n")
+    proc = subprocess.Popen([sys.executable, "-m", "submission.predict", "--model", str(model_dir), "--input",
+                             str(data), "--output", str(out / "submission.csv"), "--scores-out",
+                             str(out / "scores.jsonl"), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    temporary = [f"submission.csv.tmp-{proc.pid}", f"scores.jsonl.tmp-{proc.pid}"]
+    try:
+        wait_for(lambda: all((out / name).exists() for name in temporary), proc, "writing its outputs")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1] == (f"error: stopped by {signal.Signals(sig).name}; {out / 'submission.csv'} "
+                                            "not written (what it held before is kept)"), err
+    assert sorted(p.name for p in out.iterdir()) == ["submission.csv"]
+    assert (out / "submission.csv").read_text() == "the previous submission\n"
