@@ -189,6 +189,8 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
     p = Path(path)
     folder = p if create_dir else (p.parent if str(p.parent) else Path("."))
     if create_dir:
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{what} {path}: is a file, expected a folder")
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -31,10 +31,12 @@ import json
 import math
 import random
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from solution.fsutil import check_writable
 from solution.nq import ANNOTATION_TYPES
 
 # Shares of Natural Questions training: half unanswerable, a third short, ~1.5% yes/no.
@@ -831,16 +833,22 @@ def _parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     args = _parse_args(argv)
     start = time.perf_counter()
-    summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words, args.max_words,
-                           args.profile)
+    try:
+        check_writable(args.out, "--out", create_dir=True)  # a file there, or a folder that cannot be made
+        summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words,
+                               args.max_words, args.profile)
+    except (ValueError, OSError) as e:  # OSError: a full disk or a file that cannot be written, named by open()
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for stats in summary:
         print(stats.line())
     print(f"wrote {sum(len(s.paths) for s in summary)} files to {args.out} in {time.perf_counter() - start:.1f}s "
           f"(profile {args.profile}, seed {args.seed})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,10 +1,12 @@
 """The synthetic corpus: exact simplified-NQ format, deterministic, NQ-like mix, learnable shape."""
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
-from conftest import nq_line, real_nq, write_jsonl
+from conftest import ROOT, nq_line, real_nq, write_jsonl
 
 from solution import corpus_stats, synth
 from solution.nq import is_html_token, read_examples
@@ -151,6 +153,18 @@ def test_cli_prints_a_summary_and_rejects_bad_options(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             synth.main(["--out", str(tmp_path)] + bad)
         assert exc.value.code == 2
+
+
+def test_cli_out_that_is_a_file_is_one_line_naming_it(tmp_path):
+    afile = tmp_path / "data.jsonl"
+    afile.write_text("mine\n")
+    # the folder itself, or a folder to be made inside a file
+    for out, why in ((afile, "is a file, expected a folder"), (afile / "synth", "cannot create the folder")):
+        proc = subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "1",
+                               "--num-dev", "1", "--num-test", "1"], cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert proc.stderr.startswith(f"error: --out {out}: {why}") and proc.stderr.count("\n") == 1, proc.stderr
+    assert afile.read_text() == "mine\n"
 
 
 # --- the nq profile: shaped like real NQ (issue 13, part 1) -------------------------------------------
