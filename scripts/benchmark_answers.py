@@ -1,4 +1,4 @@
-"""What each answer technique of issue 13 is worth: dev and test micro-F1 on a corpus shaped like real NQ.
+"""What each answer technique of the winning Kaggle solutions is worth: dev and test micro-F1 on a corpus shaped like real NQ.
 
     python scripts/benchmark_answers.py --json docs/benchmarks/answers.json          # ~30-40 min, 2 cores
     python scripts/benchmark_answers.py --corpus real --json docs/benchmarks/answers-real.json
@@ -51,7 +51,7 @@ PY = sys.executable
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 REAL_NOTE = "10 real dev documents: far too few to decide anything"
 
-# technique -> (training overrides, prediction --set overrides). Names agreed in issue 13's plan.
+# technique -> (training overrides, prediction --set overrides). Names as docs/answers.md's tables give them.
 TECHNIQUES = {
     "top_level": (["--nested_to_top_level", "true"], ["top_level_only=true"]),
     "no_answer_score": ([], ["subtract_type_null=true", "score_space=probs"]),

@@ -16,7 +16,7 @@ answers, so the same runs give the F1) it measures:
 - peak memory of `submission.predict` on N documents and on the same documents repeated ten
   times (the input is streamed, so it should not grow).
 
-The ratios the issue sets goals for are printed at the end. Timings are
+The ratios with goals (docs/submission.md) are printed at the end. Timings are
 best of `--repeats`; nothing else should run on the machine meanwhile.
 `--device` (default: cuda when available, else cpu) runs all of it there;
 bfloat16 is measured where the device computes it natively, as

@@ -78,7 +78,7 @@ def variant(name: str, corpus: dict, out: Path, extra: list) -> dict:
                    "--disable_tqdm", "true"] + corpus["overrides"] + extra)
     start = json.loads((d / "metrics.jsonl").read_text().splitlines()[0])
     model = d / "model"
-    pred = ["--precision", "fp32"]  # the figures in the README were taken in float32
+    pred = ["--precision", "fp32"]  # the figures in docs/answers.md were taken in float32
     run(["-m", "submission.predict", "--model", str(model), "--input", corpus["dev"], "--output",
          str(d / "dev.csv"), "--scores-out", str(d / "dev-scores.jsonl"), "--quiet"] + pred)
     with open(d / "tune.json", "w") as f:

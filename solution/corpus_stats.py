@@ -1,4 +1,4 @@
-"""How NQ-shaped a simplified-NQ file is: the figures of issue 13's table.
+"""How NQ-shaped a simplified-NQ file is: the figures that hold the synthetic `nq` profile to the real sample.
 
     python -m solution.corpus_stats FILE [FILE ...] [--json]
 
@@ -38,7 +38,7 @@ ROWS = (
 
 
 def _percentile(xs: list, q: float):
-    """The q-quantile as a value of `xs` (numpy's method="lower"), the issue table's convention."""
+    """The q-quantile as a value of `xs` (numpy's method="lower"), as docs/data.md's table defines it."""
     return sorted(xs)[int((len(xs) - 1) * q)]
 
 

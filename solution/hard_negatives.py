@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=64, help="windows per forward pass")
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="bf16: bfloat16 autocast (the path the README's hard-negative figures were measured "
+                   help="bf16: bfloat16 autocast (the path docs/answers.md's hard-negative figures were measured "
                         "with); auto (default): bf16 where the CPU or GPU computes it natively, else fp32, as "
                         "submission.predict decides")
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")

@@ -41,7 +41,7 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"  # the fast tokenizer windows are cut with (save_pretrained writes it)
 MODEL_DIR_FORMAT = "nq-bert-qa/2"
-# Format 1: weights under `backbone.*`, and none of the answer techniques of issue 13 yet.
+# Format 1: weights under `backbone.*`, and none of the answer techniques (post-processing settings, structure tokens) yet.
 READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
 QA_CONFIG_SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
 QA_CONFIG_OPTIONAL = {"training": dict, "tuned_thresholds": dict}  # provenance, free-form

@@ -470,7 +470,7 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
 
 
 # ---------------------------------------------------------------------------------------------
-# The `nq` profile: pages shaped like real NQ (issue 13, part 1; `python -m solution.corpus_stats`
+# The `nq` profile: pages shaped like real NQ, to measure the answer techniques on (`python -m solution.corpus_stats`
 # measures both). Long pages whose navigation, infobox-side and reference text sits outside every
 # candidate; tables and lists nested two or three deep; long paragraphs; a few gold long answers
 # that are the nested Li/Tr holding the fact; and the neighbour's facts stated in the same words, so

@@ -1,4 +1,4 @@
-"""Post-processing as it was before the answer-extraction settings (issue 13): the reference that every
+"""Post-processing as it was before the answer-extraction settings (top_level_only, n-best, ...): the reference that every
 setting turned off must reproduce exactly. Test-side only.
 
 Original docstring: window logits -> one long and one short answer per document. Pure numpy.

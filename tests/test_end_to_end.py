@@ -122,7 +122,7 @@ def test_cli_errors_are_clear(corpus, tmp_path):
 
 
 def test_prepare_recovers_every_short_answer_on_real_nq():
-    """Issue goal: >= 99.5% of gold short answers come back exactly from window labels (512/128 windows)."""
+    """Goal: >= 99.5% of gold short answers come back exactly from window labels (512/128 windows)."""
     proc = run("-m", "solution.prepare", "--input", str(real_nq("simplified-nq-train-sample.jsonl")),
                "--output", str(ROOT / "cache" / "test-prepare"), "--json")
     summary = json.loads(proc.stdout)

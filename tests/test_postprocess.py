@@ -1,4 +1,4 @@
-"""The answer-extraction settings on hand-made logits: each changes the answer where it
+"""The answer-extraction settings (the winning solutions' techniques) on hand-made logits: each changes the answer where it
 should and not where it should not, and every one off reproduces the earlier post-processing exactly."""
 
 import dataclasses

@@ -167,9 +167,9 @@ def test_cli_out_that_is_a_file_is_one_line_naming_it(tmp_path):
     assert afile.read_text() == "mine\n"
 
 
-# --- the nq profile: shaped like real NQ (issue 13, part 1) -------------------------------------------
+# --- the nq profile: shaped like real NQ ---------------------------------------------------------------
 
-# The real sample's figures (issue 13's table; `python -m solution.corpus_stats` on the 49 real training lines).
+# The real sample's figures (docs/data.md's table; `python -m solution.corpus_stats` on the 49 real training lines).
 REAL_FIGURES = {"median_words": 4587, "p90_words": 13939, "median_candidates": 86, "top_level_share": 0.42,
                 "empty_chunk_share": 0.33, "median_gold_long_words": 96, "gold_top_level_share": 0.95}
 
