@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -447,19 +448,44 @@ def _safe_globals() -> list:
     return safe
 
 
+def checkpoint_files(ckpt: Path) -> list:
+    """Every file in `ckpt` as the loaders will reach it: symbolic links followed, each real file once.
+
+    A link (to a file or a folder) whose target lies outside `ckpt` is refused, naming it: its target
+    is not part of what was checked, and could be swapped between the check and the load. A link back
+    to a folder already walked is not walked again."""
+    root = Path(ckpt).resolve()
+    found, walked = {}, set()
+    for folder, dirs, names in os.walk(ckpt, followlinks=True):
+        if Path(folder).resolve() in walked:
+            dirs.clear()
+            continue
+        walked.add(Path(folder).resolve())
+        for entry in (Path(folder) / name for name in dirs + names):
+            target = entry.resolve()
+            if not target.is_relative_to(root):
+                raise ValueError(f"{entry}: a symbolic link to {target}, outside the checkpoint {ckpt}; "
+                                 "refusing to read through it (copy the files into the checkpoint instead)")
+            if entry.name in names:
+                found.setdefault(target, entry)
+    return sorted(found.values())
+
+
 def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
     """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
 
     DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
     any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
+    beyond tensors, numbers, containers and the types above is refused, naming it. The files are those
+    the loaders reach (`checkpoint_files`: through links, none leading out). Safetensors files
     (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
     than failing inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar
     over the files (ZeRO checkpoints hold one per rank)."""
     from solution.cli import progress
     from solution.model import check_weights_file
 
-    files = sorted(p for p in Path(ckpt).rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
+    every = checkpoint_files(ckpt)
+    files = [p for p in every if p.suffix in (".pt", ".bin", ".pkl", ".pth")]
     with torch.serialization.safe_globals(_safe_globals()):
         for path in progress(files, desc="consolidate: check files", unit=" files", disable=not show_progress):
             try:
@@ -471,7 +497,7 @@ def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
                                      f"and plain values (it names {found.group(1)})") from None
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
                 raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
-    weights = sorted(Path(ckpt).rglob("*.safetensors"))
+    weights = [p for p in every if p.suffix == ".safetensors"]
     for path in weights:
         check_weights_file(path)
     return len(files) + len(weights)
