@@ -14,7 +14,6 @@ module level: consolidation runs without them installed for plain checkpoints.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from typing import Callable, Optional
 import torch
 
 from solution.config import optimizer_family
-from solution.fsutil import atomic_write_text, disk_full_message, publish_dir
+from solution.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
@@ -149,13 +148,8 @@ class Checkpointer:
     def save(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was."""
         tmp = self.out / f"{checkpoint_name(step)}.tmp"
-        try:
-            path = self._write(step, epoch, batches_into_epoch, tmp)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # the pointer's own temporary file is removed by fsutil
-            raise CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}") from None
+        with removed_if_disk_full(tmp, lambda: CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}")):
+            path = self._write(step, epoch, batches_into_epoch, tmp)  # `latest`'s temporary file: fsutil removes it
         self.saved_step = step
         return path
 
@@ -367,7 +361,14 @@ def convert_to_universal(ckpt: Path) -> Path:
                               # Accelerate's save_state writes no universal-checkpoint info; none is needed
                               # without tensor or pipeline parallelism.
                               inject_missing_state=True)
-    ds_to_universal.main(args)
+
+    def disk_full() -> CheckpointDiskFull:
+        return CheckpointDiskFull(f"{disk_full_message(tmp)}; converting {ckpt / DS_TAG} to a universal checkpoint needs "
+                                  "about as much free space as that folder holds, more while it works; the checkpoint "
+                                  "is unchanged")
+
+    with removed_if_disk_full(tmp, disk_full):
+        ds_to_universal.main(args)
     publish_dir(tmp, final)
     return final
 

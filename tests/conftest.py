@@ -91,3 +91,28 @@ def zero2_checkpoint(tmp_path_factory):
     proc = run_zero2(out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "checkpoint-1"
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """`make(size_bytes)` -> a folder on a real filesystem of that size (tmpfs), to fill up: writers then
+    meet the kernel's own ENOSPC and raise whatever they raise on it. Mounting needs root (or
+    CAP_SYS_ADMIN); elsewhere the test is skipped, saying so."""
+    import subprocess
+
+    mounts = []
+
+    def make(size_bytes: int) -> Path:
+        folder = tmp_path / f"small-fs-{len(mounts)}"
+        folder.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+        mounts.append(folder)
+        return folder
+
+    yield make
+    for folder in mounts:
+        # Lazily: a writer that failed may hold its file open until the garbage collector closes it.
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
