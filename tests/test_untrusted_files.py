@@ -10,9 +10,9 @@ import torch
 from conftest import run_zero2
 
 from solution.checkpoint import Checkpointer, ResumeTarget, TrainerState
+from solution.checkpoint_layout import verify_checkpoint_files
 from solution.config import load_config
 from solution.consolidate import main as consolidate_main
-from solution.consolidate import verify_checkpoint_files
 
 OPTIM_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
 
