@@ -7,16 +7,14 @@ output_dir/
   latest               the name of the newest complete checkpoint, written after the rename
 
 The `Checkpointer` is the only code that writes, prunes or loads these (the trainer hands it the
-scheduler and the run's fingerprint); `checkpoint_kind` and `verify_checkpoint_files` read a
-checkpoint's layout for `solution.consolidate` too. Nothing here imports accelerate or deepspeed at
-module level: consolidation runs without them installed for plain checkpoints.
+scheduler and the run's fingerprint). What the engines' files inside are called, which engine wrote
+them, and the check that they hold only data is solution.checkpoint_layout's, which
+solution.consolidate reads too. Nothing here imports accelerate or deepspeed at module level.
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +22,13 @@ from typing import Callable, Optional
 
 import torch
 
+from solution.checkpoint_layout import DS_TAG, checkpoint_kind, loadable_globals, verify_checkpoint_files
 from solution.config import optimizer_family
-from solution.fsutil import atomic_write_text, disk_full_message, publish_dir
+from solution.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
 STATE_FILE = "trainer_state.json"
-DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
-FSDP_DIR = "pytorch_model_fsdp_0"
 
 
 def checkpoint_name(step: int) -> str:
@@ -148,13 +145,8 @@ class Checkpointer:
     def save(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was."""
         tmp = self.out / f"{checkpoint_name(step)}.tmp"
-        try:
-            path = self._write(step, epoch, batches_into_epoch, tmp)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)  # the pointer's own temporary file is removed by fsutil
-            raise CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}") from None
+        with removed_if_disk_full(tmp, lambda: CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}")):
+            path = self._write(step, epoch, batches_into_epoch, tmp)  # `latest`'s temporary file: fsutil removes it
         self.saved_step = step
         return path
 
@@ -366,7 +358,14 @@ def convert_to_universal(ckpt: Path) -> Path:
                               # Accelerate's save_state writes no universal-checkpoint info; none is needed
                               # without tensor or pipeline parallelism.
                               inject_missing_state=True)
-    ds_to_universal.main(args)
+
+    def disk_full() -> CheckpointDiskFull:
+        return CheckpointDiskFull(f"{disk_full_message(tmp)}; converting {ckpt / DS_TAG} to a universal checkpoint needs "
+                                  "about as much free space as that folder holds, more while it works; the checkpoint "
+                                  "is unchanged")
+
+    with removed_if_disk_full(tmp, disk_full):
+        ds_to_universal.main(args)
     publish_dir(tmp, final)
     return final
 
@@ -393,7 +392,7 @@ def restore_rng(ckpt: Path, rank: int) -> None:
 
     import numpy as np
 
-    with torch.serialization.safe_globals(_safe_globals()):
+    with torch.serialization.safe_globals(loadable_globals()):
         states = torch.load(ckpt / f"random_states_{rank}.pkl", weights_only=True)
     random.setstate(states["random_state"])
     np.random.set_state(states["numpy_random_seed"])
@@ -410,68 +409,3 @@ def reseed(seed: int, step: int, rank: int, log: Callable[[str], None]) -> None:
     set_seed(seed * 1_000_003 + step * 1_009 + rank)
     log("the world size changed: dropout draws cannot continue exactly (they differ between world sizes "
         f"anyway); each rank's RNG is seeded from (seed {seed}, step {step}, rank)")
-
-
-# -- layout readers (also used by solution.consolidate) ------------------------------------------
-def checkpoint_kind(ckpt: Path) -> str:
-    if (ckpt / DS_TAG).is_dir() and any((ckpt / DS_TAG).glob("*model_states.pt")):
-        return "deepspeed"
-    if (ckpt / FSDP_DIR).is_dir():
-        return "fsdp"
-    if (ckpt / "model.safetensors").is_file() or (ckpt / "pytorch_model.bin").is_file():
-        return "plain"
-    raise ValueError(f"{ckpt}: no weights found (expected {DS_TAG}/ from DeepSpeed, {FSDP_DIR}/ from FSDP, "
-                     "or model.safetensors)")
-
-
-def _safe_globals() -> list:
-    """The only non-tensor objects a checkpoint may hold: numpy RNG state (as Accelerate allows when
-    it reads its own random_states files), DeepSpeed's ZeRO stage enum and its loss scalers (classes
-    holding numbers)."""
-    safe = []
-    try:
-        from accelerate.utils.other import TORCH_SAFE_GLOBALS
-
-        safe += list(TORCH_SAFE_GLOBALS)
-    except ImportError:
-        pass
-    try:
-        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-        from deepspeed.utils.tensor_fragment import fragment_address
-
-        # Plain-valued classes DeepSpeed pickles into its checkpoints (an enum, numbers, two ints).
-        safe += [ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address]
-    except ImportError:
-        pass
-    return safe
-
-
-def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
-    """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
-
-    DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
-    any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. Safetensors files
-    (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
-    than failing inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar
-    over the files (ZeRO checkpoints hold one per rank)."""
-    from solution.cli import progress
-    from solution.model import check_weights_file
-
-    files = sorted(p for p in Path(ckpt).rglob("*") if p.suffix in (".pt", ".bin", ".pkl", ".pth"))
-    with torch.serialization.safe_globals(_safe_globals()):
-        for path in progress(files, desc="consolidate: check files", unit=" files", disable=not show_progress):
-            try:
-                torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:
-                found = re.search(r"GLOBAL (\S+)", str(e))
-                if found:
-                    raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
-                                     f"and plain values (it names {found.group(1)})") from None
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
-    weights = sorted(Path(ckpt).rglob("*.safetensors"))
-    for path in weights:
-        check_weights_file(path)
-    return len(files) + len(weights)

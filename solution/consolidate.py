@@ -17,8 +17,7 @@ from pathlib import Path
 
 import torch
 
-# The layout readers live with the checkpointer, which writes the layout.
-from solution.checkpoint import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
+from solution.checkpoint_layout import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
 
 
 def full_state_dict(ckpt: Path, verify: bool = True) -> dict:

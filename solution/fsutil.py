@@ -16,8 +16,9 @@ import errno
 import os
 import shutil
 import tempfile
+import traceback
 from pathlib import Path
-from typing import IO, Iterator, Union
+from typing import IO, Callable, Iterator, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -40,16 +41,65 @@ def _human(num_bytes: int) -> str:
     return f"{num_bytes} B"  # unreachable; keeps type checkers quiet
 
 
-def disk_full_message(path: PathLike) -> str:
-    """'PATH: no space left on device (N free in DIR)'; the free space from the nearest existing folder."""
+def _existing_folder(path: PathLike) -> Path:
+    """The folder `path` is (to be) written in, or its nearest existing ancestor: where its filesystem is asked."""
     folder = Path(path).resolve().parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
+    return folder
+
+
+def disk_full_message(path: PathLike) -> str:
+    """'PATH: no space left on device (N free in DIR)'; the free space from the nearest existing folder."""
+    folder = _existing_folder(path)
     try:
         free = f"{_human(shutil.disk_usage(folder).free)} free in {folder}"
     except OSError:
         free = f"free space in {folder} unknown"
     return f"{path}: no space left on device ({free})"
+
+
+FULL_BELOW = 1 << 20  # bytes: a filesystem with less free than this after a failed write was full
+
+
+def out_of_space(error: BaseException, path: PathLike) -> bool:
+    """Whether `error`, raised by a write to `path`, was the disk filling up.
+
+    An OSError says so by its errno. Other writers lose the errno: safetensors' SafetensorError quotes
+    the system's words ('No space left on device (os error 28)'); torch.save's zip writer (so
+    DeepSpeed's and Accelerate's checkpoints) raises a RuntimeError without them ('unexpected pos
+    ...', 'PytorchStreamWriter failed writing file'), so for a RuntimeError the filesystem itself is
+    asked, before the partial output is removed: under FULL_BELOW bytes free. Nothing else is a full disk."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    if os.strerror(errno.ENOSPC) in str(error):
+        return True
+    if not isinstance(error, RuntimeError):
+        return False
+    try:
+        return shutil.disk_usage(_existing_folder(path)).free < FULL_BELOW
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def removed_if_disk_full(tmp: PathLike, error: Callable[[], BaseException]) -> Iterator[None]:
+    """Run a write into `tmp` (a temporary file or folder). If the disk fills up (`out_of_space`), `tmp`
+    is removed and `error()` raised, made once it is gone (a message then counts the space freed).
+    Any other failure passes unchanged, `tmp` left for the writer's next attempt to clear."""
+    try:
+        yield
+    except Exception as e:
+        if not out_of_space(e, tmp):
+            raise
+        # torch's failed zip writer keeps its file open from the frames the error holds (and the error
+        # before it): cleared, the file closes and its space is free once removed.
+        failed: Optional[BaseException] = e
+        while failed is not None:
+            traceback.clear_frames(failed.__traceback__)
+            failed = failed.__context__
+        _remove(Path(tmp))
+        raise error() from None
 
 
 def temp_name(path: PathLike) -> Path:

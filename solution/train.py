@@ -17,11 +17,9 @@ after writing a checkpoint at the step reached (continue with `--resume auto` or
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -37,7 +35,7 @@ from solution import strategy
 from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
-from solution.fsutil import check_writable, disk_full_message
+from solution.fsutil import check_writable, disk_full_message, removed_if_disk_full
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
@@ -616,14 +614,10 @@ class Trainer:
         acc.wait_for_everyone()
         state = self.strategy.full_state_dict(model)  # full fp32 weights on the main process, whatever the strategy
         if self.is_main:
-            try:
+            # model.tmp: save_model_dir's temporary name; a full disk removes it and ends in one line.
+            with removed_if_disk_full(self.out / "model.tmp", lambda: disk_full(self.out / "model")):
                 path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer,
                                       self.qa_config())
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                shutil.rmtree(self.out / "model.tmp", ignore_errors=True)  # save_model_dir's temporary name
-                raise disk_full(self.out / "model") from None
             self.log(f"model directory: {path}")
 
 

@@ -64,3 +64,55 @@ def small_test_file(out: Path, num_test: int) -> Path:
                     "--num-test", str(num_test), "--min-words", "200", "--max-words", "400"], cwd=ROOT, check=True,
                    capture_output=True)
     return out / "simplified-nq-test.jsonl"
+
+
+# One step of the tiny BERT under ZeRO-2 with AdamW, one process, checkpoint-1 saved.
+ZERO2_RUN = ["-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+             "--dummy_num_windows", "16", "--per_device_train_batch_size", "8", "--optim", "adamw_torch",
+             "--max_steps", "1", "--save_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
+             "--strategy", "zero2"]
+
+
+def run_zero2(out: Path, *extra):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, *ZERO2_RUN, "--output_dir", str(out), *extra], cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def zero2_checkpoint(tmp_path_factory):
+    """A real DeepSpeed ZeRO-2 checkpoint with AdamW's state (~40 s), written once per session by
+    solution.train (`ZERO2_RUN`). Tests copy it before changing anything in it."""
+    out = tmp_path_factory.mktemp("zero2")
+    proc = run_zero2(out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "checkpoint-1"
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """`make(size_bytes)` -> a folder on a real filesystem of that size (tmpfs), to fill up: writers then
+    meet the kernel's own ENOSPC and raise whatever they raise on it. Mounting needs root (or
+    CAP_SYS_ADMIN); elsewhere the test is skipped, saying so."""
+    import subprocess
+
+    mounts = []
+
+    def make(size_bytes: int) -> Path:
+        folder = tmp_path / f"small-fs-{len(mounts)}"
+        folder.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+        mounts.append(folder)
+        return folder
+
+    yield make
+    for folder in mounts:
+        # Lazily: a writer that failed may hold its file open until the garbage collector closes it.
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from solution.checkpoint import (
     LATEST,
     CheckpointDiskFull,
     Checkpointer,
     TrainerState,
+    convert_to_universal,
     find_checkpoint,
     numbered_checkpoints,
     resume_route,
@@ -113,6 +117,61 @@ def test_a_full_disk_removes_the_tmp_and_keeps_latest(tmp_path):
     assert f"{tmp_path / 'checkpoint-4.tmp'}: no space left on device" in str(e.value)
     assert str(e.value).endswith(f"the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)")
     assert not list(tmp_path.glob("*.tmp*")) and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
+
+
+class TensorSavingAccelerator(FakeAccelerator):
+    """Writes a checkpoint of `num_floats` float32 as Accelerate does: torch.save (optimizer.bin) or
+    safetensors (model.safetensors); each raises its own error on a full disk, neither an OSError."""
+
+    def __init__(self, writer: str, num_floats: int = 1):
+        super().__init__()
+        self.writer, self.num_floats = writer, num_floats
+
+    def save_state(self, output_dir):
+        super().save_state(output_dir)
+        tensors = {"w": torch.zeros(self.num_floats)}
+        if self.writer == "torch":
+            torch.save(tensors, Path(output_dir) / "optimizer.bin")
+        else:
+            save_file(tensors, str(Path(output_dir) / "model.safetensors"))
+
+
+@pytest.mark.parametrize("writer", ["torch", "safetensors"])
+def test_a_really_full_disk_removes_the_tmp_and_keeps_latest(writer, small_filesystem):
+    out = small_filesystem(2 << 20)
+    ck = checkpointer(out, acc=TensorSavingAccelerator(writer))
+    ck.save(2, 0, 2)
+    ck.accelerator.num_floats = 1 << 20  # 4 MiB on a 2 MiB filesystem
+    with pytest.raises(CheckpointDiskFull) as e:
+        ck.save(4, 0, 4)
+    message = str(e.value)
+    # What is free once the partial files are gone: what checkpoint-2 left of the 2 MiB.
+    assert message.startswith(f"{out / 'checkpoint-4.tmp'}: no space left on device (2.0 MiB free in {out})")
+    assert message.endswith(f"the last good checkpoint is {out / 'checkpoint-2'} (latest)") and "\n" not in message
+    assert not list(out.glob("*.tmp*")) and (out / LATEST).read_text() == "checkpoint-2\n"
+
+
+def test_an_error_that_is_not_a_full_disk_is_not_called_one(tmp_path):
+    class Failing(FakeAccelerator):
+        def save_state(self, output_dir):
+            super().save_state(output_dir)
+            raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    with pytest.raises(RuntimeError, match="file write failed"):  # the disk under tmp_path has room
+        checkpointer(tmp_path, acc=Failing()).save(2, 0, 2)
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_converting_to_a_universal_checkpoint_removes_it(zero2_checkpoint, small_filesystem):
+    size = sum(p.stat().st_size for p in zero2_checkpoint.rglob("*") if p.is_file())
+    ckpt = small_filesystem(size + (2 << 20)) / "checkpoint-1"  # room for the checkpoint, not its conversion
+    shutil.copytree(zero2_checkpoint, ckpt)
+    with pytest.raises(CheckpointDiskFull) as e:
+        convert_to_universal(ckpt)
+    message = str(e.value)
+    assert message.startswith(f"{ckpt / 'universal.tmp'}: no space left on device (") and "\n" not in message
+    assert f"converting {ckpt / 'pytorch_model'} to a universal checkpoint" in message
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(p.name for p in zero2_checkpoint.iterdir())
 
 
 def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):

@@ -75,6 +75,17 @@ def test_a_full_disk_is_one_sentence_naming_the_path_and_the_free_space(tmp_path
     assert not path.exists() and leftovers(tmp_path) == []
 
 
+def test_only_a_full_disk_is_called_one(tmp_path):
+    """Writers that drop the errno: safetensors quotes the system's words; torch's zip writer raises a bare
+    RuntimeError, a full disk only where the filesystem has (almost) no room left, and tmp_path has room."""
+    assert fsutil.out_of_space(OSError(errno.ENOSPC, "No space left on device"), tmp_path / "x")
+    assert not fsutil.out_of_space(OSError(errno.EACCES, "Permission denied"), tmp_path / "x")
+    safetensors_error = type("SafetensorError", (Exception,), {})
+    assert fsutil.out_of_space(safetensors_error("I/O error: No space left on device (os error 28)"), tmp_path / "x")
+    assert not fsutil.out_of_space(RuntimeError("unexpected pos 704 vs 598"), tmp_path / "x")
+    assert not fsutil.out_of_space(ValueError("bad value"), tmp_path / "x")
+
+
 def test_publish_dir_when_another_builder_finished_first(tmp_path):
     final = tmp_path / "entry"
     for name, text in (("ours", "ours"), ("theirs", "theirs")):

@@ -129,6 +129,28 @@ def test_a_full_disk_during_the_model_save_names_it(tmp_path):
     assert not (tmp_path / "model.tmp").exists() and not (tmp_path / "model").exists()
 
 
+def test_a_really_full_disk_during_a_checkpoint_ends_in_one_line(small_filesystem):
+    """A 36 MiB filesystem holds checkpoint-2 (24 MiB: weights and AdamW's moments); checkpoint-4's
+    weights fit, its optimizer.bin does not: torch.save raises a RuntimeError, not an OSError."""
+    out = small_filesystem(36 << 20)
+    proc = train(out, "--optim", "adamw_torch", "--max_steps", "6", "--save_steps", "2")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert line.startswith(f"error: {out / 'checkpoint-4.tmp'}: no space left on device (") and "free in" in line, line
+    assert line.endswith(f"the last good checkpoint is {out / 'checkpoint-2'} (latest)"), line
+    assert "Traceback" not in proc.stderr and not list(out.glob("*.tmp*"))
+    assert (out / "latest").read_text().strip() == "checkpoint-2"
+
+
+def test_a_really_full_disk_during_the_model_save_ends_in_one_line(small_filesystem):
+    out = small_filesystem(4 << 20)  # the model's 8 MiB of weights do not fit: safetensors' own error
+    proc = train(out, "--max_steps", "1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert line.startswith(f"error: {out / 'model'}: no space left on device (") and "free in" in line, line
+    assert "Traceback" not in proc.stderr and not (out / "model.tmp").exists() and not (out / "model").exists()
+
+
 def wait_for_first_step(proc, out: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
