@@ -18,14 +18,15 @@ import errno
 import json
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, get_type_hints
 
 import torch
 
-from solution.config import optimizer_family
+from solution.config import optimizer_family, read_settings_file
 from solution.fsutil import atomic_write_text, disk_full_message, publish_dir
+from solution.model import json_type_ok
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
@@ -44,25 +45,40 @@ def numbered_checkpoints(output_dir: Path) -> list:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
-def find_checkpoint(output_dir: Path, spec: str) -> Optional[Path]:
+def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = lambda msg: None) -> Optional[Path]:
     """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); `auto` -> the
-    same, or None when output_dir holds no complete checkpoint (start fresh); else a path."""
+    same, or None when output_dir holds no complete checkpoint (start fresh); else a path.
+
+    Under `latest` and `auto` a checkpoint whose trainer_state.json cannot be read is passed over for
+    the one before it, and `log` says which and why; when none is left the error lists them."""
     output_dir = Path(output_dir)
-    if spec in ("latest", "auto"):
-        pointer = output_dir / LATEST
-        if pointer.is_file():
-            named = output_dir / pointer.read_text().strip()
-            if (named / STATE_FILE).is_file():
-                return named
-        done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
-        if not done and spec == "latest":
-            raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
-        return done[-1] if done else None
-    path = Path(spec)
-    if not (path / STATE_FILE).is_file():
-        raise ValueError(f"{path}: not a checkpoint (no {STATE_FILE}); checkpoints are "
-                         "output_dir/checkpoint-N, written every save_steps")
-    return path
+    if spec not in ("latest", "auto"):
+        path = Path(spec)
+        if not (path / STATE_FILE).is_file():
+            raise ValueError(f"{path}: not a checkpoint (no {STATE_FILE}); checkpoints are "
+                             "output_dir/checkpoint-N, written every save_steps")
+        return path
+    done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
+    pointer = output_dir / LATEST
+    if pointer.is_file():
+        named = output_dir / pointer.read_text().strip()
+        if named in done:  # tried first
+            done = [p for p in done if p != named] + [named]
+    skipped = []
+    for path in reversed(done):
+        try:
+            TrainerState.read(path)
+        except (ValueError, OSError) as e:
+            skipped.append(f"{path} ({e})")
+            log(f"resume {spec}: skipped {skipped[-1]}")
+            continue
+        return path
+    if skipped:
+        raise ValueError(f"resume_from_checkpoint {spec}: no readable checkpoint in {output_dir}; skipped "
+                         + "; ".join(skipped))
+    if spec == "latest":
+        raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
+    return None
 
 
 @dataclass
@@ -98,13 +114,60 @@ class TrainerState:
 
     @classmethod
     def read(cls, ckpt: Path) -> "TrainerState":
+        """trainer_state.json, checked before anything acts on it: unreadable JSON, a missing or mistyped
+        field, or a counter no run can have written is one line naming the file and the field."""
         path = Path(ckpt) / STATE_FILE
-        record = json.loads(path.read_text())
+        record = read_settings_file(str(path), "checkpoint state")
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: must hold a JSON object, got {type(record).__name__}")
         if record.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: format {record.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-        known = {"format", "step", "epoch", "batches_into_epoch", "samples_into_epoch", "scheduler"}
-        return cls(record["step"], record["epoch"], record["batches_into_epoch"], record["scheduler"],
-                   {k: v for k, v in record.items() if k not in known}, samples_into_epoch=record.get("samples_into_epoch"))
+        hints, own = get_type_hints(cls), {}
+        for f in fields(cls):
+            if f.name == "fingerprint":
+                continue
+            if f.name not in record:
+                if f.default is MISSING:
+                    raise ValueError(f"{path}: field '{f.name}' is missing")
+                continue
+            own[f.name] = record[f.name]
+            if not json_type_ok(own[f.name], hints[f.name]):
+                raise ValueError(f"{path}: field '{f.name}' must be {_type_name(hints[f.name])}, "
+                                 f"got {_short(own[f.name])}")
+        state = cls(**own, fingerprint={k: v for k, v in record.items() if k not in own})
+        state.check(path)
+        return state
+
+    def check(self, path: Path) -> None:
+        """Counters a run can have written: none negative, the step within the writer's run, the epoch at
+        most the step (every epoch is at least one optimizer step), the samples within one epoch."""
+        fp = self.fingerprint
+        for name in ("per_device_train_batch_size", "world_size", "train_windows", "num_optimizer_steps"):
+            if name in fp and not (json_type_ok(fp[name], int) and fp[name] >= 1):
+                raise ValueError(f"{path}: field '{name}' must be a positive integer, got {_short(fp[name])}")
+        for name in ("step", "epoch", "batches_into_epoch", "samples_into_epoch"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{path}: field '{name}' is {value}; a counter is never negative")
+        if self.step > fp.get("num_optimizer_steps", self.step):
+            raise ValueError(f"{path}: field 'step' is {self.step}, beyond the {fp['num_optimizer_steps']} "
+                             "optimizer steps of the run that wrote it (field 'num_optimizer_steps')")
+        if self.epoch > self.step:
+            raise ValueError(f"{path}: field 'epoch' is {self.epoch} at step {self.step}; every epoch is at "
+                             "least one optimizer step")
+        per_batch = fp.get("per_device_train_batch_size", 1) * fp.get("world_size", 1)
+        if "train_windows" in fp and self.samples() > -(-fp["train_windows"] // per_batch) * per_batch:
+            raise ValueError(f"{path}: field 'samples_into_epoch' is {self.samples()}, beyond an epoch of "
+                             f"{fp['train_windows']} windows (field 'train_windows')")
+
+
+def _type_name(typ) -> str:
+    return {int: "an integer", dict: "an object", Optional[int]: "an integer or null"}.get(typ, str(typ))
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class CheckpointDiskFull(Exception):
@@ -209,6 +272,7 @@ class Checkpointer:
                 raise ValueError(f"{path}: field '{key}' is {saved!r} in the checkpoint but {mine!r} in this run; "
                                  "it must match to resume (world size, strategy, per-device batch and accumulation "
                                  "may change), or consolidate it with python -m solution.consolidate and start anew")
+        self._check_scheduler(path, state.scheduler)
         skip = self._skip_batches(path, state)
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
         route = resume_route(state.fingerprint, self.fingerprint)
@@ -248,6 +312,16 @@ class Checkpointer:
             raise ValueError(f"{path}: field 'samples_into_epoch' is {samples}, not a multiple of this run's "
                              f"per-device batch x world size ({per_batch}); resume with a layout that divides it")
         return samples // per_batch
+
+    def _check_scheduler(self, path: Path, saved: dict) -> None:
+        """The schedule's saved state holds what this run's scheduler keeps, each value of its type:
+        torch's load_state_dict would otherwise fail later with a bare KeyError or TypeError."""
+        for key, mine in self.scheduler.state_dict().items():
+            where = f"{path / STATE_FILE}: field 'scheduler.{key}'"
+            if key not in saved:
+                raise ValueError(f"{where} is missing (this run's learning-rate scheduler keeps it)")
+            if not json_type_ok(saved[key], type(mine)):
+                raise ValueError(f"{where} must be {type(mine).__name__}, got {_short(saved[key])}")
 
     def _check_rng_files(self, path: Path) -> None:
         for rank in range(self.accelerator.num_processes):

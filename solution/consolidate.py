@@ -10,7 +10,6 @@ model directory that training writes at its end and `submission/` loads.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +48,7 @@ def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
 
 
 def consolidate(checkpoint, out) -> Path:
+    from solution.checkpoint import TrainerState
     from solution.model import read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
 
     ckpt = Path(checkpoint)
@@ -62,8 +62,8 @@ def consolidate(checkpoint, out) -> Path:
     # Checked, and a format-1 checkpoint's settings completed, so the directory written is current.
     qa = read_qa_config(meta_dir / "qa_config.json")
     qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
-    trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
-    qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
+    step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line naming it and the field
+    qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": step}
     return save_model_dir(out, state, config, tokenizer, qa)
 
 

@@ -227,11 +227,11 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
 
 # -- reading, every file checked -------------------------------------------------------------------
 
-def _json_type_ok(value, typ) -> bool:
+def json_type_ok(value, typ) -> bool:
     """Whether a JSON value fits a dataclass field's declared type (bool is not a number here)."""
     origin = typing.get_origin(typ)
     if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None
-        return any(_json_type_ok(value, a) for a in typing.get_args(typ))
+        return any(json_type_ok(value, a) for a in typing.get_args(typ))
     if typ is type(None):
         return value is None
     if typ is bool:
@@ -265,7 +265,7 @@ def _check_section(path: Path, section: str, values, cls, old_format: bool) -> d
             if not old_format:
                 raise ValueError(f"{path}: field {section}.{name} is missing")
             values[name] = FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
-        elif not _json_type_ok(values[name], hints[name]):
+        elif not json_type_ok(values[name], hints[name]):
             tname = getattr(hints[name], "__name__", str(hints[name]))
             raise ValueError(f"{path}: field {section}.{name} must be {tname}, got {values[name]!r}")
     try:

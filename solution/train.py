@@ -450,7 +450,7 @@ class Trainer:
     def resume_path(self) -> Optional[Path]:
         """The checkpoint to continue from (None: start fresh); under `auto`, one line says which."""
         spec = self.cfg.resume_from_checkpoint
-        path = find_checkpoint(self.out, spec) if spec else None
+        path = find_checkpoint(self.out, spec, log=self.log) if spec else None
         if spec == "auto":  # a requeued job's log says whether it continued
             self.log(f"resume auto: continuing from {path}" if path
                      else f"resume auto: no complete checkpoint in {self.out}; starting fresh")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from solution.checkpoint import (
     LATEST,
@@ -223,3 +225,89 @@ def test_fused_and_plain_adamw_resume_each_other_but_not_sgd(tmp_path, monkeypat
     assert checkpointer(tmp_path).load(path, {"optim": "adamw_torch_fused"}, batches_per_epoch=4) == (2, 0, 2)
     with pytest.raises(ValueError, match="field 'optim' is 'adamw' in the checkpoint but 'sgd' in this run"):
         checkpointer(tmp_path).load(path, {"optim": "sgd"}, batches_per_epoch=4)
+
+
+def written_state(tmp_path, **changes):
+    """checkpoint-4 as a run of 16 windows at 4 a batch writes it, then trainer_state.json edited."""
+    fingerprint = {**FINGERPRINT, "train_windows": 16, "num_optimizer_steps": 8}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), fingerprint, save_due=lambda s, e: True,
+                        log=lambda m: None).save(4, 1, 2)
+    record = json.loads((path / "trainer_state.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            del record[key]
+        else:
+            record[key] = value
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"step": None}, "field 'step' is missing"),
+    ({"scheduler": None}, "field 'scheduler' is missing"),
+    ({"step": "4"}, "field 'step' must be an integer, got '4'"),
+    ({"epoch": 1.5}, "field 'epoch' must be an integer, got 1.5"),
+    ({"samples_into_epoch": True}, "field 'samples_into_epoch' must be an integer or null, got True"),
+    ({"scheduler": [1]}, "field 'scheduler' must be an object, got [1]"),
+    ({"world_size": "2"}, "field 'world_size' must be a positive integer, got '2'"),
+    ({"samples_into_epoch": -8}, "field 'samples_into_epoch' is -8; a counter is never negative"),
+    ({"step": -1, "epoch": 0}, "field 'step' is -1; a counter is never negative"),
+    ({"batches_into_epoch": -2}, "field 'batches_into_epoch' is -2; a counter is never negative"),
+    ({"step": 9}, "field 'step' is 9, beyond the 8 optimizer steps of the run that wrote it"),
+    ({"epoch": 5}, "field 'epoch' is 5 at step 4; every epoch is at least one optimizer step"),
+    ({"samples_into_epoch": 20}, "field 'samples_into_epoch' is 20, beyond an epoch of 16 windows"),
+])
+def test_a_broken_trainer_state_is_one_line_naming_the_file_and_the_field(tmp_path, changes, named):
+    path = written_state(tmp_path, **changes)
+    with pytest.raises(ValueError) as e:
+        TrainerState.read(path)
+    assert str(e.value).startswith(f"{path / 'trainer_state.json'}: ") and named in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text,named", [("", "not valid JSON (line 1"), ('{"format": "nq-bert-qa-checkpoint/1", "st',
+                                                                       "not valid JSON (line 1"),
+                                        ("[1, 2]", "must hold a JSON object, got list")])
+def test_an_empty_truncated_or_non_object_trainer_state_is_named(tmp_path, text, named):
+    path = written_state(tmp_path)
+    (path / "trainer_state.json").write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / 'trainer_state.json'))}: {re.escape(named)}"):
+        TrainerState.read(path)
+
+
+def test_a_scheduler_state_lacking_a_key_is_named_before_loading(tmp_path, monkeypatch):
+    """torch's LambdaLR.load_state_dict pops 'lr_lambdas' (a bare KeyError when absent)."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    path = checkpointer(tmp_path, scheduler=scheduler).save(2, 0, 2)
+    record = json.loads((path / "trainer_state.json").read_text())
+    del record["scheduler"]["lr_lambdas"]
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    ck = checkpointer(tmp_path, scheduler=scheduler)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / 'trainer_state.json'))}: field "
+                                         "'scheduler.lr_lambdas' is missing"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+    assert ck.accelerator.loaded is None  # refused before the engine's state was touched
+    record["scheduler"]["lr_lambdas"], record["scheduler"]["last_epoch"] = [None], "2"
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="field 'scheduler.last_epoch' must be int, got '2'"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+
+
+def test_resume_auto_passes_over_an_unreadable_newest_checkpoint_saying_why(tmp_path):
+    ck = checkpointer(tmp_path, every=2)
+    for step in (2, 4, 6):
+        ck.save(step, 0, step)
+    newest = tmp_path / "checkpoint-6" / "trainer_state.json"
+    newest.write_text(newest.read_text()[:40])  # a torn write
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    said = []
+    assert find_checkpoint(tmp_path, "latest", log=said.append) == tmp_path / "checkpoint-4"
+    [line] = said
+    assert line.startswith(f"resume latest: skipped {tmp_path / 'checkpoint-6'} ({newest}: not valid JSON (line 2: "), line
+    for step in (2, 4):  # none left: an error that lists them, not a fresh start over them
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("")
+    with pytest.raises(ValueError, match="resume_from_checkpoint auto: no readable checkpoint in .*; skipped "
+                                         ".*checkpoint-6 .*; .*checkpoint-4 .*; .*checkpoint-2 "):
+        find_checkpoint(tmp_path, "auto")
