@@ -18,6 +18,7 @@ import errno
 import json
 import re
 import shutil
+import time
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Optional, get_type_hints
@@ -39,18 +40,26 @@ def checkpoint_name(step: int) -> str:
     return f"checkpoint-{step}"
 
 
+def checkpoint_step(path: Path) -> Optional[int]:
+    """N of a checkpoint-N folder; None for any other name."""
+    tail = Path(path).name.split("-")[-1]
+    return int(tail) if Path(path).name.startswith("checkpoint-") and tail.isdigit() else None
+
+
 def numbered_checkpoints(output_dir: Path) -> list:
     """output_dir/checkpoint-N directories, oldest first (`.tmp` leftovers of a killed save excluded)."""
-    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
 
 
 def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = lambda msg: None) -> Optional[Path]:
-    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); `auto` -> the
-    same, or None when output_dir holds no complete checkpoint (start fresh); else a path.
+    """`latest` -> the checkpoint output_dir/latest names; `auto` -> the same, or None when output_dir holds
+    no complete checkpoint (start fresh); else the path given.
 
-    Under `latest` and `auto` a checkpoint whose trainer_state.json cannot be read is passed over for
-    the one before it, and `log` says which and why; when none is left the error lists them."""
+    When latest's checkpoint is gone or its trainer_state.json unreadable (or there is no `latest`), the
+    most recently saved readable checkpoint is taken instead, and only one below latest's step: one past
+    it was left behind when a run resumed an older checkpoint, and is no ancestor of latest's. `log` says
+    what was passed over and why; when nothing is left, the error does."""
     output_dir = Path(output_dir)
     if spec not in ("latest", "auto"):
         path = Path(spec)
@@ -59,26 +68,61 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
                              "output_dir/checkpoint-N, written every save_steps")
         return path
     done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
-    pointer = output_dir / LATEST
-    if pointer.is_file():
-        named = output_dir / pointer.read_text().strip()
-        if named in done:  # tried first
-            done = [p for p in done if p != named] + [named]
-    skipped = []
-    for path in reversed(done):
-        try:
-            TrainerState.read(path)
-        except (ValueError, OSError) as e:
-            skipped.append(f"{path} ({e})")
-            log(f"resume {spec}: skipped {skipped[-1]}")
-            continue
-        return path
-    if skipped:
-        raise ValueError(f"resume_from_checkpoint {spec}: no readable checkpoint in {output_dir}; skipped "
-                         + "; ".join(skipped))
+    named, skipped = _named_by_latest(output_dir), {}
+    candidates = done
+    if named is not None:
+        if _read_or_note(named, skipped) is not None:
+            return named
+        below = checkpoint_step(named)
+        candidates = [p for p in done if p != named and (below is None or checkpoint_step(p) < below)]
+    chosen = _most_recently_saved(candidates, skipped)
+    passed_over = [f"skipped {p} ({skipped[p]})" for p in sorted(skipped, key=lambda p: (p != named, -(checkpoint_step(p) or 0)))
+                   if chosen is None or p == named or checkpoint_step(p) > checkpoint_step(chosen)]
+    for line in passed_over:
+        log(f"resume {spec}: {line}")
+    if chosen is not None:
+        return chosen
+    beyond = [p.name for p in done if p not in candidates and p != named]
+    if beyond:
+        passed_over.append(f"{', '.join(beyond)} past latest's {named.name} were left behind when an older "
+                           "checkpoint was resumed (resume one by its path if it is the one wanted)")
+    if passed_over:
+        raise ValueError(f"resume_from_checkpoint {spec}: no readable checkpoint in {output_dir}; "
+                         + "; ".join(passed_over))
     if spec == "latest":
         raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
     return None
+
+
+def _named_by_latest(output_dir: Path) -> Optional[Path]:
+    """The checkpoint folder output_dir/latest names (None: no pointer)."""
+    pointer = output_dir / LATEST
+    return output_dir / pointer.read_text().strip() if pointer.is_file() else None
+
+
+def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:
+    """The checkpoint's trainer state; None when it cannot be read, the reason kept in `skipped[path]`."""
+    if not (path / STATE_FILE).is_file():
+        skipped[path] = f"gone, or without {STATE_FILE}"
+        return None
+    try:
+        return TrainerState.read(path)
+    except (ValueError, OSError) as e:
+        skipped[path] = str(e)
+        return None
+
+
+def _most_recently_saved(paths: list, skipped: dict) -> Optional[Path]:
+    """The readable checkpoint saved last, by the `saved_at` its trainer_state.json records (one written
+    before that was recorded counts as older, by step)."""
+    best = None
+    for path in paths:
+        state = _read_or_note(path, skipped)
+        if state is not None:
+            key = (state.saved_at is not None, state.saved_at or 0.0, state.step)
+            if best is None or key > best[0]:
+                best = (key, path)
+    return best[1] if best else None
 
 
 @dataclass
@@ -97,11 +141,16 @@ class TrainerState:
     fingerprint: dict = field(default_factory=dict)
     format: str = CHECKPOINT_FORMAT
     samples_into_epoch: Optional[int] = None
+    saved_at: Optional[float] = None  # time.time() of the save: which of two lineages was written last
+    # The checkpoint this one continues, {"checkpoint": "checkpoint-N", "saved_at": its saved_at}: the same
+    # run's previous save, or the checkpoint of output_dir it resumed (null: neither). Its saved_at tells it
+    # from a later checkpoint of the same name.
+    parent: Optional[dict] = None
 
     def to_json(self) -> str:
         record = {"format": self.format, "step": self.step, "epoch": self.epoch,
                   "batches_into_epoch": self.batches_into_epoch, "samples_into_epoch": self.samples_into_epoch,
-                  "scheduler": self.scheduler, **self.fingerprint}
+                  "saved_at": self.saved_at, "parent": self.parent, "scheduler": self.scheduler, **self.fingerprint}
         return json.dumps(record, indent=2) + "\n"
 
     def samples(self) -> int:
@@ -155,6 +204,12 @@ class TrainerState:
         if self.epoch > self.step:
             raise ValueError(f"{path}: field 'epoch' is {self.epoch} at step {self.step}; every epoch is at "
                              "least one optimizer step")
+        parent = self.parent
+        if parent is not None and not (checkpoint_step(str(parent.get("checkpoint"))) is not None
+                                       and "/" not in parent["checkpoint"]
+                                       and json_type_ok(parent.get("saved_at"), Optional[float])):
+            raise ValueError(f"{path}: field 'parent' must be {{\"checkpoint\": \"checkpoint-N\", \"saved_at\": "
+                             f"a number or null}}, got {_short(parent)}")
         per_batch = fp.get("per_device_train_batch_size", 1) * fp.get("world_size", 1)
         if "train_windows" in fp and self.samples() > -(-fp["train_windows"] // per_batch) * per_batch:
             raise ValueError(f"{path}: field 'samples_into_epoch' is {self.samples()}, beyond an epoch of "
@@ -187,6 +242,7 @@ class Checkpointer:
         self.fingerprint, self.save_due, self.save_total_limit = fingerprint, save_due, save_total_limit
         self.write_meta, self.log = write_meta, log
         self.saved_step: Optional[int] = None  # the step of the last checkpoint this run wrote
+        self.parent: Optional[dict] = None  # the checkpoint the next save continues (TrainerState.parent)
 
     @property
     def is_main(self) -> bool:
@@ -233,23 +289,45 @@ class Checkpointer:
             self.write_meta(tmp)
             samples = batches_into_epoch * self.samples_per_batch
             state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
-                                 samples_into_epoch=samples)
+                                 samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
             (tmp / STATE_FILE).write_text(state.to_json())
             if final.exists():
                 shutil.rmtree(final)
             publish_dir(tmp, final)  # a checkpoint is complete or absent, never half-written
             atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
+            self.parent = {"checkpoint": final.name, "saved_at": state.saved_at}
             self.prune()
         acc.wait_for_everyone()
         self.log(f"checkpoint: {final}")
         return final
 
     def prune(self) -> None:
-        """Keep the newest `save_total_limit` checkpoints (all when it is unset)."""
+        """Keep the newest `save_total_limit` checkpoints of this run's lineage (all when it is unset).
+
+        The lineage is what this run wrote, the checkpoint it resumed and that one's ancestors (`lineage`),
+        so a requeued job keeps the limit across restarts. A checkpoint outside it, left behind when this
+        run resumed an older one, is not this run's to remove: it stays, however high its step."""
         if not self.save_total_limit:
             return
-        for old in numbered_checkpoints(self.out)[:-self.save_total_limit]:
+        for old in self.lineage()[self.save_total_limit:]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def lineage(self) -> list:
+        """This run's newest checkpoint and its ancestors in output_dir, newest first, by the parent each
+        trainer_state.json names. The walk stops at a parent that is gone or unreadable, or whose name a
+        later checkpoint took (its saved_at differs)."""
+        found, link, below = [], self.parent, None
+        while link is not None:
+            path = self.out / link["checkpoint"]
+            try:
+                state = TrainerState.read(path)
+            except (ValueError, OSError):
+                break
+            if state.saved_at != link["saved_at"] or (below is not None and state.step >= below):
+                break
+            found.append(path)
+            link, below = state.parent, state.step
+        return found
 
     def last_good(self) -> str:
         pointer = self.out / LATEST
@@ -273,6 +351,7 @@ class Checkpointer:
                                  "it must match to resume (world size, strategy, per-device batch and accumulation "
                                  "may change), or consolidate it with python -m solution.consolidate and start anew")
         self._check_scheduler(path, state.scheduler)
+        self._continue_lineage(path, state)
         skip = self._skip_batches(path, state)
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
         route = resume_route(state.fingerprint, self.fingerprint)
@@ -312,6 +391,18 @@ class Checkpointer:
             raise ValueError(f"{path}: field 'samples_into_epoch' is {samples}, not a multiple of this run's "
                              f"per-device batch x world size ({per_batch}); resume with a layout that divides it")
         return samples // per_batch
+
+    def _continue_lineage(self, path: Path, state: TrainerState) -> None:
+        """This run's saves continue `path` when it is a checkpoint of output_dir (see `prune`). Its
+        checkpoints of higher steps belong to the run that went on from it before: kept, and said so."""
+        if Path(path).resolve().parent != self.out.resolve() or checkpoint_step(path) is None:
+            return
+        self.parent = {"checkpoint": Path(path).name, "saved_at": state.saved_at}
+        left = [p.name for p in numbered_checkpoints(self.out) if checkpoint_step(p) > state.step]
+        if left:
+            self.log(f"{self.out}: {', '.join(left)} went on from an earlier run past {Path(path).name}; kept, never "
+                     "pruned by this run nor taken by --resume latest/auto, but replaced by a save of this run "
+                     "at the same step")
 
     def _check_scheduler(self, path: Path, saved: dict) -> None:
         """The schedule's saved state holds what this run's scheduler keeps, each value of its type:

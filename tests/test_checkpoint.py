@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,8 +68,9 @@ def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, m
     path = ck.maybe_save(2, 0, 2)
     assert path == tmp_path / "checkpoint-2" and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
     state = json.loads((path / "trainer_state.json").read_text())
+    assert isinstance(state.pop("saved_at"), float)
     assert state == {"format": "nq-bert-qa-checkpoint/1", "step": 2, "epoch": 0, "batches_into_epoch": 2,
-                     "samples_into_epoch": 8, "scheduler": {"value": 7}, **FINGERPRINT}
+                     "samples_into_epoch": 8, "parent": None, "scheduler": {"value": 7}, **FINGERPRINT}
     assert TrainerState.read(path).fingerprint == FINGERPRINT
     assert ck.save_now(2, 0, 2) == path and ck.saved_step == 2  # just written: not written again
     assert not list(tmp_path.glob("*.tmp"))
@@ -311,3 +313,56 @@ def test_resume_auto_passes_over_an_unreadable_newest_checkpoint_saying_why(tmp_
     with pytest.raises(ValueError, match="resume_from_checkpoint auto: no readable checkpoint in .*; skipped "
                                          ".*checkpoint-6 .*; .*checkpoint-4 .*; .*checkpoint-2 "):
         find_checkpoint(tmp_path, "auto")
+
+
+def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_names(tmp_path, monkeypatch):
+    """checkpoint-2, 4, 6 written; a run resumes checkpoint-2 with save_total_limit 1 and saves step 4. The
+    new checkpoint-4 (what latest names) stays; checkpoint-6, left behind, is neither pruned nor resumed."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    first = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        first.save(step, 0, step)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,
+                      save_total_limit=1, log=said.append)
+    ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
+    ck.save(4, 0, 4)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    assert (tmp_path / LATEST).read_text() == "checkpoint-4\n"
+    assert find_checkpoint(tmp_path, "latest") == find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    assert any("checkpoint-4, checkpoint-6 went on from an earlier run past checkpoint-2; kept" in m for m in said), said
+    assert TrainerState.read(tmp_path / "checkpoint-4").parent["checkpoint"] == "checkpoint-2"
+    (tmp_path / LATEST).unlink()  # without the pointer: the lineage saved last, not the highest step
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-4 is pruned, its checkpoint-6 replaced the old one
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6"]
+    assert TrainerState.read(tmp_path / "checkpoint-6").parent["checkpoint"] == "checkpoint-4"
+
+
+def test_latest_unreadable_falls_back_within_its_lineage_never_to_a_left_branch(tmp_path, monkeypatch):
+    """checkpoint-6 of a left run is past latest's checkpoint-4: an unreadable checkpoint-4 falls back to
+    checkpoint-2 below it, or, when none is left, is an error naming both, never a resume of checkpoint-6."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    first = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        first.save(step, 0, step)
+    ck = checkpointer(tmp_path, limit=2)
+    ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
+    ck.save(4, 0, 4)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("")
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-2"
+    shutil.rmtree(tmp_path / "checkpoint-2")
+    with pytest.raises(ValueError, match="no readable checkpoint in .*; skipped .*checkpoint-4 .*; checkpoint-6 past "
+                                         "latest's checkpoint-4 were left behind when an older checkpoint was resumed"):
+        find_checkpoint(tmp_path, "auto")
+
+
+def test_a_requeued_run_keeps_the_limit_across_restarts(tmp_path, monkeypatch):
+    """Each restart resumes the newest checkpoint: the one it resumed and its ancestors count to the limit."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    checkpointer(tmp_path, limit=2).save(2, 0, 2)
+    for step in (4, 6, 8):
+        ck = checkpointer(tmp_path, limit=2)
+        ck.load(find_checkpoint(tmp_path, "auto"), FINGERPRINT, batches_per_epoch=100)
+        ck.save(step, 0, step)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6", "checkpoint-8"]
