@@ -95,9 +95,25 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
 
 
 def _named_by_latest(output_dir: Path) -> Optional[Path]:
-    """The checkpoint folder output_dir/latest names (None: no pointer)."""
+    """The checkpoint folder output_dir/latest names (None: no pointer). One that leads outside output_dir,
+    by its text (`../other/checkpoint-3`, an absolute path) or through a link, is refused: a resume would
+    load another directory's checkpoint, and a run's pruning then count it as its own."""
     pointer = output_dir / LATEST
-    return output_dir / pointer.read_text().strip() if pointer.is_file() else None
+    if not pointer.is_file():
+        return None
+    home = output_dir.resolve()
+    if pointer.is_symlink() and pointer.resolve().parent != home:
+        raise ValueError(f"{pointer}: a link to {pointer.resolve()}, outside output_dir {home}; latest must be "
+                         "a file of output_dir naming one of its checkpoint-N folders")
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{pointer}: unreadable ({e}); it should name a checkpoint-N folder of output_dir") from None
+    target = (output_dir / name).resolve()
+    if target.parent != home:
+        raise ValueError(f"{pointer}: names {name!r}, which is {target}, outside output_dir {home}; latest must "
+                         "name one of output_dir's checkpoint-N folders (remove it to resume the newest one)")
+    return output_dir / name
 
 
 def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:

@@ -366,3 +366,31 @@ def test_a_requeued_run_keeps_the_limit_across_restarts(tmp_path, monkeypatch):
         ck.load(find_checkpoint(tmp_path, "auto"), FINGERPRINT, batches_per_epoch=100)
         ck.save(step, 0, step)
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_a_latest_that_leads_outside_output_dir_is_refused_naming_it(tmp_path):
+    """By its text (a relative or absolute path) or through a link, to a checkpoint of another directory."""
+    out, other = tmp_path / "run", tmp_path / "other"
+    checkpointer(other).save(3, 0, 3)
+    checkpointer(out).save(2, 0, 2)
+    pointer = out / LATEST
+    for text in ("../other/checkpoint-3", str(other / "checkpoint-3")):
+        pointer.write_text(text + "\n")
+        with pytest.raises(ValueError, match=f"^{re.escape(str(pointer))}: names '{re.escape(text)}', which is "
+                                             f"{re.escape(str(other / 'checkpoint-3'))}, outside output_dir "):
+            find_checkpoint(out, "latest")
+    (out / "checkpoint-9").symlink_to(other / "checkpoint-3")
+    pointer.write_text("checkpoint-9\n")
+    with pytest.raises(ValueError, match=f"names 'checkpoint-9', which is {re.escape(str(other / 'checkpoint-3'))}, "
+                                         "outside output_dir"):
+        find_checkpoint(out, "auto")
+    (out / "checkpoint-9").unlink()
+    pointer.unlink()
+    (other / LATEST).write_text("checkpoint-2\n")
+    pointer.symlink_to(other / LATEST)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(pointer))}: a link to {re.escape(str(other / LATEST))}, "
+                                         "outside output_dir"):
+        find_checkpoint(out, "auto")
+    pointer.unlink()
+    pointer.write_text("checkpoint-2\n")
+    assert find_checkpoint(out, "latest") == out / "checkpoint-2"
