@@ -358,14 +358,7 @@ class Checkpointer:
         `resume_key`: what must match (global batch, schedule, model, data); the layout (world size,
         strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`)."""
         state = TrainerState.read(path)
-        for key, mine in resume_key.items():
-            saved = state.fingerprint.get(key, mine)  # a field older checkpoints lack cannot be checked
-            if key == "optim":  # fused or not, AdamW's state is the same
-                saved, mine = optimizer_family(saved), optimizer_family(mine)
-            if saved != mine:
-                raise ValueError(f"{path}: field '{key}' is {saved!r} in the checkpoint but {mine!r} in this run; "
-                                 "it must match to resume (world size, strategy, per-device batch and accumulation "
-                                 "may change), or consolidate it with python -m solution.consolidate and start anew")
+        self._check_resume_key(path, state.fingerprint, resume_key)
         self._check_scheduler(path, state.scheduler)
         self._continue_lineage(path, state)
         skip = self._skip_batches(path, state)
@@ -408,6 +401,21 @@ class Checkpointer:
                              f"per-device batch x world size ({per_batch}); resume with a layout that divides it")
         return samples // per_batch
 
+    def _check_resume_key(self, path: Path, saved: dict, resume_key: dict) -> None:
+        """Every field of `resume_key` that differs from the checkpoint's, named with both values, in one
+        error. A field the checkpoint does not record (an older version wrote it) cannot be checked: a
+        warning names it, and the resume goes on."""
+        changed, unrecorded = [], []
+        for key, mine in resume_key.items():
+            _compare(key, saved.get(key, MISSING), mine, changed, unrecorded)
+        if changed:
+            raise ValueError(f"{path}: {'; '.join(changed)}; {'it' if len(changed) == 1 else 'each'} must match to "
+                             "resume (world size, strategy, per-device batch and accumulation may change), or "
+                             "consolidate it with python -m solution.consolidate and start anew")
+        if unrecorded:
+            self.log(f"WARNING: {path / STATE_FILE} does not record {', '.join(unrecorded)} (written by an older "
+                     "version): not checked; this run continues it only with the values of the run that wrote it")
+
     def _continue_lineage(self, path: Path, state: TrainerState) -> None:
         """This run's saves continue `path` when it is a checkpoint of output_dir (see `prune`). Its
         checkpoints of higher steps belong to the run that went on from it before: kept, and said so."""
@@ -437,6 +445,23 @@ class Checkpointer:
             if not rng.is_file():
                 raise ValueError(f"{rng}: missing; rank {rank}'s RNG state is needed to continue exactly "
                                  "(dropout); resume from another checkpoint")
+
+
+def _compare(key: str, old, mine, changed: list, unrecorded: list) -> None:
+    """The checkpoint's value of a field against this run's: a difference goes to `changed` ("field 'K' is
+    OLD in the checkpoint but NEW in this run"; an object by each of its fields, as 'K.sub'), a field the
+    checkpoint lacks (`old` is MISSING) to `unrecorded`."""
+    if old is MISSING:
+        unrecorded.append(key)
+        return
+    if isinstance(old, dict) and isinstance(mine, dict):
+        for sub, value in mine.items():
+            _compare(f"{key}.{sub}", old.get(sub, MISSING), value, changed, unrecorded)
+        return
+    if key == "optim" and isinstance(old, str):  # fused or not, AdamW's state is the same
+        old, mine = optimizer_family(old), optimizer_family(mine)
+    if old != mine:
+        changed.append(f"field '{key}' is {old!r} in the checkpoint but {mine!r} in this run")
 
 
 # -- resuming in another layout: the route, the universal checkpoint, full state, RNG ---------------

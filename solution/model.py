@@ -122,6 +122,18 @@ def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     return config
 
 
+# Backbone config fields that make the network what it is beyond its parameter count: 2 attention heads or 4
+# hold the same weights and compute something else. Dropout is training, not architecture.
+ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "hidden_act", "vocab_size", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+                     "position_embedding_type")
+
+
+def architecture(config) -> dict:
+    """The backbone's ARCHITECTURE_KEYS it has, by name (a checkpoint records them; a resume must match)."""
+    return {k: getattr(config, k) for k in ARCHITECTURE_KEYS if hasattr(config, k)}
+
+
 def is_model_dir(path) -> bool:
     """A directory this project wrote (training's output_dir/model, or consolidation's)."""
     d = Path(path)

