@@ -69,15 +69,12 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
         return path
     done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
     named, skipped = _named_by_latest(output_dir), {}
-    candidates = done
-    if named is not None:
-        if _read_or_note(named, skipped) is not None:
-            return named
-        below = checkpoint_step(named)
-        candidates = [p for p in done if p != named and (below is None or checkpoint_step(p) < below)]
+    if named is not None and _read_or_note(named, skipped) is not None:
+        return named
+    below = checkpoint_step(named) if named is not None else None
+    candidates = [p for p in done if p != named and (below is None or checkpoint_step(p) < below)]
     chosen = _most_recently_saved(candidates, skipped)
-    passed_over = [f"skipped {p} ({skipped[p]})" for p in sorted(skipped, key=lambda p: (p != named, -(checkpoint_step(p) or 0)))
-                   if chosen is None or p == named or checkpoint_step(p) > checkpoint_step(chosen)]
+    passed_over = _passed_over(skipped, named, chosen)
     for line in passed_over:
         log(f"resume {spec}: {line}")
     if chosen is not None:
@@ -126,6 +123,14 @@ def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:
     except (ValueError, OSError) as e:
         skipped[path] = str(e)
         return None
+
+
+def _passed_over(skipped: dict, named: Optional[Path], chosen: Optional[Path]) -> list:
+    """'skipped PATH (why)' for each unreadable checkpoint a resume would have preferred to `chosen`:
+    latest's, then those of higher steps, newest first."""
+    order = sorted(skipped, key=lambda p: (p != named, -(checkpoint_step(p) or 0)))
+    return [f"skipped {p} ({skipped[p]})" for p in order
+            if chosen is None or p == named or checkpoint_step(p) > checkpoint_step(chosen)]
 
 
 def _most_recently_saved(paths: list, skipped: dict) -> Optional[Path]:
@@ -220,20 +225,26 @@ class TrainerState:
         if self.epoch > self.step:
             raise ValueError(f"{path}: field 'epoch' is {self.epoch} at step {self.step}; every epoch is at "
                              "least one optimizer step")
-        parent = self.parent
-        if parent is not None and not (checkpoint_step(str(parent.get("checkpoint"))) is not None
-                                       and "/" not in parent["checkpoint"]
-                                       and json_type_ok(parent.get("saved_at"), Optional[float])):
+        if self.parent is not None and not _is_link(self.parent):
             raise ValueError(f"{path}: field 'parent' must be {{\"checkpoint\": \"checkpoint-N\", \"saved_at\": "
-                             f"a number or null}}, got {_short(parent)}")
+                             f"a number or null}}, got {_short(self.parent)}")
         per_batch = fp.get("per_device_train_batch_size", 1) * fp.get("world_size", 1)
         if "train_windows" in fp and self.samples() > -(-fp["train_windows"] // per_batch) * per_batch:
             raise ValueError(f"{path}: field 'samples_into_epoch' is {self.samples()}, beyond an epoch of "
                              f"{fp['train_windows']} windows (field 'train_windows')")
 
 
+def _is_link(parent: dict) -> bool:
+    """A parent as `Checkpointer` records it: a checkpoint-N name in the same output_dir, and its saved_at."""
+    name = parent.get("checkpoint")
+    return (isinstance(name, str) and Path(name).name == name and checkpoint_step(name) is not None
+            and json_type_ok(parent.get("saved_at"), Optional[float]))
+
+
 def _type_name(typ) -> str:
-    return {int: "an integer", dict: "an object", Optional[int]: "an integer or null"}.get(typ, str(typ))
+    names = {int: "an integer", dict: "an object", Optional[int]: "an integer or null",
+             Optional[float]: "a number or null", Optional[dict]: "an object or null"}
+    return names.get(typ, str(typ))
 
 
 def _short(value) -> str:

@@ -258,6 +258,8 @@ def written_state(tmp_path, **changes):
     ({"step": 9}, "field 'step' is 9, beyond the 8 optimizer steps of the run that wrote it"),
     ({"epoch": 5}, "field 'epoch' is 5 at step 4; every epoch is at least one optimizer step"),
     ({"samples_into_epoch": 20}, "field 'samples_into_epoch' is 20, beyond an epoch of 16 windows"),
+    ({"saved_at": "today"}, "field 'saved_at' must be a number or null, got 'today'"),
+    ({"parent": {"checkpoint": "../other/checkpoint-2", "saved_at": 1.0}}, "field 'parent' must be {"),
 ])
 def test_a_broken_trainer_state_is_one_line_naming_the_file_and_the_field(tmp_path, changes, named):
     path = written_state(tmp_path, **changes)
