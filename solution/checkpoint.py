@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+import time
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, get_type_hints
 
 import torch
 
-from solution.checkpoint_layout import DS_TAG, checkpoint_kind, loadable_globals, verify_checkpoint_files
-from solution.config import optimizer_family
+from solution.checkpoint_layout import DS_TAG, checkpoint_kind, full_state_dict, loadable_globals, verify_checkpoint_files
+from solution.config import optimizer_family, read_settings_file
 from solution.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
+from solution.model import json_type_ok
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last
@@ -35,31 +37,110 @@ def checkpoint_name(step: int) -> str:
     return f"checkpoint-{step}"
 
 
+def checkpoint_step(path: Path) -> Optional[int]:
+    """N of a checkpoint-N folder; None for any other name."""
+    tail = Path(path).name.split("-")[-1]
+    return int(tail) if Path(path).name.startswith("checkpoint-") and tail.isdigit() else None
+
+
 def numbered_checkpoints(output_dir: Path) -> list:
     """output_dir/checkpoint-N directories, oldest first (`.tmp` leftovers of a killed save excluded)."""
-    found = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+    found = [p for p in Path(output_dir).glob("checkpoint-*") if checkpoint_step(p) is not None]
+    return sorted(found, key=checkpoint_step)
 
 
-def find_checkpoint(output_dir: Path, spec: str) -> Optional[Path]:
-    """`latest` -> output_dir/latest's checkpoint (else the newest complete checkpoint-N); `auto` -> the
-    same, or None when output_dir holds no complete checkpoint (start fresh); else a path."""
+def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = lambda msg: None) -> Optional[Path]:
+    """`latest` -> the checkpoint output_dir/latest names; `auto` -> the same, or None when output_dir holds
+    no complete checkpoint (start fresh); else the path given.
+
+    When latest's checkpoint is gone or its trainer_state.json unreadable (or there is no `latest`), the
+    most recently saved readable checkpoint is taken instead, and only one below latest's step: one past
+    it was left behind when a run resumed an older checkpoint, and is no ancestor of latest's. `log` says
+    what was passed over and why; when nothing is left, the error does."""
     output_dir = Path(output_dir)
-    if spec in ("latest", "auto"):
-        pointer = output_dir / LATEST
-        if pointer.is_file():
-            named = output_dir / pointer.read_text().strip()
-            if (named / STATE_FILE).is_file():
-                return named
-        done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
-        if not done and spec == "latest":
-            raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
-        return done[-1] if done else None
-    path = Path(spec)
+    if spec not in ("latest", "auto"):
+        path = Path(spec)
+        if not (path / STATE_FILE).is_file():
+            raise ValueError(f"{path}: not a checkpoint (no {STATE_FILE}); checkpoints are "
+                             "output_dir/checkpoint-N, written every save_steps")
+        return path
+    done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
+    named, skipped = _named_by_latest(output_dir), {}
+    if named is not None and _read_or_note(named, skipped) is not None:
+        return named
+    below = checkpoint_step(named) if named is not None else None
+    candidates = [p for p in done if p != named and (below is None or checkpoint_step(p) < below)]
+    chosen = _most_recently_saved(candidates, skipped)
+    passed_over = _passed_over(skipped, named, chosen)
+    for line in passed_over:
+        log(f"resume {spec}: {line}")
+    if chosen is not None:
+        return chosen
+    beyond = [p.name for p in done if p not in candidates and p != named]
+    if beyond:
+        passed_over.append(f"{', '.join(beyond)} past latest's {named.name} were left behind when an older "
+                           "checkpoint was resumed (resume one by its path if it is the one wanted)")
+    if passed_over:
+        raise ValueError(f"resume_from_checkpoint {spec}: no readable checkpoint in {output_dir}; "
+                         + "; ".join(passed_over))
+    if spec == "latest":
+        raise ValueError(f"resume_from_checkpoint latest: no complete checkpoint-N in {output_dir}")
+    return None
+
+
+def _named_by_latest(output_dir: Path) -> Optional[Path]:
+    """The checkpoint folder output_dir/latest names (None: no pointer). One that leads outside output_dir,
+    by its text (`../other/checkpoint-3`, an absolute path) or through a link, is refused: a resume would
+    load another directory's checkpoint, and a run's pruning then count it as its own."""
+    pointer = output_dir / LATEST
+    if not pointer.is_file():
+        return None
+    home = output_dir.resolve()
+    if pointer.is_symlink() and pointer.resolve().parent != home:
+        raise ValueError(f"{pointer}: a link to {pointer.resolve()}, outside output_dir {home}; latest must be "
+                         "a file of output_dir naming one of its checkpoint-N folders")
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{pointer}: unreadable ({e}); it should name a checkpoint-N folder of output_dir") from None
+    target = (output_dir / name).resolve()
+    if target.parent != home:
+        raise ValueError(f"{pointer}: names {name!r}, which is {target}, outside output_dir {home}; latest must "
+                         "name one of output_dir's checkpoint-N folders (remove it to resume the newest one)")
+    return output_dir / name
+
+
+def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:
+    """The checkpoint's trainer state; None when it cannot be read, the reason kept in `skipped[path]`."""
     if not (path / STATE_FILE).is_file():
-        raise ValueError(f"{path}: not a checkpoint (no {STATE_FILE}); checkpoints are "
-                         "output_dir/checkpoint-N, written every save_steps")
-    return path
+        skipped[path] = f"gone, or without {STATE_FILE}"
+        return None
+    try:
+        return TrainerState.read(path)
+    except (ValueError, OSError) as e:
+        skipped[path] = str(e)
+        return None
+
+
+def _passed_over(skipped: dict, named: Optional[Path], chosen: Optional[Path]) -> list:
+    """'skipped PATH (why)' for each unreadable checkpoint a resume would have preferred to `chosen`:
+    latest's, then those of higher steps, newest first."""
+    order = sorted(skipped, key=lambda p: (p != named, -(checkpoint_step(p) or 0)))
+    return [f"skipped {p} ({skipped[p]})" for p in order
+            if chosen is None or p == named or checkpoint_step(p) > checkpoint_step(chosen)]
+
+
+def _most_recently_saved(paths: list, skipped: dict) -> Optional[Path]:
+    """The readable checkpoint saved last, by the `saved_at` its trainer_state.json records (one written
+    before that was recorded counts as older, by step)."""
+    best = None
+    for path in paths:
+        state = _read_or_note(path, skipped)
+        if state is not None:
+            key = (state.saved_at is not None, state.saved_at or 0.0, state.step)
+            if best is None or key > best[0]:
+                best = (key, path)
+    return best[1] if best else None
 
 
 @dataclass
@@ -78,11 +159,16 @@ class TrainerState:
     fingerprint: dict = field(default_factory=dict)
     format: str = CHECKPOINT_FORMAT
     samples_into_epoch: Optional[int] = None
+    saved_at: Optional[float] = None  # time.time() of the save: which of two lineages was written last
+    # The checkpoint this one continues, {"checkpoint": "checkpoint-N", "saved_at": its saved_at}: the same
+    # run's previous save, or the checkpoint of output_dir it resumed (null: neither). Its saved_at tells it
+    # from a later checkpoint of the same name.
+    parent: Optional[dict] = None
 
     def to_json(self) -> str:
         record = {"format": self.format, "step": self.step, "epoch": self.epoch,
                   "batches_into_epoch": self.batches_into_epoch, "samples_into_epoch": self.samples_into_epoch,
-                  "scheduler": self.scheduler, **self.fingerprint}
+                  "saved_at": self.saved_at, "parent": self.parent, "scheduler": self.scheduler, **self.fingerprint}
         return json.dumps(record, indent=2) + "\n"
 
     def samples(self) -> int:
@@ -95,13 +181,72 @@ class TrainerState:
 
     @classmethod
     def read(cls, ckpt: Path) -> "TrainerState":
+        """trainer_state.json, checked before anything acts on it: unreadable JSON, a missing or mistyped
+        field, or a counter no run can have written is one line naming the file and the field."""
         path = Path(ckpt) / STATE_FILE
-        record = json.loads(path.read_text())
+        record = read_settings_file(str(path), "checkpoint state")
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: must hold a JSON object, got {type(record).__name__}")
         if record.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path}: format {record.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-        known = {"format", "step", "epoch", "batches_into_epoch", "samples_into_epoch", "scheduler"}
-        return cls(record["step"], record["epoch"], record["batches_into_epoch"], record["scheduler"],
-                   {k: v for k, v in record.items() if k not in known}, samples_into_epoch=record.get("samples_into_epoch"))
+        hints, own = get_type_hints(cls), {}
+        for f in fields(cls):
+            if f.name == "fingerprint":
+                continue
+            if f.name not in record:
+                if f.default is MISSING:
+                    raise ValueError(f"{path}: field '{f.name}' is missing")
+                continue
+            own[f.name] = record[f.name]
+            if not json_type_ok(own[f.name], hints[f.name]):
+                raise ValueError(f"{path}: field '{f.name}' must be {_type_name(hints[f.name])}, "
+                                 f"got {_short(own[f.name])}")
+        state = cls(**own, fingerprint={k: v for k, v in record.items() if k not in own})
+        state.check(path)
+        return state
+
+    def check(self, path: Path) -> None:
+        """Counters a run can have written: none negative, the step within the writer's run, the epoch at
+        most the step (every epoch is at least one optimizer step), the samples within one epoch."""
+        fp = self.fingerprint
+        for name in ("per_device_train_batch_size", "world_size", "train_windows", "num_optimizer_steps"):
+            if name in fp and not (json_type_ok(fp[name], int) and fp[name] >= 1):
+                raise ValueError(f"{path}: field '{name}' must be a positive integer, got {_short(fp[name])}")
+        for name in ("step", "epoch", "batches_into_epoch", "samples_into_epoch"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{path}: field '{name}' is {value}; a counter is never negative")
+        if self.step > fp.get("num_optimizer_steps", self.step):
+            raise ValueError(f"{path}: field 'step' is {self.step}, beyond the {fp['num_optimizer_steps']} "
+                             "optimizer steps of the run that wrote it (field 'num_optimizer_steps')")
+        if self.epoch > self.step:
+            raise ValueError(f"{path}: field 'epoch' is {self.epoch} at step {self.step}; every epoch is at "
+                             "least one optimizer step")
+        if self.parent is not None and not _is_link(self.parent):
+            raise ValueError(f"{path}: field 'parent' must be {{\"checkpoint\": \"checkpoint-N\", \"saved_at\": "
+                             f"a number or null}}, got {_short(self.parent)}")
+        per_batch = fp.get("per_device_train_batch_size", 1) * fp.get("world_size", 1)
+        if "train_windows" in fp and self.samples() > -(-fp["train_windows"] // per_batch) * per_batch:
+            raise ValueError(f"{path}: field 'samples_into_epoch' is {self.samples()}, beyond an epoch of "
+                             f"{fp['train_windows']} windows (field 'train_windows')")
+
+
+def _is_link(parent: dict) -> bool:
+    """A parent as `Checkpointer` records it: a checkpoint-N name in the same output_dir, and its saved_at."""
+    name = parent.get("checkpoint")
+    return (isinstance(name, str) and Path(name).name == name and checkpoint_step(name) is not None
+            and json_type_ok(parent.get("saved_at"), Optional[float]))
+
+
+def _type_name(typ) -> str:
+    names = {int: "an integer", dict: "an object", Optional[int]: "an integer or null",
+             Optional[float]: "a number or null", Optional[dict]: "an object or null"}
+    return names.get(typ, str(typ))
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class CheckpointDiskFull(Exception):
@@ -121,6 +266,7 @@ class Checkpointer:
         self.fingerprint, self.save_due, self.save_total_limit = fingerprint, save_due, save_total_limit
         self.write_meta, self.log = write_meta, log
         self.saved_step: Optional[int] = None  # the step of the last checkpoint this run wrote
+        self.parent: Optional[dict] = None  # the checkpoint the next save continues (TrainerState.parent)
 
     @property
     def is_main(self) -> bool:
@@ -162,23 +308,45 @@ class Checkpointer:
             self.write_meta(tmp)
             samples = batches_into_epoch * self.samples_per_batch
             state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
-                                 samples_into_epoch=samples)
+                                 samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
             (tmp / STATE_FILE).write_text(state.to_json())
             if final.exists():
                 shutil.rmtree(final)
             publish_dir(tmp, final)  # a checkpoint is complete or absent, never half-written
             atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
+            self.parent = {"checkpoint": final.name, "saved_at": state.saved_at}
             self.prune()
         acc.wait_for_everyone()
         self.log(f"checkpoint: {final}")
         return final
 
     def prune(self) -> None:
-        """Keep the newest `save_total_limit` checkpoints (all when it is unset)."""
+        """Keep the newest `save_total_limit` checkpoints of this run's lineage (all when it is unset).
+
+        The lineage is what this run wrote, the checkpoint it resumed and that one's ancestors (`lineage`),
+        so a requeued job keeps the limit across restarts. A checkpoint outside it, left behind when this
+        run resumed an older one, is not this run's to remove: it stays, however high its step."""
         if not self.save_total_limit:
             return
-        for old in numbered_checkpoints(self.out)[:-self.save_total_limit]:
+        for old in self.lineage()[self.save_total_limit:]:
             shutil.rmtree(old, ignore_errors=True)
+
+    def lineage(self) -> list:
+        """This run's newest checkpoint and its ancestors in output_dir, newest first, by the parent each
+        trainer_state.json names. The walk stops at a parent that is gone or unreadable, or whose name a
+        later checkpoint took (its saved_at differs)."""
+        found, link, below = [], self.parent, None
+        while link is not None:
+            path = self.out / link["checkpoint"]
+            try:
+                state = TrainerState.read(path)
+            except (ValueError, OSError):
+                break
+            if state.saved_at != link["saved_at"] or (below is not None and state.step >= below):
+                break
+            found.append(path)
+            link, below = state.parent, state.step
+        return found
 
     def last_good(self) -> str:
         pointer = self.out / LATEST
@@ -192,17 +360,12 @@ class Checkpointer:
 
         `resume_key`: what must match (global batch, schedule, model, data); the layout (world size,
         strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`)."""
-        state = TrainerState.read(path)
-        for key, mine in resume_key.items():
-            saved = state.fingerprint.get(key, mine)  # a field older checkpoints lack cannot be checked
-            if key == "optim":  # fused or not, AdamW's state is the same
-                saved, mine = optimizer_family(saved), optimizer_family(mine)
-            if saved != mine:
-                raise ValueError(f"{path}: field '{key}' is {saved!r} in the checkpoint but {mine!r} in this run; "
-                                 "it must match to resume (world size, strategy, per-device batch and accumulation "
-                                 "may change), or consolidate it with python -m solution.consolidate and start anew")
-        skip = self._skip_batches(path, state)
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
+        state = TrainerState.read(path)
+        self._check_resume_key(path, state.fingerprint, resume_key)
+        self._check_scheduler(path, state.scheduler)
+        self._continue_lineage(path, state)
+        skip = self._skip_batches(path, state)
         route = resume_route(state.fingerprint, self.fingerprint)
         same_world = state.fingerprint.get("world_size", self.accelerator.num_processes) == self.accelerator.num_processes
         if same_world:
@@ -241,6 +404,43 @@ class Checkpointer:
                              f"per-device batch x world size ({per_batch}); resume with a layout that divides it")
         return samples // per_batch
 
+    def _check_resume_key(self, path: Path, saved: dict, resume_key: dict) -> None:
+        """Every field of `resume_key` that differs from the checkpoint's, named with both values, in one
+        error. A field the checkpoint does not record (an older version wrote it) cannot be checked: a
+        warning names it, and the resume goes on."""
+        changed, unrecorded = [], []
+        for key, mine in resume_key.items():
+            _compare(key, saved.get(key, MISSING), mine, changed, unrecorded)
+        if changed:
+            raise ValueError(f"{path}: {'; '.join(changed)}; {'it' if len(changed) == 1 else 'each'} must match to "
+                             "resume (world size, strategy, per-device batch and accumulation may change), or "
+                             "consolidate it with python -m solution.consolidate and start anew")
+        if unrecorded:
+            self.log(f"WARNING: {path / STATE_FILE} does not record {', '.join(unrecorded)} (written by an older "
+                     "version): not checked; this run continues it only with the values of the run that wrote it")
+
+    def _continue_lineage(self, path: Path, state: TrainerState) -> None:
+        """This run's saves continue `path` when it is a checkpoint of output_dir (see `prune`). Its
+        checkpoints of higher steps belong to the run that went on from it before: kept, and said so."""
+        if Path(path).resolve().parent != self.out.resolve() or checkpoint_step(path) is None:
+            return
+        self.parent = {"checkpoint": Path(path).name, "saved_at": state.saved_at}
+        left = [p.name for p in numbered_checkpoints(self.out) if checkpoint_step(p) > state.step]
+        if left:
+            self.log(f"{self.out}: {', '.join(left)} went on from an earlier run past {Path(path).name}; kept, never "
+                     "pruned by this run nor taken by --resume latest/auto, but replaced by a save of this run "
+                     "at the same step")
+
+    def _check_scheduler(self, path: Path, saved: dict) -> None:
+        """The schedule's saved state holds what this run's scheduler keeps, each value of its type:
+        torch's load_state_dict would otherwise fail later with a bare KeyError or TypeError."""
+        for key, mine in self.scheduler.state_dict().items():
+            where = f"{path / STATE_FILE}: field 'scheduler.{key}'"
+            if key not in saved:
+                raise ValueError(f"{where} is missing (this run's learning-rate scheduler keeps it)")
+            if not json_type_ok(saved[key], type(mine)):
+                raise ValueError(f"{where} must be {type(mine).__name__}, got {_short(saved[key])}")
+
     def _check_rng_files(self, path: Path) -> None:
         for rank in range(self.accelerator.num_processes):
             # Accelerate only logs "Could not load random states" and goes on: dropout would then differ.
@@ -248,6 +448,23 @@ class Checkpointer:
             if not rng.is_file():
                 raise ValueError(f"{rng}: missing; rank {rank}'s RNG state is needed to continue exactly "
                                  "(dropout); resume from another checkpoint")
+
+
+def _compare(key: str, old, mine, changed: list, unrecorded: list) -> None:
+    """The checkpoint's value of a field against this run's: a difference goes to `changed` ("field 'K' is
+    OLD in the checkpoint but NEW in this run"; an object by each of its fields, as 'K.sub'), a field the
+    checkpoint lacks (`old` is MISSING) to `unrecorded`."""
+    if old is MISSING:
+        unrecorded.append(key)
+        return
+    if isinstance(old, dict) and isinstance(mine, dict):
+        for sub, value in mine.items():
+            _compare(f"{key}.{sub}", old.get(sub, MISSING), value, changed, unrecorded)
+        return
+    if key == "optim" and isinstance(old, str):  # fused or not, AdamW's state is the same
+        old, mine = optimizer_family(old), optimizer_family(mine)
+    if old != mine:
+        changed.append(f"field '{key}' is {old!r} in the checkpoint but {mine!r} in this run")
 
 
 # -- resuming in another layout: the route, the universal checkpoint, full state, RNG ---------------
@@ -291,8 +508,6 @@ def resume_route(saved: dict, mine: dict) -> str:
 
 def full_weights(ckpt: Path) -> dict:
     """Full fp32 weights by name, from any checkpoint layout (files already verified)."""
-    from solution.consolidate import full_state_dict
-
     return full_state_dict(ckpt, verify=False)
 
 

@@ -2,8 +2,9 @@
 
 checkpoint-N/ holds the weights in the form its strategy saved them: DeepSpeed's ZeRO partitions
 (`DS_TAG`/), FSDP2's distributed checkpoint (`FSDP_DIR`/) or plain weights (model.safetensors);
-`checkpoint_kind` says which. `verify_checkpoint_files` opens every pickled file with the safe loader
-before any engine's loader (which unpickles) reads it. solution.checkpoint (saving, resuming) and
+`checkpoint_kind` says which, and `full_state_dict` reads any of them into full weights.
+`verify_checkpoint_files` opens every pickled file with the safe loader before any engine's loader
+(which unpickles) reads it. solution.checkpoint (saving, resuming) and
 solution.consolidate both import this, so neither needs the other for it. Nothing here imports
 accelerate or deepspeed at module level: consolidation runs without them for plain checkpoints.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import torch
@@ -108,3 +110,30 @@ def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
     for path in weights:
         check_weights_file(path)
     return len(files) + len(weights)
+
+
+def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
+    """Full float32 weights of a checkpoint, whatever strategy wrote it (`verify`: check its files first;
+    a resume checked them already)."""
+    if verify:
+        verify_checkpoint_files(ckpt, show_progress=True)
+    kind = checkpoint_kind(ckpt)
+    if kind == "deepspeed":
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=DS_TAG)
+    elif kind == "fsdp":
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(str(ckpt / FSDP_DIR), f"{tmp}/full.pt")
+            loaded = torch.load(f"{tmp}/full.pt", weights_only=True, map_location="cpu")
+        state = loaded.get("model", loaded)  # Accelerate saves {"model": state_dict}
+    else:
+        if (ckpt / "model.safetensors").is_file():
+            from solution.model import read_weights
+
+            state = read_weights(ckpt / "model.safetensors")  # a truncated file: a ValueError naming it
+        else:
+            state = torch.load(ckpt / "pytorch_model.bin", weights_only=True, map_location="cpu")
+    return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}

@@ -164,7 +164,8 @@ class TrainConfig:
     save_steps: int = 0
     """With save_strategy steps: a checkpoint every N optimizer steps (0: never)."""
     save_total_limit: Optional[int] = None
-    """Keep only the newest N checkpoints (null: all)."""
+    """Keep only the newest N checkpoints of this run's lineage: its own, the one it resumed and that one's
+    ancestors (null: all). Checkpoints left behind by resuming an older checkpoint are never removed."""
     cpu_retain_freed_memory: bool = True
     """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
     and faulting it back in (solution.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the

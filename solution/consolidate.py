@@ -10,44 +10,14 @@ model directory that training writes at its end and `submission/` loads.
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 
-import torch
-
-from solution.checkpoint_layout import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
-
-
-def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
-    """Full float32 weights of a checkpoint, whatever strategy wrote it (`verify`: check its files first;
-    a resume checked them already)."""
-    if verify:
-        verify_checkpoint_files(ckpt, show_progress=True)
-    kind = checkpoint_kind(ckpt)
-    if kind == "deepspeed":
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-        state = get_fp32_state_dict_from_zero_checkpoint(str(ckpt), tag=DS_TAG)
-    elif kind == "fsdp":
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-        with tempfile.TemporaryDirectory() as tmp:
-            dcp_to_torch_save(str(ckpt / FSDP_DIR), f"{tmp}/full.pt")
-            loaded = torch.load(f"{tmp}/full.pt", weights_only=True, map_location="cpu")
-        state = loaded.get("model", loaded)  # Accelerate saves {"model": state_dict}
-    else:
-        if (ckpt / "model.safetensors").is_file():
-            from solution.model import read_weights
-
-            state = read_weights(ckpt / "model.safetensors")  # a truncated file: a ValueError naming it
-        else:
-            state = torch.load(ckpt / "pytorch_model.bin", weights_only=True, map_location="cpu")
-    return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
+from solution.checkpoint_layout import full_state_dict
 
 
 def consolidate(checkpoint, out) -> Path:
+    from solution.checkpoint import TrainerState
     from solution.model import read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
 
     ckpt = Path(checkpoint)
@@ -61,8 +31,8 @@ def consolidate(checkpoint, out) -> Path:
     # Checked, and a format-1 checkpoint's settings completed, so the directory written is current.
     qa = read_qa_config(meta_dir / "qa_config.json")
     qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
-    trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
-    qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
+    step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line naming it and the field
+    qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": step}
     return save_model_dir(out, state, config, tokenizer, qa)
 
 

@@ -123,6 +123,18 @@ def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     return config
 
 
+# Backbone config fields that make the network what it is beyond its parameter count: 2 attention heads or 4
+# hold the same weights and compute something else. Dropout is training, not architecture.
+ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "hidden_act", "vocab_size", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+                     "position_embedding_type")
+
+
+def architecture(config) -> dict:
+    """The backbone's ARCHITECTURE_KEYS it has, by name (a checkpoint records them; a resume must match)."""
+    return {k: getattr(config, k) for k in ARCHITECTURE_KEYS if hasattr(config, k)}
+
+
 def is_model_dir(path) -> bool:
     """A directory this project wrote (training's output_dir/model, or consolidation's)."""
     d = Path(path)
@@ -228,11 +240,11 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
 
 # -- reading, every file checked -------------------------------------------------------------------
 
-def _json_type_ok(value, typ) -> bool:
+def json_type_ok(value, typ) -> bool:
     """Whether a JSON value fits a dataclass field's declared type (bool is not a number here)."""
     origin = typing.get_origin(typ)
     if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None
-        return any(_json_type_ok(value, a) for a in typing.get_args(typ))
+        return any(json_type_ok(value, a) for a in typing.get_args(typ))
     if typ is type(None):
         return value is None
     if typ is bool:
@@ -266,7 +278,7 @@ def _check_section(path: Path, section: str, values, cls, old_format: bool) -> d
             if not old_format:
                 raise ValueError(f"{path}: field {section}.{name} is missing")
             values[name] = FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
-        elif not _json_type_ok(values[name], hints[name]):
+        elif not json_type_ok(values[name], hints[name]):
             tname = getattr(hints[name], "__name__", str(hints[name]))
             raise ValueError(f"{path}: field {section}.{name} must be {tname}, got {values[name]!r}")
     try:

@@ -39,7 +39,7 @@ from solution.fsutil import check_writable, disk_full_message, removed_if_disk_f
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
-from solution.model import build_model, load_tokenizer, save_model_dir, save_model_meta
+from solution.model import architecture, build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
 from solution.windows import Featurizer, add_structure_tokens
 
@@ -196,13 +196,16 @@ class StartRecord:
     train_data: dict
     optim: str
     schedule: dict = field(default_factory=dict)  # lr_scheduler_type, learning_rate, num_warmup_steps
+    seed: int = 0  # the epoch order is a function of it
+    architecture: dict = field(default_factory=dict)  # solution.model.architecture: heads, layers, sizes
+    window: dict = field(default_factory=dict)  # WindowConfig: max_seq_length, doc_stride, ...
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                        "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
-                   "optim", "num_parameters", "train_windows", "schedule")
+                   "optim", "num_parameters", "train_windows", "schedule", "seed", "architecture", "window")
     RATE_IGNORES_LENGTH = ("constant", "constant_with_warmup")  # schedules whose rates do not depend on max_steps
 
     def as_dict(self) -> dict:
@@ -217,11 +220,13 @@ class StartRecord:
 
     def resume_key(self) -> dict:
         """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
-        means), precision and optimizer, the model, the data and the learning-rate schedule (its type, peak
+        means), precision and optimizer, the model (its size and architecture), the data (its windows, how
+        they are cut, and the seed that orders each epoch) and the learning-rate schedule (its type, peak
         rate, warm-up, and its length unless the rates do not depend on it: under a constant schedule a
         stopped run may go on to another max_steps). World size, strategy and per-device batch against
         accumulation may change (solution.checkpoint.resume_route)."""
-        keys = ["global_batch_size", "mixed_precision", "optim", "num_parameters", "train_windows", "schedule"]
+        keys = ["global_batch_size", "mixed_precision", "optim", "num_parameters", "architecture", "train_windows",
+                "window", "seed", "schedule"]
         if self.schedule.get("lr_scheduler_type") not in self.RATE_IGNORES_LENGTH:
             keys.append("num_optimizer_steps")
         return {k: getattr(self, k) for k in keys}
@@ -405,7 +410,8 @@ class Trainer:
             train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
             else {"source": cfg.data_source}, optim=cfg.optim,
             schedule={"lr_scheduler_type": cfg.lr_scheduler_type, "learning_rate": cfg.learning_rate,
-                      "num_warmup_steps": cfg.num_warmup_steps(total_steps)})
+                      "num_warmup_steps": cfg.num_warmup_steps(total_steps)},
+            seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window))
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
@@ -448,7 +454,7 @@ class Trainer:
     def resume_path(self) -> Optional[Path]:
         """The checkpoint to continue from (None: start fresh); under `auto`, one line says which."""
         spec = self.cfg.resume_from_checkpoint
-        path = find_checkpoint(self.out, spec) if spec else None
+        path = find_checkpoint(self.out, spec, log=self.log) if spec else None
         if spec == "auto":  # a requeued job's log says whether it continued
             self.log(f"resume auto: continuing from {path}" if path
                      else f"resume auto: no complete checkpoint in {self.out}; starting fresh")

@@ -119,3 +119,17 @@ def test_scorer_names_the_broken_gold_file(name, tmp_path, capsys):
     code = evaluate.main(["--submission", str(sub), "--gold", str(path)])
     err = capsys.readouterr().err
     assert code != 0 and f"{path}:" in err and "Traceback" not in err, err
+
+
+def test_training_names_a_broken_trainer_state_when_resuming(tmp_path, capsys):
+    """A trainer_state.json without its step: one line naming the file and the field, no KeyError traceback."""
+    from solution import train
+
+    ckpt = tmp_path / "run" / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"format": "nq-bert-qa-checkpoint/1", "epoch": 0,
+                                                         "batches_into_epoch": 2, "scheduler": {}}))
+    code = train.main(["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
+                       "--output_dir", str(tmp_path / "run"), "--resume", str(ckpt), "--disable_tqdm", "true"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"error: {ckpt / 'trainer_state.json'}: field 'step' is missing\n", err

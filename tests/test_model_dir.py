@@ -253,6 +253,18 @@ def test_consolidate_refuses_a_truncated_checkpoint_file(tmp_path, capsys):
     assert code == 2 and f"{ckpt / 'model.safetensors'}" in err and "truncated" in err and "Traceback" not in err
 
 
+def test_consolidate_names_a_truncated_trainer_state(tmp_path, capsys):
+    from solution import consolidate
+
+    ckpt = tmp_path / "checkpoint-1"
+    write_model_dir(ckpt / "model_meta")
+    shutil.copy(ckpt / "model_meta" / "model.safetensors", ckpt / "model.safetensors")
+    (ckpt / "trainer_state.json").write_text('{"format": "nq-bert-qa-checkpoint/1", "step": 1, "epo')
+    code = consolidate.main([str(ckpt), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: {ckpt / 'trainer_state.json'}: not valid JSON (line 1"), err
+
+
 def train(*args, expect=0):
     proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
                            "--data_source", "dummy", "--dummy_num_windows", "8", "--dev_file", "null",

@@ -177,3 +177,17 @@ def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
     resumed = train(tmp_path, "--max_steps", str(step + 2), "--resume", "latest", *CONSTANT)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert sorted(steps(tmp_path))[-2:] == [step + 1, step + 2] and (tmp_path / "model").is_dir()
+
+
+def test_resuming_an_older_checkpoint_keeps_its_new_checkpoint_and_resume_latest_follows_it(tmp_path):
+    """checkpoint-2, 4, 6 written; checkpoint-2 resumed with save_total_limit 1. The checkpoint-4 it writes is
+    what latest names and what --resume latest continues; checkpoint-6, left behind, is kept but not resumed."""
+    assert train(tmp_path, "--max_steps", "6", "--save_steps", "2", *CONSTANT).returncode == 0
+    again = train(tmp_path, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1",
+                  "--resume", str(tmp_path / "checkpoint-2"), *CONSTANT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+    assert (tmp_path / "latest").read_text().strip() == "checkpoint-4"
+    latest = train(tmp_path, "--max_steps", "8", "--save_steps", "2", "--resume", "latest", *CONSTANT)
+    assert latest.returncode == 0, latest.stderr[-3000:]
+    assert f"resumed from {tmp_path / 'checkpoint-4'} (native, single x1): step 4," in latest.stdout, latest.stdout
