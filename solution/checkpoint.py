@@ -311,7 +311,7 @@ class Checkpointer:
                                  samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
             (tmp / STATE_FILE).write_text(state.to_json())
             if final.exists():
-                shutil.rmtree(final)
+                self._make_room(final)
             publish_dir(tmp, final)  # a checkpoint is complete or absent, never half-written
             atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
             self.parent = {"checkpoint": final.name, "saved_at": state.saved_at}
@@ -319,6 +319,17 @@ class Checkpointer:
         acc.wait_for_everyone()
         self.log(f"checkpoint: {final}")
         return final
+
+    def _make_room(self, final: Path) -> None:
+        """A checkpoint of this step is already there. This run's own (the one it resumed, saved again at
+        its step) is replaced; one that a run left behind when this one resumed an older checkpoint is the
+        user's, so it is moved to checkpoint-N.left-TIME (which no resume or pruning takes), not removed."""
+        if final in self.lineage():
+            shutil.rmtree(final)
+            return
+        aside = final.with_name(f"{final.name}.left-{time.strftime('%Y%m%dT%H%M%S')}")
+        final.rename(aside)
+        self.log(f"{final}: written by a run this one left behind; moved to {aside.name} to save this step")
 
     def prune(self) -> None:
         """Keep the newest `save_total_limit` checkpoints of this run's lineage (all when it is unset).
@@ -428,8 +439,8 @@ class Checkpointer:
         left = [p.name for p in numbered_checkpoints(self.out) if checkpoint_step(p) > state.step]
         if left:
             self.log(f"{self.out}: {', '.join(left)} went on from an earlier run past {Path(path).name}; kept, never "
-                     "pruned by this run nor taken by --resume latest/auto, but replaced by a save of this run "
-                     "at the same step")
+                     "pruned by this run nor taken by --resume latest/auto; a save of this run at the same step "
+                     "moves the old one to checkpoint-N.left-TIME")
 
     def _check_scheduler(self, path: Path, saved: dict) -> None:
         """The schedule's saved state holds what this run's scheduler keeps, each value of its type:

@@ -17,6 +17,7 @@ from solution.checkpoint import (
     CheckpointDiskFull,
     Checkpointer,
     TrainerState,
+    checkpoint_step,
     convert_to_universal,
     find_checkpoint,
     numbered_checkpoints,
@@ -385,16 +386,21 @@ def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_n
     ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,
                       save_total_limit=1, log=said.append)
     ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
+    old_four = TrainerState.read(tmp_path / "checkpoint-4").saved_at
     ck.save(4, 0, 4)
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    # The left run's checkpoint-4 is moved aside, not replaced: the user's, and no resume or pruning takes it.
+    [aside] = tmp_path.glob("checkpoint-4.left-*")
+    assert TrainerState.read(aside).saved_at == old_four and checkpoint_step(aside) is None
     assert (tmp_path / LATEST).read_text() == "checkpoint-4\n"
     assert find_checkpoint(tmp_path, "latest") == find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
     assert any("checkpoint-4, checkpoint-6 went on from an earlier run past checkpoint-2; kept" in m for m in said), said
     assert TrainerState.read(tmp_path / "checkpoint-4").parent["checkpoint"] == "checkpoint-2"
     (tmp_path / LATEST).unlink()  # without the pointer: the lineage saved last, not the highest step
     assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
-    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-4 is pruned, its checkpoint-6 replaced the old one
+    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-4 is pruned, the left run's checkpoint-6 moved aside
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6"]
+    assert len(list(tmp_path.glob("checkpoint-6.left-*"))) == 1 and len(list(tmp_path.glob("checkpoint-4.left-*"))) == 1
     assert TrainerState.read(tmp_path / "checkpoint-6").parent["checkpoint"] == "checkpoint-4"
 
 
