@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from solution.checkpoint_layout import DS_TAG, FSDP_DIR, checkpoint_kind, verify_checkpoint_files
+from solution.fsutil import DiskFullError, removed_if_disk_full
 
 
 def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
@@ -63,7 +64,9 @@ def consolidate(checkpoint, out) -> Path:
     qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
     trainer_state = json.loads((ckpt / "trainer_state.json").read_text())
     qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": trainer_state.get("step")}
-    return save_model_dir(out, state, config, tokenizer, qa)
+    # OUT.tmp: save_model_dir's temporary name; a full disk removes it and names OUT and the space left.
+    with removed_if_disk_full(Path(out).with_name(Path(out).name + ".tmp"), lambda: DiskFullError(out)):
+        return save_model_dir(out, state, config, tokenizer, qa)
 
 
 def main(argv=None) -> int:
@@ -74,7 +77,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         path = consolidate(args.checkpoint, args.out)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DiskFullError) as e:  # exit 2, as the other tools' full disks
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"model directory: {path}")
