@@ -3,15 +3,19 @@
 checkpoint-N/ holds the weights in the form its strategy saved them: DeepSpeed's ZeRO partitions
 (`DS_TAG`/), FSDP2's distributed checkpoint (`FSDP_DIR`/) or plain weights (model.safetensors);
 `checkpoint_kind` says which, and `full_state_dict` reads any of them into full weights.
-`verify_checkpoint_files` opens every pickled file with the safe loader before any engine's loader
-(which unpickles) reads it. solution.checkpoint (saving, resuming) and
+`verify_checkpoint_files` opens every pickled file with the safe loader (a distributed checkpoint's
+`.metadata` index with an unpickler that knows only its own classes) before any engine's loader (which
+unpickles) reads it. solution.checkpoint (saving, resuming) and
 solution.consolidate both import this, so neither needs the other for it. Nothing here imports
 accelerate or deepspeed at module level: consolidation runs without them for plain checkpoints.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pathlib
+import pickle
 import re
 import tempfile
 from pathlib import Path
@@ -80,36 +84,159 @@ def checkpoint_files(ckpt: Path) -> list:
     return sorted(found.values())
 
 
+PICKLE_SUFFIXES = (".pt", ".bin", ".pkl", ".pth")  # torch.save's files, as Accelerate and DeepSpeed name them
+DCP_INDEX = ".metadata"  # a distributed checkpoint's index: `.metadata`, or `__<rank>.metadata` without coordination
+
+
+def _safe_load(source, name) -> None:
+    """torch.load(weights_only=True) of a file or bytes (inside `safe_globals(loadable_globals())`);
+    a failure is one ValueError naming `name`."""
+    try:
+        torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as e:
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        if found:
+            raise ValueError(f"{name}: refusing to load a checkpoint file that holds more than tensors "
+                             f"and plain values (it names {found.group(1)})") from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"{name}: unreadable checkpoint file, truncated or corrupt ({first})") from None
+
+
 def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
-    """Open every pickled file of a checkpoint with torch.load(weights_only=True) before anything reads it.
+    """Open every pickled file of a checkpoint with a safe loader before anything reads it.
 
     DeepSpeed's own loaders (resume, zero_to_fp32) call torch.load(weights_only=False), which would run
     any code a tampered file carries. Checked first with the safe loader, a file that holds anything
-    beyond tensors, numbers, containers and the types above is refused, naming it. The files are those
-    the loaders reach (`checkpoint_files`: through links, none leading out). Safetensors files
-    (Accelerate's model.safetensors) are checked to be whole, so a truncated one is named here rather
-    than failing inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar
-    over the files (ZeRO checkpoints hold one per rank)."""
+    beyond tensors, numbers, containers and the types above is refused, naming it. A distributed
+    checkpoint's index (`DCP_INDEX`, which torch unpickles with plain pickle) is checked by
+    `check_dcp_folder`, with the values it points to. The files are those the loaders reach
+    (`checkpoint_files`: through links, none leading out). Safetensors files (Accelerate's
+    model.safetensors) are checked to be whole, so a truncated one is named here rather than failing
+    inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar over the
+    files (ZeRO checkpoints hold one per rank)."""
     from solution.cli import progress
     from solution.model import check_weights_file
 
     every = checkpoint_files(ckpt)
-    files = [p for p in every if p.suffix in (".pt", ".bin", ".pkl", ".pth")]
+    files = [p for p in every if p.suffix in PICKLE_SUFFIXES or p.name.endswith(DCP_INDEX)]
+    dcp_data = set()
     with torch.serialization.safe_globals(loadable_globals()):
         for path in progress(files, desc="consolidate: check files", unit=" files", disable=not show_progress):
-            try:
-                torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:
-                found = re.search(r"GLOBAL (\S+)", str(e))
-                if found:
-                    raise ValueError(f"{path}: refusing to load a checkpoint file that holds more than tensors "
-                                     f"and plain values (it names {found.group(1)})") from None
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise ValueError(f"{path}: unreadable checkpoint file, truncated or corrupt ({first})") from None
+            if path.name.endswith(DCP_INDEX):
+                dcp_data |= check_dcp_folder(path, ckpt)
+            else:
+                _safe_load(path, path)
     weights = [p for p in every if p.suffix == ".safetensors"]
     for path in weights:
         check_weights_file(path)
-    return len(files) + len(weights)
+    return len(files) + len(dcp_data) + len(weights)
+
+
+# -- torch.distributed.checkpoint (FSDP): the index torch unpickles, and the values it points to ------
+class _RefusedGlobal(pickle.UnpicklingError):
+    """A class or function an index may not name; its text is the dotted name."""
+
+
+def dcp_index_classes() -> dict:
+    """(module, name) -> object: all that torch (2.13) writes into a distributed checkpoint's index.
+
+    Read from the indexes of real FSDP checkpoints (model and AdamW state): the metadata dataclasses,
+    the file-system reader's _StorageInfo, torch.Size, dtypes, the layout (by torch's own lookup by
+    name) and the pathlib.PosixPath the writer records. All are data: built from their arguments alone."""
+    from collections import OrderedDict
+
+    from torch.distributed.checkpoint import filesystem, metadata
+
+    names = ("Metadata", "StorageMeta", "MetadataIndex", "ChunkStorageMetadata", "TensorProperties",
+             "TensorStorageMetadata", "BytesStorageMetadata", "_MEM_FORMAT_ENCODING")
+    allowed = {("torch.distributed.checkpoint.metadata", n): getattr(metadata, n) for n in names}
+    allowed |= {("torch", n): v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+    allowed |= {("torch.distributed.checkpoint.filesystem", "_StorageInfo"): filesystem._StorageInfo,
+                ("torch", "Size"): torch.Size, ("torch.serialization", "_get_layout"): torch.serialization._get_layout,
+                ("pathlib", "PosixPath"): pathlib.PosixPath, ("collections", "OrderedDict"): OrderedDict}
+    return allowed
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    def __init__(self, file):
+        super().__init__(file)
+        self.allowed = dcp_index_classes()
+
+    def find_class(self, module: str, name: str):
+        found = self.allowed.get((module, name))
+        if found is None:
+            raise _RefusedGlobal(f"{module}.{name}")
+        return found
+
+
+def read_dcp_index(path: Path):
+    """A distributed checkpoint's index, unpickled resolving only `dcp_index_classes`.
+
+    torch's FileSystemReader.read_metadata unpickles it with plain pickle.load (an FSDP resume, and
+    consolidation through dcp_to_torch_save), so a crafted index would run code there. Here naming
+    anything else is refused in one line naming the file and what it names."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    try:
+        with open(path, "rb") as f:
+            index = _IndexUnpickler(f).load()
+    except _RefusedGlobal as e:
+        raise ValueError(f"{path}: refusing to load a distributed-checkpoint index that names {e} (only "
+                         "torch.distributed.checkpoint's metadata classes may appear)") from None
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"{path}: unreadable distributed-checkpoint index, truncated or corrupt ({first})") from None
+    if not isinstance(index, Metadata) or not isinstance(getattr(index, "storage_data", None), dict):
+        raise ValueError(f"{path}: holds a {type(index).__name__} without storage_data, not a distributed-checkpoint "
+                         "index as torch's file-system writer saves it")
+    return index
+
+
+def _dcp_locations(index_path: Path, index) -> list:
+    """(name, _StorageInfo, is a non-tensor value) for each item of an index, refusing one torch's
+    file-system writer would not have written (its reader would fail on it deep inside torch)."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+    kinds = getattr(index, "state_dict_metadata", None)
+    items = []
+    for key, info in index.storage_data.items():
+        where = [getattr(info, f, None) for f in ("relative_path", "offset", "length")]
+        plain = isinstance(key, MetadataIndex) and isinstance(getattr(key, "fqn", None), str) and \
+            isinstance(info, _StorageInfo) and isinstance(kinds, dict) and isinstance(where[0], str) and \
+            all(isinstance(n, int) and n >= 0 for n in where[1:])
+        if not plain:
+            raise ValueError(f"{index_path}: item {key!r}: not a file location as torch's file-system writer saves one")
+        items.append((key.fqn, info, isinstance(kinds.get(key.fqn), BytesStorageMetadata)))
+    return items
+
+
+def check_dcp_folder(index_path: Path, ckpt: Path) -> set:
+    """Check what torch's file-system reader takes from the folder of `index_path` (inside
+    `safe_globals(loadable_globals())`); returns the data files (`__R_N.distcp`) the index names.
+
+    Every item lies inside the checkpoint, within its file (a truncated shard is named here). Tensors
+    torch reads with the safe loader; other values (an optimizer's param_groups: floats, tuples, names)
+    its load planner reads with torch.load(weights_only=False), so each is loaded with the safe one first."""
+    index = read_dcp_index(index_path)
+    root, data_files = Path(ckpt).resolve(), set()
+    for fqn, info, is_value in _dcp_locations(index_path, index):
+        data, end = index_path.parent / info.relative_path, info.offset + info.length
+        if not data.resolve().is_relative_to(root) or not data.is_file():
+            raise ValueError(f"{index_path}: item {fqn} lies in {data}, not a file inside the checkpoint {ckpt}")
+        if end > data.stat().st_size:
+            raise ValueError(f"{data}: truncated, {data.stat().st_size} bytes, but {index_path} places "
+                             f"{fqn} at bytes {info.offset}..{end}")
+        data_files.add(data.resolve())
+        if not is_value:
+            continue
+        if getattr(info, "transform_descriptors", None):  # compressed bytes: the safe loader could not read them
+            raise ValueError(f"{data}: {fqn} is stored transformed ({info.transform_descriptors}); "
+                             "only plain distributed checkpoints can be checked")
+        with open(data, "rb") as f:
+            f.seek(info.offset)
+            _safe_load(io.BytesIO(f.read(info.length)), f"{data} ({fqn}, bytes {info.offset}..{end})")
+    return data_files
 
 
 def full_state_dict(ckpt: Path, verify: bool = True) -> dict:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from solution.checkpoint_layout import full_state_dict
+from solution.fsutil import DiskFullError, removed_if_disk_full
 
 
 def consolidate(checkpoint, out) -> Path:
@@ -33,7 +34,9 @@ def consolidate(checkpoint, out) -> Path:
     qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
     step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line naming it and the field
     qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": step}
-    return save_model_dir(out, state, config, tokenizer, qa)
+    # OUT.tmp: save_model_dir's temporary name; a full disk removes it and names OUT and the space left.
+    with removed_if_disk_full(Path(out).with_name(Path(out).name + ".tmp"), lambda: DiskFullError(out)):
+        return save_model_dir(out, state, config, tokenizer, qa)
 
 
 def main(argv=None) -> int:
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         path = consolidate(args.checkpoint, args.out)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DiskFullError) as e:  # exit 2, as the other tools' full disks
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"model directory: {path}")

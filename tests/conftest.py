@@ -66,19 +66,25 @@ def small_test_file(out: Path, num_test: int) -> Path:
     return out / "simplified-nq-test.jsonl"
 
 
-# One step of the tiny BERT under ZeRO-2 with AdamW, one process, checkpoint-1 saved.
-ZERO2_RUN = ["-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
-             "--dummy_num_windows", "16", "--per_device_train_batch_size", "8", "--optim", "adamw_torch",
-             "--max_steps", "1", "--save_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
-             "--strategy", "zero2"]
+# One step of the tiny BERT with AdamW, one process, checkpoint-1 saved: under ZeRO-2 (DeepSpeed runs
+# as a world of one) or FSDP2 (through torchrun: it needs a process group).
+ONE_STEP_RUN = ["-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+                "--dummy_num_windows", "16", "--per_device_train_batch_size", "8", "--optim", "adamw_torch",
+                "--max_steps", "1", "--save_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 
 
-def run_zero2(out: Path, *extra):
+def run_one_step(out: Path, strategy: str, *extra):
+    """`ONE_STEP_RUN` under `strategy` ('zero2' or 'fsdp') into `out`, `extra` arguments added."""
     import os
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, *ZERO2_RUN, "--output_dir", str(out), *extra], cwd=ROOT,
+    from solution.net import free_port
+
+    launch = [sys.executable]
+    if strategy == "fsdp":
+        launch += ["-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", str(free_port())]
+    return subprocess.run([*launch, *ONE_STEP_RUN, "--strategy", strategy, "--output_dir", str(out), *extra], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
                           capture_output=True, text=True, timeout=300)
 
@@ -86,11 +92,22 @@ def run_zero2(out: Path, *extra):
 @pytest.fixture(scope="session")
 def zero2_checkpoint(tmp_path_factory):
     """A real DeepSpeed ZeRO-2 checkpoint with AdamW's state (~40 s), written once per session by
-    solution.train (`ZERO2_RUN`). Tests copy it before changing anything in it."""
+    solution.train (`ONE_STEP_RUN`). Tests copy it before changing anything in it."""
     out = tmp_path_factory.mktemp("zero2")
-    proc = run_zero2(out)
+    proc = run_one_step(out, "zero2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out / "checkpoint-1"
+
+
+@pytest.fixture(scope="session")
+def fsdp_run(tmp_path_factory):
+    """A real FSDP2 run (~10 s): its output_dir, holding checkpoint-1 (torch.distributed.checkpoint's
+    `.metadata` indexes and shards for the model and AdamW's state) and the model directory it wrote at
+    its end. Tests copy it before changing anything in it."""
+    out = tmp_path_factory.mktemp("fsdp")
+    proc = run_one_step(out, "fsdp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 @pytest.fixture

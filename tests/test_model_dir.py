@@ -13,6 +13,7 @@ import torch
 from conftest import ROOT, nq_line, write_jsonl
 
 from solution import model as qa_model
+from solution.checkpoint import TrainerState
 from solution.config import TrainConfig, load_config
 from solution.postprocess import PostprocessConfig
 from solution.windows import WindowConfig
@@ -240,13 +241,18 @@ def test_hugging_face_loaders_read_the_trained_weights(good_dir):
     assert json.loads((good_dir / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
 
 
+def plain_checkpoint(ckpt):
+    """checkpoint-N as a single process writes it (model.safetensors), with what consolidation reads."""
+    write_model_dir(ckpt / "model_meta")
+    shutil.copy(ckpt / "model_meta" / "model.safetensors", ckpt / "model.safetensors")
+    (ckpt / "trainer_state.json").write_text(TrainerState(1, 0, 1, {}).to_json())
+    return ckpt
+
+
 def test_consolidate_refuses_a_truncated_checkpoint_file(tmp_path, capsys):
     from solution import consolidate
 
-    ckpt = tmp_path / "checkpoint-1"
-    write_model_dir(ckpt / "model_meta")
-    shutil.copy(ckpt / "model_meta" / "model.safetensors", ckpt / "model.safetensors")
-    (ckpt / "trainer_state.json").write_text('{"step": 1}')
+    ckpt = plain_checkpoint(tmp_path / "checkpoint-1")
     truncate(ckpt)
     code = consolidate.main([str(ckpt), str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -263,6 +269,19 @@ def test_consolidate_names_a_truncated_trainer_state(tmp_path, capsys):
     code = consolidate.main([str(ckpt), str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: {ckpt / 'trainer_state.json'}: not valid JSON (line 1"), err
+
+
+def test_consolidate_on_a_full_disk_removes_its_output_and_ends_in_one_line(tmp_path, small_filesystem, capsys):
+    """safetensors' SafetensorError ('No space left on device') once ended consolidation in a traceback,
+    leaving the half-written out.tmp/ behind."""
+    from solution import consolidate
+
+    ckpt = plain_checkpoint(tmp_path / "checkpoint-1")
+    out = small_filesystem(2 << 20) / "model"  # the tiny model's 4 MiB of weights do not fit
+    code = consolidate.main([str(ckpt), str(out)])
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith(f"error: {out}: no space left on device (") and "free in" in line, line
+    assert not list(out.parent.iterdir())  # neither out nor its temporary out.tmp
 
 
 def train(*args, expect=0):

@@ -1,16 +1,21 @@
 """Files from elsewhere are data, never code: weights from safetensors, other state through
 torch.load(weights_only=True), configs parsed, never evaluated."""
 
+import io
 import os
+import pickle
+import re
 import shutil
+import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_zero2
+from conftest import run_one_step
 
 from solution.checkpoint import Checkpointer, ResumeTarget, TrainerState
-from solution.checkpoint_layout import verify_checkpoint_files
+from solution.checkpoint_layout import FSDP_DIR, verify_checkpoint_files
 from solution.config import load_config
 from solution.consolidate import main as consolidate_main
 
@@ -121,9 +126,125 @@ def test_a_linked_tag_folder_is_refused_by_a_real_deepspeed_resume(zero2_checkpo
     shutil.move(ckpt / "pytorch_model", tmp_path / "elsewhere")
     (ckpt / "pytorch_model").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     torch.save({"optimizer_state_dict": Evil()}, tmp_path / "elsewhere" / OPTIM_STATES)
-    proc = run_zero2(out, "--resume", "latest")
+    proc = run_one_step(out, "zero2", "--resume", "latest")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"error: {ckpt / 'pytorch_model'}: a symbolic link to {tmp_path / 'elsewhere'}" in proc.stderr
+    assert not marker.exists()
+
+
+# -- FSDP: torch.distributed.checkpoint's `.metadata` index (plain pickle.load in torch) and its values --
+def fsdp_checkpoint(ckpt: Path, model: dict) -> Path:
+    """checkpoint-N holding `model` as FSDP's files, written by torch.distributed.checkpoint's own writer
+    in this process, with the trainer state and model_meta/ consolidation asks for."""
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 'torch.distributed is ... uninitialized': one process is meant
+        dcp.save({"model": model}, checkpoint_id=ckpt / FSDP_DIR, no_dist=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "model_meta").mkdir()
+    return ckpt
+
+
+def rewrite_locations(index: Path, **changes) -> None:
+    """Rewrite every item's location (_StorageInfo fields) in a distributed checkpoint's index this test wrote."""
+    meta = pickle.loads(index.read_bytes())
+    meta.storage_data = {key: replace(info, **changes) for key, info in meta.storage_data.items()}
+    index.write_bytes(pickle.dumps(meta))
+
+
+def swap_value(folder: Path, fqn: str, value) -> None:
+    """Point item `fqn` of a distributed checkpoint's index at `value`, torch.save'd onto the end of its shard."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    meta = pickle.loads((folder / ".metadata").read_bytes())  # a file the test's own training wrote
+    info = meta.storage_data[MetadataIndex(fqn)]
+    blob = io.BytesIO()
+    torch.save(value, blob)
+    shard = folder / info.relative_path
+    meta.storage_data[MetadataIndex(fqn)] = replace(info, offset=shard.stat().st_size, length=len(blob.getvalue()))
+    with open(shard, "ab") as f:
+        f.write(blob.getvalue())
+    (folder / ".metadata").write_bytes(pickle.dumps(meta))
+
+
+def test_a_crafted_dcp_index_is_refused_before_torch_unpickles_it(tmp_path, monkeypatch, capsys):
+    """torch's FileSystemReader.read_metadata unpickles `.metadata` with plain pickle.load; the check once
+    looked only at torch.save's suffixes, so consolidation ran the payload."""
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("EVIL_MARKER", str(marker))
+    ckpt = fsdp_checkpoint(tmp_path / "checkpoint-4", {"w": torch.ones(2)})
+    index = ckpt / FSDP_DIR / ".metadata"
+    index.write_bytes(pickle.dumps(Evil()))
+    refusal = f"{index}: refusing to load a distributed-checkpoint index that names {os.system.__module__}.system"
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        verify_checkpoint_files(ckpt)
+    assert consolidate_main([str(ckpt), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert refusal in err and len(err.strip().splitlines()) == 1
+    assert not marker.exists()
+
+
+def test_a_value_in_a_dcp_shard_is_checked_with_the_safe_loader(tmp_path, monkeypatch, capsys):
+    """torch's load planner reads a distributed checkpoint's non-tensor values (an optimizer's param_groups)
+    with torch.load(weights_only=False); shards were never checked, so consolidation ran the payload."""
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("EVIL_MARKER", str(marker))
+    ckpt = fsdp_checkpoint(tmp_path / "checkpoint-4", {"w": torch.ones(2), "extra": Evil()})
+    assert consolidate_main([str(ckpt), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{ckpt / FSDP_DIR / '__0_0.distcp'} (model.extra, bytes " in err and "refusing to load" in err
+    assert len(err.strip().splitlines()) == 1 and not marker.exists()
+
+
+def test_a_dcp_index_placing_items_past_a_shard_or_out_of_the_checkpoint_is_refused(tmp_path):
+    ckpt = fsdp_checkpoint(tmp_path / "checkpoint-4", {"w": torch.ones(2), "lr": 0.1, "betas": (0.9, 0.99)})
+    assert verify_checkpoint_files(ckpt) == 2  # the index and its shard, the two values in it loaded safely
+    index, shard = ckpt / FSDP_DIR / ".metadata", ckpt / FSDP_DIR / "__0_0.distcp"
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:-100])
+    with pytest.raises(ValueError, match=f"{re.escape(str(shard))}: truncated, {len(whole) - 100} bytes, but"):
+        verify_checkpoint_files(ckpt)
+    (tmp_path / "elsewhere.distcp").write_bytes(whole)  # what the index names is read, so it must be checked
+    rewrite_locations(index, relative_path="../../elsewhere.distcp")
+    with pytest.raises(ValueError, match="lies in .*elsewhere.distcp, not a file inside the checkpoint"):
+        verify_checkpoint_files(ckpt)
+
+
+@pytest.mark.slow
+def test_a_real_fsdp_checkpoint_verifies_and_consolidates(fsdp_run, tmp_path):
+    from safetensors.torch import load_file
+
+    ckpt = fsdp_run / "checkpoint-1"
+    assert verify_checkpoint_files(ckpt) == 5  # RNG state; model and optimizer: an index and a shard each
+    assert consolidate_main([str(ckpt), str(tmp_path / "model")]) == 0
+    # One step, saved after it: the weights the run wrote at its end.
+    mine, trained = load_file(tmp_path / "model" / "model.safetensors"), load_file(fsdp_run / "model" / "model.safetensors")
+    assert mine.keys() == trained.keys() and all(torch.equal(mine[k], trained[k]) for k in mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tamper", ["model index", "optimizer value"])
+def test_a_tampered_real_fsdp_checkpoint_is_refused_by_resume_and_consolidate(tamper, fsdp_run, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Accelerate's FSDP resume reads the model's index with pickle.load and the optimizer's values
+    (param_groups) with torch.load(weights_only=False): either payload ran on resume."""
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("EVIL_MARKER", str(marker))
+    out = tmp_path / "run"
+    ckpt = out / "checkpoint-1"
+    shutil.copytree(fsdp_run / "checkpoint-1", ckpt)
+    if tamper == "model index":
+        bad = ckpt / FSDP_DIR / ".metadata"
+        bad.write_bytes(pickle.dumps(Evil()))
+    else:
+        bad = ckpt / "optimizer_0" / "__0_0.distcp"
+        swap_value(ckpt / "optimizer_0", "optimizer.param_groups.0.lr", Evil())
+    assert consolidate_main([str(ckpt), str(tmp_path / "model")]) == 2
+    assert f"error: {bad}" in capsys.readouterr().err
+    proc = run_one_step(out, "fsdp", "--resume", "latest")
+    assert proc.returncode != 0 and "exitcode  : 2" in proc.stderr, proc.stderr[-3000:]  # torchrun's summary
+    assert f"error: {bad}" in proc.stderr and "refusing to load" in proc.stderr
     assert not marker.exists()
 
 
