@@ -396,8 +396,13 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         if key in target:
             raise _twice(key, section, source)
         target[key] = _coerce(value, typ, key)
+    built = {}
+    for name, kw in sections.items():
+        try:
+            built[name] = SECTIONS[name](**kw)
+        except ValueError as e:  # the section's own check names the field: say which section holds it
+            raise ValueError(f"{source}: {name}.{e}") from None
     try:
-        built = {s: SECTIONS[s](**kw) for s, kw in sections.items()}
         return TrainConfig(**top, **built)
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None

@@ -186,7 +186,8 @@ def test_resuming_an_older_checkpoint_keeps_its_new_checkpoint_and_resume_latest
     again = train(tmp_path, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1",
                   "--resume", str(tmp_path / "checkpoint-2"), *CONSTANT)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-[0-9]")) == ["checkpoint-4", "checkpoint-6"]
+    assert len(list(tmp_path.glob("checkpoint-4.left-*"))) == 1  # the left run's checkpoint-4, moved aside
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-4"
     latest = train(tmp_path, "--max_steps", "8", "--save_steps", "2", "--resume", "latest", *CONSTANT)
     assert latest.returncode == 0, latest.stderr[-3000:]
