@@ -31,8 +31,9 @@ on them and checks the result:
     plan and the launcher's world size (`verify_launch`), and after `prepare`
     the engine that wraps the model against the strategy's name
     (`Strategy.check_engine`: `DeepSpeedEngine` with its ZeRO stage and
-    offload, an FSDP2 module, `DistributedDataParallel`); a mismatch stops
-    the run instead of training with the wrong engine.
+    offload, an FSDP2 module, `DistributedDataParallel`; for `single`, the
+    bare model or DDP over a world of one); a mismatch stops the run
+    instead of training with the wrong engine.
 """
 
 from __future__ import annotations
@@ -286,7 +287,8 @@ def plan_strategy(cfg) -> Plan:
     if plan.name == "single" and world > 1:
         raise ValueError(f"strategy single, but the launcher started {world} ranks; use ddp or another strategy")
     if plan.name == "ddp" and world == 1:
-        raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed")
+        raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed "
+                         "and two processes or more; one rank, under a launcher or not, is strategy single (or auto)")
     return plan
 
 
@@ -534,7 +536,11 @@ class Strategy:
         elif plan.name == "ddp":
             ok = isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
         else:
-            ok = not isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
+            # One rank under a launcher: on CPU Accelerate wraps it in DistributedDataParallel over a world
+            # of one (MULTI_CPU always wraps; MULTI_GPU only from two ranks), which exchanges gradients with
+            # nobody, so it is still one process; the start record names that wrapper as the engine.
+            ok = self.accelerator.num_processes == 1 or \
+                not isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
         if not ok:
             raise ValueError(f"strategy {plan.name} expected its engine, but the model is wrapped by {engine}; "
                              "refusing to train with a different engine than configured")
