@@ -569,26 +569,36 @@ class Strategy:
             norm = norm.full_tensor()
         return float(norm)
 
-    def lockstep(self, run: Callable, dummy_batch: dict) -> tuple[Callable, Callable[[], None]]:
-        """Wrap a forward function so that ranks with fewer batches keep joining the others' collectives.
+    def lockstep(self, run: Callable, dummy_batch: dict, flags: Callable[[], list] = list,
+                 agree: Callable[[list], None] = lambda summed: None) -> tuple[Callable, Callable[[], None]]:
+        """Wrap a forward function so that before each forward every rank agrees on two things.
 
-        Under ZeRO-3 and FSDP every forward gathers parameters from all ranks, so a rank that has
-        finished its documents must keep running forwards (on one row of its last batch, or on
-        `dummy_batch`, a batch of one the caller built) until every rank has.
-        Each round all ranks first agree by an all-reduce whether anyone still has work.
-        Returns (wrapped run, finish) where finish() is called once the rank's own work is done.
-        """
-        if not self.plan.shards_parameters or self.accelerator.num_processes == 1:
-            return run, lambda: None
+        Whether any rank still has work: under ZeRO-3 and FSDP every forward gathers parameters from all
+        ranks, so a rank that has finished its documents must keep running forwards (on one row of its
+        last batch, or on `dummy_batch`, a batch of one the caller built) until every rank has; under DDP
+        it only keeps joining the agreement. And `flags()` summed over ranks, handed to `agree`: the same
+        sums on every rank in the same round, so `agree` may raise to stop every rank there (a stop
+        request in the middle of an evaluation). One all-reduce a round carries both; one process
+        calls `agree` with its own flags. Returns (wrapped run, finish), finish() called once the
+        rank's own work is done."""
+        if self.accelerator.num_processes == 1:
+            def alone(batch):
+                agree(flags())
+                return run(batch)
+
+            return alone, lambda: None
         import torch.distributed as dist
 
         device = self.accelerator.device
+        sharded = self.plan.shards_parameters
         last = {}
 
         def any_work(flag: int) -> bool:
-            t = torch.tensor([flag], device=device)
+            t = torch.tensor([flag, *flags()], dtype=torch.float32, device=device)
             dist.all_reduce(t)
-            return int(t.item()) > 0
+            work, *summed = t.tolist()
+            agree(summed)
+            return work > 0
 
         def wrapped(batch):
             any_work(1)
@@ -597,7 +607,8 @@ class Strategy:
 
         def finish():
             while any_work(0):
-                run(last.get("batch") or dummy_batch)
+                if sharded:
+                    run(last.get("batch") or dummy_batch)
 
         return wrapped, finish
 

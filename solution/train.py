@@ -95,9 +95,18 @@ class TrainingStopped(Exception):
         self.exit_code = exit_code
 
 
+class EvaluationStopped(Exception):
+    """A stop request every rank agreed on in the middle of an evaluation; its partial result is dropped."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class StopRequest:
-    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, on every rank
-    at once. SIGTERM: spot instances and SLURM preemption; SIGUSR1: SLURM's `--signal` before the time limit.
+    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, or during a dev
+    evaluation at its next batch, on every rank at once. SIGTERM: spot instances and SLURM preemption;
+    SIGUSR1: SLURM's `--signal` before the time limit.
 
     Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
     at once. A second signal during the checkpoint save only sets the flag again: the save goes on, and
@@ -348,12 +357,16 @@ class Trainer:
         # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
         n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
         dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
-        run, finish = self.strategy.lockstep(run, dummy)
+        # Each batch, the ranks also agree on a stop request: an evaluation takes minutes, longer than a
+        # scheduler waits between its signal and SIGKILL (SLURM's KillWait: 30 s by default).
+        run, finish = self.strategy.lockstep(run, dummy, self.stop_request.flags, self._stop_evaluation)
         preds = {}
-        for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
-            preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
-        finish()
-        unwrapped.train(was_training)
+        try:
+            for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
+                preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
+            finish()
+        finally:
+            unwrapped.train(was_training)
         from accelerate.utils import gather_object
 
         merged = {}
@@ -369,6 +382,12 @@ class Trainer:
         if skipped:
             result["dev_skipped"] = skipped
         return result
+
+    def _stop_evaluation(self, summed: list) -> None:
+        """Every evaluation batch, with the stop flags summed over ranks (the same sums on every rank)."""
+        signum = self.stop_request.agreed(summed)
+        if signum:
+            raise EvaluationStopped(signum)
 
     # -- checkpoints ------------------------------------------------------------
     def qa_config(self) -> dict:
@@ -444,6 +463,10 @@ class Trainer:
                                   param_names, cfg.seed)
             run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
+            if find_checkpoint(self.out, "auto") == path:
+                # On disk and named by `latest`: a stop before the next step (in the evaluation a resumed
+                # run repeats) names this checkpoint instead of writing it again.
+                self.checkpointer.saved_step = run.step
         self.open_outputs(start)
         return run
 
@@ -485,6 +508,7 @@ class Trainer:
         meter = StepMeter(torch.zeros((), device=self.accelerator.device))
         step = run.step
         self.stop_request.armed = True
+        last_eval = self.evaluate_resumed_epoch(run) or last_eval
         for epoch in range(run.epoch, run.num_epochs):
             if step >= run.total_steps:
                 break
@@ -507,7 +531,7 @@ class Trainer:
                 if step >= run.total_steps:
                     break
             self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
-            last_eval = self.end_of_epoch(run.model, epoch, step) or last_eval
+            last_eval = self.end_of_epoch(run.model, epoch, step, batches) or last_eval
         bar.close()
         self.finish(run, step, last_eval)
         return last_eval
@@ -563,12 +587,29 @@ class Trainer:
             self.accelerator.log(tracker_values(record, "train"), step=step)
         meter.t_log, meter.samples = now, 0  # windows tile the clock: writing this record counts in the next
 
-    def end_of_epoch(self, model, epoch: int, step: int) -> dict | None:
-        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation)."""
+    def evaluate_resumed_epoch(self, run: TrainingRun) -> dict | None:
+        """A run resumed at the end of an epoch (or at its last step) evaluates that epoch first: its
+        evaluation may not have run, stopped by a signal or killed. Its scores are those the
+        uninterrupted run wrote there; an evaluation that did finish before is only repeated."""
+        if run.start.resumed_from is None:
+            return None
+        if run.skip == 0 and run.epoch > 0:  # the checkpoint closed epoch - 1
+            return self.end_of_epoch(run.model, run.epoch - 1, run.step, run.batches_per_epoch)
+        if run.step >= run.total_steps:  # max_steps ended the run inside this epoch
+            return self.end_of_epoch(run.model, run.epoch, run.step, run.skip)
+        return None
+
+    def end_of_epoch(self, model, epoch: int, step: int, batches: int) -> dict | None:
+        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation). A stop request
+        ends the evaluation at its next batch with a checkpoint at `step` (`batches` into `epoch`)."""
         cfg = self.cfg
         if not (cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files"):
             return None
-        result = self.evaluate(model)
+        try:
+            result = self.evaluate(model)
+        except EvaluationStopped as stop:
+            self._stop_if_requested(step, epoch, batches, stop.signum,
+                                    during=f"the evaluation of epoch {epoch} (a resumed run evaluates it again)")
         self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **result})
         if cfg.report_to:
             self.accelerator.log(tracker_values(result, "eval"), step=step)
@@ -601,15 +642,17 @@ class Trainer:
         raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
                               f"{self.checkpointer.last_good()}", EXIT_FAULT)
 
-    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int) -> None:
+    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int, during: str = "") -> None:
+        """Checkpoint at `step` and stop (`during`: where, when not between optimizer steps)."""
         if not signum:
             return
         path = self.checkpointer.save_now(step, epoch, batches)
         name = signal.Signals(signum).name
         # The record a script reads to tell "stopped and saved" from a crash (scripts/launch_slurm.sh).
         self.metrics.write({"event": "stopped", "signal": name, "step": step, "checkpoint": str(path)})
-        raise TrainingStopped(f"stopped by {name} at step {step}: saved {path}; continue with --resume latest",
-                              EXIT_STOPPED)
+        where = f" during {during}" if during else ""
+        raise TrainingStopped(f"stopped by {name} at step {step}{where}: saved {path}; continue with --resume "
+                              "latest", EXIT_STOPPED)
 
     def save_final(self, model) -> None:
         acc = self.accelerator

@@ -6,7 +6,8 @@ reaches a training started by scripts/launch_slurm.sh, with srun and scontrol fa
 script requeues the job. Each stopped run writes one checkpoint at the step its ranks agreed on,
 prints one line, and `--resume auto` continues it to the weights of one uninterrupted process at
 the same global batch (tiny BERT, SGD, fp32, dummy data, as tests/test_strategies.py). Every run
-here shares max_steps, so the learning-rate schedule is the same one.
+here shares max_steps, so the learning-rate schedule is the same one. A signal during a dev evaluation
+stops it at its next batch; the resumed run evaluates that epoch again and matches an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -208,3 +209,72 @@ def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp
     assert f"resume auto: continuing from {out / f'checkpoint-{step}'}" in second.stdout
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["srun", "scontrol", "srun", "srun"]
     assert_same_weights(weights(out), reference)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A small synthetic train and dev file: a 2-epoch run evaluates after each epoch."""
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev", "4",
+                    "--num-test", "1", "--min-words", "200", "--max-words", "900", "--seed", "9"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def two_ranks_evaluating(entry: list, corpus: Path, out: Path, extra=()) -> list:
+    """torchrun, 2 DDP ranks, 2 epochs of the tiny model on `corpus`, a dev evaluation after each epoch."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+            *entry, "--config", "configs/train/tiny.yaml", "--train_file", str(corpus / "simplified-nq-train.jsonl"),
+            "--dev_file", str(corpus / "simplified-nq-dev.jsonl"), "--cache_dir", str(corpus / "cache"),
+            "--max_steps", "0", "--num_train_epochs", "2", "--per_device_train_batch_size", "2",
+            "--per_device_eval_batch_size", "2", "--dropout", "0.1", "--disable_tqdm", "true",
+            "--output_dir", str(out), *extra]
+
+
+def test_a_signal_during_evaluation_stops_at_its_next_batch_and_the_resumed_run_repeats_it(corpus, tmp_path):
+    """SIGTERM to torchrun while the ranks evaluate after epoch 0 (each forward slowed to 2 s by
+    tests/faulty_train.py, so the evaluation would run on for many more seconds): the ranks agree at the next
+    evaluation batch, checkpoint the epoch's last step and stop with one line, writing no score for the
+    evaluation they left; `--resume auto` evaluates epoch 0 again and reaches the uninterrupted run's
+    scores at every epoch and its weights."""
+    whole = subprocess.run(two_ranks_evaluating(["-m", "solution.train"], corpus, tmp_path / "whole"), cwd=ROOT,
+                           env=ENV, capture_output=True, text=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    evals = [r for r in records(tmp_path / "whole") if r.get("event") == "eval"]
+    assert [r["epoch"] for r in evals] == [0, 1] and evals[0]["num_examples"] == 4, evals
+
+    out, log = tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(two_ranks_evaluating(["tests/faulty_train.py", "slow-eval-2"], corpus, out), cwd=ROOT,
+                                env=ENV, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            for line in proc.stdout:  # until a rank's first evaluation forward
+                if line.startswith("faulty_train: evaluating"):
+                    break
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert not [r for r in records(out) if r.get("event") == "eval"]
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=240)
+        finally:
+            kill_tree(proc.pid)
+    waited = time.monotonic() - sent
+    stop_lines = [line for line in log.read_text().splitlines() if line.startswith("stopped by")]
+    step = evals[0]["step"]  # epoch 0's last step
+    assert stop_lines == [f"stopped by SIGTERM at step {step} during the evaluation of epoch 0 (a resumed run "
+                          f"evaluates it again): saved {out / f'checkpoint-{step}'}; continue with --resume latest"], \
+        log.read_text()[-3000:]
+    after = records(out)
+    assert not [r for r in after if r.get("event") == "eval"], after  # the partial evaluation left no score
+    assert after[-1] == {"event": "stopped", "signal": "SIGTERM", "step": step,
+                         "checkpoint": str(out / f"checkpoint-{step}")}
+    print(f"stopped {waited:.1f} s after the signal")
+
+    resumed = subprocess.run(two_ranks_evaluating(["-m", "solution.train"], corpus, out, ["--resume", "auto"]),
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resume auto: continuing from {out / f'checkpoint-{step}'}" in resumed.stdout
+    rerun = records(out)[len(after):]
+    assert [r for r in rerun if r.get("event") == "eval"] == evals
+    assert rerun[-1]["dev"] == records(tmp_path / "whole")[-1]["dev"]
+    assert_same_weights(weights(out), weights(tmp_path / "whole"))
