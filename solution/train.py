@@ -12,7 +12,8 @@ strategy comes from `solution.strategy`, never from this file. Writes to
 
 Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
 gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
-after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`).
+after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`);
+128 + N stopped by signal N before the first optimizer step, when there was nothing to save.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ class TrainingStopped(Exception):
         self.exit_code = exit_code
 
 
+class StoppedBySignal(BaseException):
+    """A signal before the loop is armed: stop at once; `exit_code` is 128 + the signal's number.
+
+    A BaseException, like KeyboardInterrupt, so that library code catching Exception lets it through:
+    `datasets` wraps what its generator raises in DatasetGenerationError, a pool worker reports it as a
+    task's failure and goes on."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
+                         "nothing was saved")
+        self.exit_code = 128 + signum
+
+
 class EvaluationStopped(Exception):
     """A stop request every rank agreed on in the middle of an evaluation; its partial result is dropped."""
 
@@ -115,23 +129,34 @@ class StopRequest:
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
     def __init__(self):
-        self.signum, self.armed, self._previous = 0, False, {}
+        self.signum, self.armed, self.active, self._previous = 0, False, False, {}
+        os.register_at_fork(after_in_child=self._forked)  # a no-op outside the `with` block
 
     def __enter__(self):
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
             signal.siginterrupt(sig, False)  # restart interrupted system calls (gloo's sockets, file writes)
+        self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        self.active = False
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._previous[sig])
 
     def _handle(self, signum, frame) -> None:
         if not self.armed:
-            raise TrainingStopped(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
-                                  "nothing was saved", 128 + signum)
+            raise StoppedBySignal(signum)
         self.signum = self.signum or signum
+
+    def _forked(self) -> None:
+        """In a child forked before the loop is armed (datasets' featurisation workers and their manager):
+        the default actions, so a signal ends it at once. With this handler it would raise in its own copy,
+        which a pool worker takes for a task's failure and goes on, and Pool.terminate() then waits for it
+        forever. A child forked later (a data loader worker) keeps the handler, as before."""
+        if self.active and not self.armed:
+            for sig in self.SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
 
     def flags(self) -> list:
         """This rank's signal as one 0/1 flag per handled signal, summed over ranks with the step's loss
@@ -677,7 +702,8 @@ DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is 
 def main(argv=None) -> int:
     """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
     naming the step or the path), 3 stopped by SIGTERM/SIGINT/SIGUSR1 after saving checkpoint-N at the
-    step reached (the line says which; continue with --resume latest, or auto)."""
+    step reached (the line says which; continue with --resume latest, or auto), 128 + N stopped by signal N
+    before the first optimizer step (nothing saved)."""
     try:
         path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
                                              DESCRIPTION)
@@ -690,10 +716,10 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (TrainingStopped, CheckpointDiskFull) as e:
+    except (TrainingStopped, StoppedBySignal, CheckpointDiskFull) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if os.environ.get("RANK", "0") == "0":  # one line, not one per rank
-            print(str(e) if code == EXIT_STOPPED else f"error: {e}", file=sys.stderr)
+            print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)
         return code
     return 0
 

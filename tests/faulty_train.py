@@ -11,6 +11,8 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
   kill-in-save-N           SIGKILL once checkpoint-N.tmp holds the engine's state, before it is complete
   slow-eval-S              every dev-evaluation forward sleeps S seconds first (an evaluation that takes
                            minutes); the first forward of each evaluation prints "faulty_train: evaluating"
+  slow-features-S          featurising the training file takes S seconds a document; the first document
+                           prints "faulty_train: featurising" (in each featurising process)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
   double-accumulation      accumulated gradients not divided by the accumulation steps
@@ -112,6 +114,23 @@ def slow_evaluation(seconds: float) -> None:
     inference.model_runner = model_runner
 
 
+def slow_featurisation(seconds: float) -> None:
+    import time
+
+    from solution.windows import Featurizer
+
+    original = Featurizer.featurize
+
+    def featurize(self, *args, **kwargs):
+        for i, item in enumerate(original(self, *args, **kwargs)):
+            if i == 0:
+                print("faulty_train: featurising", flush=True)
+            time.sleep(seconds)
+            yield item
+
+    Featurizer.featurize = featurize
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -145,6 +164,8 @@ def apply(fault: str) -> None:
         kill_in_save(int(m[1]))
     elif m := re.fullmatch(r"slow-eval-([\d.]+)", fault):
         slow_evaluation(float(m[1]))
+    elif m := re.fullmatch(r"slow-features-([\d.]+)", fault):
+        slow_featurisation(float(m[1]))
     elif fault in ("sum-gradients", "same-data", "double-accumulation"):
         inject_training_bug(fault.replace("-", "_"))
     else:

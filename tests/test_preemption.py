@@ -278,3 +278,28 @@ def test_a_signal_during_evaluation_stops_at_its_next_batch_and_the_resumed_run_
     assert [r for r in rerun if r.get("event") == "eval"] == evals
     assert rerun[-1]["dev"] == records(tmp_path / "whole")[-1]["dev"]
     assert_same_weights(weights(out), weights(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_a_signal_during_featurisation_stops_with_one_line_and_128_plus_its_number(num_proc, corpus, tmp_path):
+    """SIGTERM to a run while it featurises its training file (1 s a document, tests/faulty_train.py): exit
+    143 and one line, not `datasets`' DatasetGenerationError traceback (one process), nor a hang in its
+    worker pool's clean-up (two: the workers, forked before the loop was armed, end by the signal's
+    default action); the unfinished feature cache is removed."""
+    cache = tmp_path / "cache"
+    cmd = [sys.executable, "tests/faulty_train.py", "slow-features-1", "--config", "configs/train/tiny.yaml",
+           "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--cache_dir", str(cache),
+           "--num_proc", str(num_proc), "--output_dir", str(tmp_path / "run"), "--disable_tqdm", "true"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("faulty_train: featurising"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc.pid)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert stderr.splitlines() == ["stopped by SIGTERM before the first optimizer step; nothing was saved"], \
+        stderr[-3000:]
+    assert list(cache.iterdir()) == []
