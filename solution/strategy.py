@@ -331,6 +331,20 @@ def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
                          "Without a GPU everything already lives in CPU memory: drop cpu_offload")
 
 
+def check_trackers(report_to: list) -> None:
+    """Refuse a tracker whose package is missing: Accelerate drops it with a debug message only, and the
+    run trains untracked. Its own availability checks decide, as they do in Accelerate."""
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    packages = {"tensorboard": (is_tensorboard_available, "tensorboard", " (or tensorboardX)"),
+                "wandb": (is_wandb_available, "wandb", "")}
+    for name in report_to:
+        available, package, alternative = packages[name]
+        if not available():
+            raise ValueError(f"config: report_to {name}, but the package {package}{alternative} is not installed; "
+                             f"pip install {package}, or leave {name} out of report_to")
+
+
 def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
     """The plan's DeepSpeed JSON with the settings this trainer needs from it."""
     ds = copy.deepcopy(plan.ds_config)
@@ -487,6 +501,7 @@ class Strategy:
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
+        check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
