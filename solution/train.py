@@ -183,6 +183,16 @@ def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
                          num_training_steps=num_total)
 
 
+def warmup_warning(cfg: TrainConfig, num_total: int) -> Optional[str]:
+    """One line when the warm-up lasts the whole run: the rate never reaches learning_rate, and a schedule
+    that decays never does (a warm-up given in steps, from a config meant for a longer run)."""
+    warmup = cfg.num_warmup_steps(num_total)
+    if cfg.lr_scheduler_type == "constant" or warmup < num_total:  # constant: transformers ignores the warm-up
+        return None
+    return (f"WARNING: warmup_steps {warmup} >= the run's {num_total} optimizer steps: the learning rate never "
+            f"reaches learning_rate {cfg.learning_rate:g}; lower warmup_steps or give a ratio below 1")
+
+
 TRACKER_PROJECT = "nq-bert-qa"  # TensorBoard writes under output_dir/nq-bert-qa; W&B's project name
 
 
@@ -476,6 +486,8 @@ class Trainer:
         # Not passed to prepare(): Accelerate would step it once per process. The checkpointer saves its
         # state in trainer_state.json (JSON, not a pickle).
         scheduler = lr_schedule(optimizer, cfg, total_steps)
+        if warning := warmup_warning(cfg, total_steps):
+            self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set))
         self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), cfg.save_due,
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)

@@ -260,6 +260,30 @@ def test_a_tracker_whose_package_is_missing_is_refused_at_start(tracker, package
     assert "Traceback" not in proc.stderr and not (out / "metrics.jsonl").exists()
 
 
+def test_warmup_that_lasts_the_whole_run_is_warned_about():
+    from solution.train import warmup_warning
+
+    assert warmup_warning(load_config(None, ["--warmup_steps", "5"]), 6) is None
+    assert warmup_warning(load_config(None, ["--warmup_steps", "0.99"]), 6) is None  # a ratio never covers the run
+    assert warmup_warning(load_config(None, ["--warmup_steps", "6", "--lr_scheduler_type", "constant"]), 6) is None
+    for steps in ("6", "100"):
+        line = warmup_warning(load_config(None, ["--warmup_steps", steps, "--learning_rate", "3e-5"]), 6)
+        assert line == (f"WARNING: warmup_steps {steps} >= the run's 6 optimizer steps: the learning rate never "
+                        "reaches learning_rate 3e-05; lower warmup_steps or give a ratio below 1")
+
+
+@pytest.mark.slow  # a tiny training in a subprocess
+def test_a_run_shorter_than_its_warmup_says_so_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+         "--dummy_num_windows", "8", "--max_steps", "2", "--warmup_steps", "10", "--disable_tqdm",
+         "--output_dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("WARNING")] == [
+        "WARNING: warmup_steps 10 >= the run's 2 optimizer steps: the learning rate never reaches learning_rate "
+        "0.001; lower warmup_steps or give a ratio below 1"], proc.stdout[-3000:]
+
+
 def test_resolved_config_reloads(tmp_path):
     """config.yaml, written with every run, loads back to the same config (aliases resolved, sampling section)."""
     cfg = load_config("configs/train/demo.yaml", ["--fp16", "--report_to", "tensorboard", "--warmup_steps", "5",
