@@ -106,7 +106,7 @@ class StoppedBySignal(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
                          "nothing was saved")
-        self.exit_code = 128 + signum
+        self.signum, self.exit_code = signum, 128 + signum
 
 
 class EvaluationStopped(Exception):
@@ -707,6 +707,19 @@ class Trainer:
             self.log(f"model directory: {path}")
 
 
+def record_early_stop(out: Path, stop: StoppedBySignal) -> None:
+    """The `stopped` record of a stop before the first optimizer step (no step, no checkpoint), so that
+    scripts/launch_slurm.sh requeues a job whose time ran out before training began, to resume from an
+    earlier checkpoint. Written by the main process only; where output_dir cannot be written, left out."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        MetricsLog(out / "metrics.jsonl", True, append=True).write(
+            {"event": "stopped", "signal": signal.Signals(stop.signum).name, "step": None, "checkpoint": None})
+    except OSError:
+        pass
+
+
 DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is read first; each option below "
                "overrides one of its settings: --name value, --name=value or --name-with-dashes value.")
 
@@ -723,6 +736,9 @@ def main(argv=None) -> int:
             cfg = load_config(path, overrides)
             try:
                 Trainer(cfg, stop_request).train()
+            except StoppedBySignal as stop:
+                record_early_stop(Path(cfg.output_dir), stop)
+                raise
             finally:  # every way out (done, error, signal): process groups and engine torn down in order
                 strategy.shutdown()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError

@@ -175,22 +175,31 @@ echo "scontrol $*" >> "$FAKE_SLURM_LOG"
 """
 
 
+def fake_slurm(tmp_path: Path, ranks: int) -> dict:
+    """srun and scontrol faked on PATH: the environment of scripts/launch_slurm.sh's batch step, job 4242 on
+    one node of `ranks` ranks; srun's calls and scontrol's go to tmp_path/slurm.log, the node step's pid to
+    tmp_path/step.pid."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    env = {**ENV, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(tmp_path / "slurm.log"),
+           "FAKE_SLURM_STEP": str(tmp_path / "step.pid"), "SLURM_JOB_ID": "4242", "SLURM_NNODES": "1",
+           "MAIN_PROCESS_IP": "127.0.0.1", "MAIN_PROCESS_PORT": str(free_port()), "GPUS_PER_NODE": str(ranks),
+           "PYTHON": sys.executable}
+    env.pop("SLURM_STEP_ID", None)
+    return env
+
+
 def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp_path):
     """scripts/launch_slurm.sh's batch step with srun and scontrol faked: SIGUSR1 to every process of
     the training step (as `#SBATCH --signal=USR1@120` sends it) stops it at a checkpoint and the job
     requeues itself; a start that crashes is not requeued, though the file still ends with the stop
     record; the next start (the same command) resumes with `--resume auto` and ends with the
     uninterrupted run's weights, and is not requeued again."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
-        (fake / name).write_text(text)
-        (fake / name).chmod(0o755)
+    env = fake_slurm(tmp_path, ranks=2)
     log, step_pid, out = tmp_path / "slurm.log", tmp_path / "step.pid", tmp_path / "run"
-    env = {**ENV, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(log), "FAKE_SLURM_STEP": str(step_pid),
-           "SLURM_JOB_ID": "4242", "SLURM_NNODES": "1", "MAIN_PROCESS_IP": "127.0.0.1",
-           "MAIN_PROCESS_PORT": str(free_port()), "GPUS_PER_NODE": "2", "PYTHON": sys.executable}
-    env.pop("SLURM_STEP_ID", None)
     cmd = ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", *RUN[1:], *TWO_RANKS,
            "--output_dir", str(out)]
 
@@ -303,3 +312,46 @@ def test_a_signal_during_featurisation_stops_with_one_line_and_128_plus_its_numb
     assert stderr.splitlines() == ["stopped by SIGTERM before the first optimizer step; nothing was saved"], \
         stderr[-3000:]
     assert list(cache.iterdir()) == []
+
+
+def test_slurm_script_requeues_a_job_stopped_before_its_first_step_only_with_a_checkpoint(corpus, tmp_path):
+    """SIGUSR1 while the rank (one, under scripts/launch_slurm.sh with srun faked) featurises, slowed to 1 s a
+    document by tests/hooks: it stops before its first step with one line and a `stopped` record without a
+    checkpoint. With no checkpoint in output_dir the job is not requeued (it would only start over); after
+    a run that saved checkpoint-1 (and was then killed), it is, to resume from there."""
+    env = {**fake_slurm(tmp_path, ranks=1), "PYTHONPATH": f"{ROOT / 'tests' / 'hooks'}:{ROOT}",
+           "FAULTY_TRAIN": "slow-features-1"}
+    out = tmp_path / "run"
+    data = ["configs/train/tiny.yaml", "--train_file", str(corpus / "simplified-nq-train.jsonl"),
+            "--eval_strategy", "no", "--max_steps", "4", "--save_steps", "1", "--disable_tqdm", "true",
+            "--output_dir", str(out)]
+
+    def start_stopped_in_featurisation(cache: str) -> tuple:
+        with (tmp_path / f"{cache}.stderr").open("w+") as stderr:
+            proc = subprocess.Popen(["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", *data,
+                                     "--cache_dir", str(tmp_path / cache)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                    stderr=stderr, text=True)
+            try:
+                for line in proc.stdout:
+                    if line.startswith("faulty_train: featurising"):
+                        break
+                assert proc.poll() is None, (tmp_path / f"{cache}.stderr").read_text()[-3000:]
+                kill_tree(int((tmp_path / "step.pid").read_text()), signal.SIGUSR1)
+                stdout, _ = proc.communicate(timeout=120)
+            finally:
+                kill_tree(proc.pid)
+            stderr.seek(0)
+            text = stderr.read()
+        assert "stopped by SIGUSR1 before the first optimizer step; nothing was saved" in text.splitlines(), text
+        assert records(out)[-1] == {"event": "stopped", "signal": "SIGUSR1", "step": None, "checkpoint": None}
+        return proc.returncode, stdout, text
+
+    code, stdout, stderr = start_stopped_in_featurisation("cache-a")
+    assert code != 0 and "requeueing" not in stdout, stdout[-2000:] + stderr[-2000:]
+    assert f"{out} holds no checkpoint: not requeueing" in stderr
+    killed = subprocess.run([sys.executable, "tests/faulty_train.py", "kill-after-step-1", "--config", *data, "--cache_dir",
+                             str(tmp_path / "cache-b")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL and (out / "latest").read_text().strip() == "checkpoint-1"
+    code, stdout, stderr = start_stopped_in_featurisation("cache-c")
+    assert code == 0 and f"requeueing job 4242; it resumes from {out}/latest" in stdout, stdout[-2000:] + stderr[-2000:]
+    assert (tmp_path / "slurm.log").read_text().splitlines()[-1] == "scontrol requeue 4242"
