@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import gc
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -753,6 +754,26 @@ CLOSE_BARRIER_TIMEOUT_S = 300
 
 _OPEN: Optional[Strategy] = None
 """The strategy this process built and has not closed: what `shutdown` closes on the way out."""
+
+
+def die_with_launcher(sig: int = signal.SIGTERM) -> None:
+    """Under a launcher (torchrun, accelerate launch, deepspeed): Linux sends this rank `sig` when the
+    process that started it dies (prctl PR_SET_PDEATHSIG).
+
+    torch's launcher starts each rank in a session of its own, so a SIGKILL to the launcher's process group
+    (a job killed by hand, an out-of-memory kill) leaves its ranks training, orphaned, while a new run may
+    start on the same output_dir. SIGTERM, not SIGKILL: the ranks, all told at once, stop as on preemption,
+    with a checkpoint at the step they agree on. Elsewhere (no launcher, not Linux) nothing is done."""
+    if "LOCAL_RANK" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    launcher = os.getppid()
+    PR_SET_PDEATHSIG = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return  # refused (a sandbox without prctl): the rank runs as before
+    if os.getppid() != launcher:  # it died before the request took effect: nobody would send the signal
+        os.kill(os.getpid(), sig)
 
 
 def _rank() -> int:

@@ -18,6 +18,7 @@ after writing a checkpoint at the step reached (continue with `--resume auto` or
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -38,7 +39,7 @@ from solution import strategy
 from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
-from solution.fsutil import check_writable, disk_full_message
+from solution.fsutil import check_writable, disk_full_message, exclusive_lock
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
@@ -707,6 +708,28 @@ class Trainer:
             self.log(f"model directory: {path}")
 
 
+@contextlib.contextmanager
+def claim_output_dir(cfg: TrainConfig):
+    """output_dir, created and locked by the main process (RANK 0) for the run's life: a second run on it,
+    or a rank a killed launcher left behind still training there, makes the newcomer stop at once with one
+    line naming the holder (fsutil.exclusive_lock). The other ranks write only where the main one says."""
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    with exclusive_lock(check_writable(cfg.output_dir, "output_dir", create_dir=True), "output_dir"):
+        yield
+
+
+def run_training(cfg: TrainConfig, stop_request: StopRequest) -> None:
+    """Train in the claimed output_dir; a stop before the first step leaves its record there."""
+    with claim_output_dir(cfg):
+        try:
+            Trainer(cfg, stop_request).train()
+        except StoppedBySignal as stop:
+            record_early_stop(Path(cfg.output_dir), stop)
+            raise
+
+
 def record_early_stop(out: Path, stop: StoppedBySignal) -> None:
     """The `stopped` record of a stop before the first optimizer step (no step, no checkpoint), so that
     scripts/launch_slurm.sh requeues a job whose time ran out before training began, to resume from an
@@ -732,13 +755,11 @@ def main(argv=None) -> int:
     try:
         path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
                                              DESCRIPTION)
+        strategy.die_with_launcher()
         with StopRequest() as stop_request:
             cfg = load_config(path, overrides)
             try:
-                Trainer(cfg, stop_request).train()
-            except StoppedBySignal as stop:
-                record_early_stop(Path(cfg.output_dir), stop)
-                raise
+                run_training(cfg, stop_request)
             finally:  # every way out (done, error, signal): process groups and engine torn down in order
                 strategy.shutdown()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError

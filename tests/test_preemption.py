@@ -66,13 +66,16 @@ def assert_same_weights(got: dict, ref: dict) -> None:
         torch.testing.assert_close(got[name], w, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
 
 
-def signal_after_first_step(proc: subprocess.Popen, out: Path, send) -> tuple:
-    """Wait for the first logged optimizer step, call `send()`, and return the run's (stdout, stderr)."""
+def signal_after_first_step(proc: subprocess.Popen, out: Path, send, wait: bool = True) -> tuple:
+    """Wait for the first logged optimizer step, call `send()`, and return the run's (stdout, stderr)
+    (with `wait` False: return at once)."""
     deadline = time.monotonic() + 240
     while not ((out / "metrics.jsonl").is_file() and '"loss"' in (out / "metrics.jsonl").read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.05)
     send()
+    if not wait:
+        return None, None
     try:
         return proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:  # leave no training behind: the launcher, its workers, their children
@@ -355,3 +358,30 @@ def test_slurm_script_requeues_a_job_stopped_before_its_first_step_only_with_a_c
     code, stdout, stderr = start_stopped_in_featurisation("cache-c")
     assert code == 0 and f"requeueing job 4242; it resumes from {out}/latest" in stdout, stdout[-2000:] + stderr[-2000:]
     assert (tmp_path / "slurm.log").read_text().splitlines()[-1] == "scontrol requeue 4242"
+
+
+def test_ranks_of_a_killed_launcher_stop_at_a_checkpoint_instead_of_training_on(tmp_path):
+    """SIGKILL to `accelerate launch`'s process group, as a job killed by hand: its two ranks, in sessions of
+    their own, are not in that group. They receive SIGTERM when their launcher dies, agree on a step,
+    checkpoint it and exit (before, they trained on, orphaned, holding output_dir)."""
+    out = tmp_path / "run"
+    cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", "--config_file", "configs/accelerate/ddp.yaml",
+           "--num_processes", "2", "--main_process_port", str(free_port()), "-m", "solution.train", *COMMON,
+           *TWO_RANKS, "--max_steps", "100000", "--output_dir", str(out)]
+    launcher = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    ranks = []
+    try:
+        signal_after_first_step(launcher, out, lambda: None, wait=False)
+        ranks = [p for p in psutil.Process(launcher.pid).children(recursive=True) if "solution.train" in p.cmdline()]
+        assert len(ranks) == 2, [p.cmdline() for p in ranks]
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+        _, alive = psutil.wait_procs(ranks, timeout=120)
+        assert not alive, f"ranks still training after their launcher died: {alive}"
+    finally:
+        for p in ranks:
+            kill_tree(p.pid)
+    last = records(out)[-1]
+    assert last["event"] == "stopped" and last["signal"] == "SIGTERM", last
+    assert (out / "latest").read_text().strip() == f"checkpoint-{last['step']}"
