@@ -645,7 +645,7 @@ class Trainer:
             return None
         try:
             result = self.evaluate(model)
-        except EvaluationStopped as stop:
+        except EvaluationStopped as stop:  # a signal is set: this checkpoints and raises TrainingStopped
             self._stop_if_requested(step, epoch, batches, stop.signum,
                                     during=f"the evaluation of epoch {epoch} (a resumed run evaluates it again)")
         self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **result})
