@@ -10,9 +10,12 @@
 # limit SLURM sends SIGUSR1 to every process of the training step (--signal=USR1@120; not to this
 # batch shell, that would be B:USR1); the ranks finish their optimizer step, write checkpoint-N and
 # stop, and this script then requeues the job (`scontrol requeue`, needs --requeue), whose next start
-# resumes. Only a run that stopped on SIGUSR1 with a checkpoint is requeued (its metrics.jsonl ends
-# with an `"event": "stopped"` record), never a crash or a success; SIGTERM (scancel, preemption)
-# also saves a checkpoint, and SLURM itself requeues a preempted job where it is set up to.
+# resumes. Only a run that stopped on SIGUSR1 is requeued (its metrics.jsonl ends with an
+# `"event": "stopped"` record), never a crash or a success: one that wrote a checkpoint at the step
+# reached, or one stopped before its first step (featurisation or loading outlasted the time left)
+# when output_dir holds a checkpoint to resume from; with none, requeueing would only start over.
+# SIGTERM (scancel, preemption) also saves a checkpoint, and SLURM itself requeues a preempted job
+# where it is set up to.
 # Environment knobs: GPUS_PER_NODE (default: GPUs visible, else 1 CPU rank), MAIN_PROCESS_PORT
 # (29500), MAIN_PROCESS_IP (default: the first host of the allocation), PYTHON (python),
 # TORCH_ELASTIC_SHUTDOWN_TIMEOUT (100: seconds the launcher lets its ranks save after a signal before
@@ -55,8 +58,9 @@ EOF
 
 if [ -z "${SLURM_STEP_ID:-}" ] || [ "${SLURM_STEP_ID}" = "batch" ]; then
   # The batch step: start one task per node, each running this script again; then requeue the job if
-  # the training stopped on SIGUSR1 after writing a checkpoint (a new "stopped" record, last in the file).
-  METRICS="$(output_dir "$@")/metrics.jsonl"
+  # the training stopped on SIGUSR1 (a new "stopped" record, last in the file) with a checkpoint to resume.
+  OUT=$(output_dir "$@")
+  METRICS="$OUT/metrics.jsonl"
   SEEN=0
   if [ -f "$METRICS" ]; then SEEN=$(wc -l < "$METRICS"); fi
   RC=0
@@ -64,9 +68,14 @@ if [ -z "${SLURM_STEP_ID:-}" ] || [ "${SLURM_STEP_ID}" = "batch" ]; then
   LAST=""
   if [ -f "$METRICS" ]; then LAST=$(tail -n +$((SEEN + 1)) "$METRICS" | tail -n 1); fi
   if [[ "$LAST" == *'"event": "stopped", "signal": "SIGUSR1"'* ]]; then
-    echo "stopped on SIGUSR1 with a checkpoint: requeueing job $SLURM_JOB_ID; it resumes with --resume auto"
-    scontrol requeue "$SLURM_JOB_ID"
-    exit 0
+    # `latest` is written after every complete checkpoint (before the first step, the stop wrote none).
+    if [[ "$LAST" != *'"checkpoint": null'* ]] || [ -f "$OUT/latest" ]; then
+      echo "stopped on SIGUSR1: requeueing job $SLURM_JOB_ID; it resumes from $OUT/latest with --resume auto"
+      scontrol requeue "$SLURM_JOB_ID"
+      exit 0
+    fi
+    echo "stopped on SIGUSR1 before the first optimizer step, and $OUT holds no checkpoint: not requeueing" \
+      "(a new start would only begin again; give the job more time)" >&2
   fi
   exit "$RC"
 fi

@@ -296,15 +296,34 @@ def _reuse_cache(final: Path, key: str, log) -> tuple:
     return ds, {**summary, "dataset_dir": str(final / "arrow")}
 
 
+def _interruption(error: BaseException) -> Optional[BaseException]:
+    """The stop request (a BaseException that is no Exception: the trainer's signal stop, KeyboardInterrupt)
+    that `error` is or was raised while handling; None when there is none."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if not isinstance(error, Exception):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _generate_windows(tmp: Path, gen_kwargs: dict, num_proc: int):
-    """Run `_generate` through `datasets` into tmp/hf; a worker's failure becomes its own error."""
+    """Run `_generate` through `datasets` into tmp/hf; a worker's failure becomes its own error, and a stop
+    request stays itself."""
     import datasets
 
     try:
         return datasets.Dataset.from_generator(
             _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
             gen_kwargs=gen_kwargs)
-    except datasets.exceptions.DatasetGenerationError as e:
+    except BaseException as e:
+        stop = _interruption(e)
+        if stop is not None:  # with workers, their pool's clean-up may fail on the way out and hide the stop
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise stop from None
+        if not isinstance(e, datasets.exceptions.DatasetGenerationError):
+            raise
         # The worker's own error (an NQFormatError naming file, line, field) is the one to show.
         errors = sorted((json.loads(f.read_text()) for f in (tmp / "side").glob("error-*.json")),
                         key=lambda err: err["line"])

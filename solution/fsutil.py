@@ -6,6 +6,9 @@ filesystem) and is renamed when complete. Any failure removes the temporary
 file, and a full disk becomes one sentence naming the path and the free space
 (`DiskFullError`) instead of an `OSError` traceback.
 
+`exclusive_lock` is the run's lock on its output folder (one training per
+output_dir at a time).
+
 Standard library only: `submission/` imports it.
 """
 
@@ -15,6 +18,8 @@ import contextlib
 import errno
 import os
 import shutil
+import socket
+import sys
 import tempfile
 import traceback
 from pathlib import Path
@@ -256,3 +261,37 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
         reason = disk_full_message(folder) if e.errno == errno.ENOSPC else e.strerror
         raise ValueError(f"{what} {path}: folder {folder} cannot be written ({reason})") from None
     return p
+
+
+LOCK_FILE = "train.lock"
+
+
+@contextlib.contextmanager
+def exclusive_lock(folder: PathLike, what: str = "folder") -> Iterator[Path]:
+    """Hold an exclusive lock on `folder` for the block: flock on folder/train.lock, which then names the
+    holder ("pid N on HOST"). Held elsewhere: a ValueError naming the folder and that holder, at once.
+
+    The kernel drops the lock when its holder's last descriptor closes, a killed process included, so a
+    stale file locks nothing; the file stays (removing it would let a third process lock a new file while
+    a second holds the old one). Where the filesystem has no flock (Lustre without `-o flock`), the block
+    runs unlocked after a one-line warning."""
+    import fcntl
+
+    path = Path(folder) / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 256, 0).decode(errors="replace").strip() or "holder unknown"
+            raise ValueError(f"{what} {folder}: in use by another run ({holder}; lock {path}); wait for it to "
+                             f"end or stop it, or choose another {what}") from None
+        except OSError as e:
+            print(f"warning: {what} {folder}: cannot be locked ({e.strerror}); a second run on it would not be "
+                  "refused", file=sys.stderr, flush=True)
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)

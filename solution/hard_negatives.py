@@ -162,21 +162,29 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     counts = {"documents": len(done), "resumed": len(done), "windows": 0, "negatives": 0}
     t0 = time.perf_counter()
     bar = progress(total=max_examples, initial=len(done), desc="hard negatives", unit="doc", disable=quiet)
-    with open(out, "r+b" if keep_bytes else "wb") as f, bar:
-        f.truncate(keep_bytes)  # drops a partial chunk and a cut last line
-        f.seek(keep_bytes)
-        if not keep_bytes:
-            _write(f, _encode(header))
-        featurized = Featurizer(tokenizer, window).featurize(examples, with_labels=True)
-        for chunk in _chunks(featurized, docs_per_chunk):
-            lines, n_windows, n_negatives = _score_chunk(run, chunk, tokenizer.pad_token_id or 0, batch_size)
-            _write(f, b"".join(lines))
-            counts["documents"] += len(chunk)
-            counts["windows"] += n_windows
-            counts["negatives"] += n_negatives
-            bar.update(len(chunk))
-            bar.set_postfix(windows=counts["windows"],
-                            windows_per_s=f"{counts['windows'] / (time.perf_counter() - t0):.1f}", refresh=False)
+    featurized = Featurizer(tokenizer, window).featurize(examples, with_labels=True)
+    scored = (_score_chunk(run, chunk, tokenizer.pad_token_id or 0, batch_size)
+              for chunk in _chunks(featurized, docs_per_chunk))
+    try:
+        with open(out, "r+b" if keep_bytes else "wb") as f, bar:
+            f.truncate(keep_bytes)  # drops a partial chunk and a cut last line
+            f.seek(keep_bytes)
+            if not keep_bytes:
+                _write(f, _encode(header))
+            for lines, n_documents, n_windows, n_negatives in scored:
+                _write(f, b"".join(lines))
+                counts["documents"] += n_documents
+                counts["windows"] += n_windows
+                counts["negatives"] += n_negatives
+                bar.update(n_documents)
+                bar.set_postfix(windows=counts["windows"],
+                                windows_per_s=f"{counts['windows'] / (time.perf_counter() - t0):.1f}", refresh=False)
+    except OSError as e:
+        # Closing the file flushes what the failed write left in its buffer, fails again and would replace the
+        # first error with a bare "[Errno 28]": any full disk here is named once, with the free space.
+        if e.errno == errno.ENOSPC:
+            raise DiskFullError(out) from None
+        raise
     counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report(),
                   precision=precision)
     return counts
@@ -194,7 +202,7 @@ def _chunks(featurized: Iterator, size: int) -> Iterator[list]:
 
 
 def _score_chunk(run, chunk: list, pad_id: int, batch_size: int) -> tuple:
-    """(one encoded line per document, windows, windows scored) for a chunk of (example, windows)."""
+    """(one encoded line per document, documents, windows, windows scored) for a chunk of (example, windows)."""
     from solution.inference import score_windows
     from solution.windows import TYPE_ID, has_answer
 
@@ -205,19 +213,14 @@ def _score_chunk(run, chunk: list, pad_id: int, batch_size: int) -> tuple:
     lines = [_encode({"example_id": ex.example_id, "answerable": has_answer(ex),
                       "scores": [round(float(next(p)), 6) if w.answer_type == unknown else None for w in ws]})
              for ex, ws in chunk]
-    return lines, sum(len(ws) for _, ws in chunk), len(negatives)
+    return lines, len(chunk), sum(len(ws) for _, ws in chunk), len(negatives)
 
 
 def _write(f, data: bytes) -> None:
     """Append and push to disk now: a kill loses at most the chunk being scored."""
-    try:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise DiskFullError(f.name) from None
-        raise
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def main(argv=None) -> int:

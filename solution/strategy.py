@@ -31,8 +31,9 @@ on them and checks the result:
     plan and the launcher's world size (`verify_launch`), and after `prepare`
     the engine that wraps the model against the strategy's name
     (`Strategy.check_engine`: `DeepSpeedEngine` with its ZeRO stage and
-    offload, an FSDP2 module, `DistributedDataParallel`); a mismatch stops
-    the run instead of training with the wrong engine.
+    offload, an FSDP2 module, `DistributedDataParallel`; for `single`, the
+    bare model or DDP over a world of one); a mismatch stops the run
+    instead of training with the wrong engine.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from __future__ import annotations
 import copy
 import gc
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -286,7 +288,8 @@ def plan_strategy(cfg) -> Plan:
     if plan.name == "single" and world > 1:
         raise ValueError(f"strategy single, but the launcher started {world} ranks; use ddp or another strategy")
     if plan.name == "ddp" and world == 1:
-        raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed")
+        raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed "
+                         "and two processes or more; one rank, under a launcher or not, is strategy single (or auto)")
     return plan
 
 
@@ -327,6 +330,20 @@ def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
         raise ValueError(f"strategy {plan.name} with cpu_offload needs a GPU: FSDP2's CPUOffloadPolicy moves "
                          "shards between GPU and CPU memory (measured: torch refuses it without an accelerator). "
                          "Without a GPU everything already lives in CPU memory: drop cpu_offload")
+
+
+def check_trackers(report_to: list) -> None:
+    """Refuse a tracker whose package is missing: Accelerate drops it with a debug message only, and the
+    run trains untracked. Its own availability checks decide, as they do in Accelerate."""
+    from accelerate.utils import is_tensorboard_available, is_wandb_available
+
+    packages = {"tensorboard": (is_tensorboard_available, "tensorboard", " (or tensorboardX)"),
+                "wandb": (is_wandb_available, "wandb", "")}
+    for name in report_to:
+        available, package, alternative = packages[name]
+        if not available():
+            raise ValueError(f"config: report_to {name}, but the package {package}{alternative} is not installed; "
+                             f"pip install {package}, or leave {name} out of report_to")
 
 
 def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
@@ -485,6 +502,7 @@ class Strategy:
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
+        check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
@@ -534,7 +552,11 @@ class Strategy:
         elif plan.name == "ddp":
             ok = isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
         else:
-            ok = not isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
+            # One rank under a launcher: on CPU Accelerate wraps it in DistributedDataParallel over a world
+            # of one (MULTI_CPU always wraps; MULTI_GPU only from two ranks), which exchanges gradients with
+            # nobody, so it is still one process; the start record names that wrapper as the engine.
+            ok = self.accelerator.num_processes == 1 or \
+                not isinstance(prepared_model, torch.nn.parallel.DistributedDataParallel)
         if not ok:
             raise ValueError(f"strategy {plan.name} expected its engine, but the model is wrapped by {engine}; "
                              "refusing to train with a different engine than configured")
@@ -563,26 +585,36 @@ class Strategy:
             norm = norm.full_tensor()
         return float(norm)
 
-    def lockstep(self, run: Callable, dummy_batch: dict) -> tuple[Callable, Callable[[], None]]:
-        """Wrap a forward function so that ranks with fewer batches keep joining the others' collectives.
+    def lockstep(self, run: Callable, dummy_batch: dict, flags: Callable[[], list] = list,
+                 agree: Callable[[list], None] = lambda summed: None) -> tuple[Callable, Callable[[], None]]:
+        """Wrap a forward function so that before each forward every rank agrees on two things.
 
-        Under ZeRO-3 and FSDP every forward gathers parameters from all ranks, so a rank that has
-        finished its documents must keep running forwards (on one row of its last batch, or on
-        `dummy_batch`, a batch of one the caller built) until every rank has.
-        Each round all ranks first agree by an all-reduce whether anyone still has work.
-        Returns (wrapped run, finish) where finish() is called once the rank's own work is done.
-        """
-        if not self.plan.shards_parameters or self.accelerator.num_processes == 1:
-            return run, lambda: None
+        Whether any rank still has work: under ZeRO-3 and FSDP every forward gathers parameters from all
+        ranks, so a rank that has finished its documents must keep running forwards (on one row of its
+        last batch, or on `dummy_batch`, a batch of one the caller built) until every rank has; under DDP
+        it only keeps joining the agreement. And `flags()` summed over ranks, handed to `agree`: the same
+        sums on every rank in the same round, so `agree` may raise to stop every rank there (a stop
+        request in the middle of an evaluation). One all-reduce a round carries both; one process
+        calls `agree` with its own flags. Returns (wrapped run, finish), finish() called once the
+        rank's own work is done."""
+        if self.accelerator.num_processes == 1:
+            def alone(batch):
+                agree(flags())
+                return run(batch)
+
+            return alone, lambda: None
         import torch.distributed as dist
 
         device = self.accelerator.device
+        sharded = self.plan.shards_parameters
         last = {}
 
         def any_work(flag: int) -> bool:
-            t = torch.tensor([flag], device=device)
+            t = torch.tensor([flag, *flags()], dtype=torch.float32, device=device)
             dist.all_reduce(t)
-            return int(t.item()) > 0
+            work, *summed = t.tolist()
+            agree(summed)
+            return work > 0
 
         def wrapped(batch):
             any_work(1)
@@ -591,7 +623,8 @@ class Strategy:
 
         def finish():
             while any_work(0):
-                run(last.get("batch") or dummy_batch)
+                if sharded:
+                    run(last.get("batch") or dummy_batch)
 
         return wrapped, finish
 
@@ -721,6 +754,26 @@ CLOSE_BARRIER_TIMEOUT_S = 300
 
 _OPEN: Optional[Strategy] = None
 """The strategy this process built and has not closed: what `shutdown` closes on the way out."""
+
+
+def die_with_launcher(sig: int = signal.SIGTERM) -> None:
+    """Under a launcher (torchrun, accelerate launch, deepspeed): Linux sends this rank `sig` when the
+    process that started it dies (prctl PR_SET_PDEATHSIG).
+
+    torch's launcher starts each rank in a session of its own, so a SIGKILL to the launcher's process group
+    (a job killed by hand, an out-of-memory kill) leaves its ranks training, orphaned, while a new run may
+    start on the same output_dir. SIGTERM, not SIGKILL: the ranks, all told at once, stop as on preemption,
+    with a checkpoint at the step they agree on. Elsewhere (no launcher, not Linux) nothing is done."""
+    if "LOCAL_RANK" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    launcher = os.getppid()
+    PR_SET_PDEATHSIG = 1
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return  # refused (a sandbox without prctl): the rank runs as before
+    if os.getppid() != launcher:  # it died before the request took effect: nobody would send the signal
+        os.kill(os.getpid(), sig)
 
 
 def _rank() -> int:

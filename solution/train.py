@@ -12,11 +12,13 @@ strategy comes from `solution.strategy`, never from this file. Writes to
 
 Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
 gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
-after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`).
+after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`);
+128 + N stopped by signal N before the first optimizer step, when there was nothing to save.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,7 +37,7 @@ from solution import strategy
 from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
-from solution.fsutil import check_writable, disk_full_message, removed_if_disk_full
+from solution.fsutil import check_writable, disk_full_message, exclusive_lock, removed_if_disk_full
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
@@ -93,9 +95,31 @@ class TrainingStopped(Exception):
         self.exit_code = exit_code
 
 
+class StoppedBySignal(BaseException):
+    """A signal before the loop is armed: stop at once; `exit_code` is 128 + the signal's number.
+
+    A BaseException, like KeyboardInterrupt, so that library code catching Exception lets it through:
+    `datasets` wraps what its generator raises in DatasetGenerationError, a pool worker reports it as a
+    task's failure and goes on."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
+                         "nothing was saved")
+        self.signum, self.exit_code = signum, 128 + signum
+
+
+class EvaluationStopped(Exception):
+    """A stop request every rank agreed on in the middle of an evaluation; its partial result is dropped."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class StopRequest:
-    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, on every rank
-    at once. SIGTERM: spot instances and SLURM preemption; SIGUSR1: SLURM's `--signal` before the time limit.
+    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, or during a dev
+    evaluation at its next batch, on every rank at once. SIGTERM: spot instances and SLURM preemption;
+    SIGUSR1: SLURM's `--signal` before the time limit.
 
     Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
     at once. A second signal during the checkpoint save only sets the flag again: the save goes on, and
@@ -104,23 +128,34 @@ class StopRequest:
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
     def __init__(self):
-        self.signum, self.armed, self._previous = 0, False, {}
+        self.signum, self.armed, self.active, self._previous = 0, False, False, {}
+        os.register_at_fork(after_in_child=self._forked)  # a no-op outside the `with` block
 
     def __enter__(self):
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
             signal.siginterrupt(sig, False)  # restart interrupted system calls (gloo's sockets, file writes)
+        self.active = True
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
+        self.active = False
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._previous[sig])
 
     def _handle(self, signum, frame) -> None:
         if not self.armed:
-            raise TrainingStopped(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
-                                  "nothing was saved", 128 + signum)
+            raise StoppedBySignal(signum)
         self.signum = self.signum or signum
+
+    def _forked(self) -> None:
+        """In a child forked before the loop is armed (datasets' featurisation workers and their manager):
+        the default actions, so a signal ends it at once. With this handler it would raise in its own copy,
+        which a pool worker takes for a task's failure and goes on, and Pool.terminate() then waits for it
+        forever. A child forked later (a data loader worker) keeps the handler, as before."""
+        if self.active and not self.armed:
+            for sig in self.SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
 
     def flags(self) -> list:
         """This rank's signal as one 0/1 flag per handled signal, summed over ranks with the step's loss
@@ -145,6 +180,16 @@ def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
 
     return get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.num_warmup_steps(num_total),
                          num_training_steps=num_total)
+
+
+def warmup_warning(cfg: TrainConfig, num_total: int) -> Optional[str]:
+    """One line when the warm-up lasts the whole run: the rate never reaches learning_rate, and a schedule
+    that decays never does (a warm-up given in steps, from a config meant for a longer run)."""
+    warmup = cfg.num_warmup_steps(num_total)
+    if cfg.lr_scheduler_type == "constant" or warmup < num_total:  # constant: transformers ignores the warm-up
+        return None
+    return (f"WARNING: warmup_steps {warmup} >= the run's {num_total} optimizer steps: the learning rate never "
+            f"reaches learning_rate {cfg.learning_rate:g}; lower warmup_steps or give a ratio below 1")
 
 
 TRACKER_PROJECT = "nq-bert-qa"  # TensorBoard writes under output_dir/nq-bert-qa; W&B's project name
@@ -351,12 +396,16 @@ class Trainer:
         # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
         n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
         dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
-        run, finish = self.strategy.lockstep(run, dummy)
+        # Each batch, the ranks also agree on a stop request: an evaluation takes minutes, longer than a
+        # scheduler waits between its signal and SIGKILL (SLURM's KillWait: 30 s by default).
+        run, finish = self.strategy.lockstep(run, dummy, self.stop_request.flags, self._stop_evaluation)
         preds = {}
-        for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
-            preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
-        finish()
-        unwrapped.train(was_training)
+        try:
+            for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
+                preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
+            finish()
+        finally:
+            unwrapped.train(was_training)
         from accelerate.utils import gather_object
 
         merged = {}
@@ -372,6 +421,12 @@ class Trainer:
         if skipped:
             result["dev_skipped"] = skipped
         return result
+
+    def _stop_evaluation(self, summed: list) -> None:
+        """Every evaluation batch, with the stop flags summed over ranks (the same sums on every rank)."""
+        signum = self.stop_request.agreed(summed)
+        if signum:
+            raise EvaluationStopped(signum)
 
     # -- checkpoints ------------------------------------------------------------
     def qa_config(self) -> dict:
@@ -436,6 +491,8 @@ class Trainer:
         # Not passed to prepare(): Accelerate would step it once per process. The checkpointer saves its
         # state in trainer_state.json (JSON, not a pickle).
         scheduler = lr_schedule(optimizer, cfg, total_steps)
+        if warning := warmup_warning(cfg, total_steps):
+            self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set))
         self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), cfg.save_due,
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)
@@ -448,6 +505,10 @@ class Trainer:
                                   param_names, cfg.seed)
             run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
+            if find_checkpoint(self.out, "auto") == path:
+                # On disk and named by `latest`: a stop before the next step (in the evaluation a resumed
+                # run repeats) names this checkpoint instead of writing it again.
+                self.checkpointer.saved_step = run.step
         self.open_outputs(start)
         return run
 
@@ -489,6 +550,7 @@ class Trainer:
         meter = StepMeter(torch.zeros((), device=self.accelerator.device))
         step = run.step
         self.stop_request.armed = True
+        last_eval = self.evaluate_resumed_epoch(run) or last_eval
         for epoch in range(run.epoch, run.num_epochs):
             if step >= run.total_steps:
                 break
@@ -511,7 +573,7 @@ class Trainer:
                 if step >= run.total_steps:
                     break
             self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
-            last_eval = self.end_of_epoch(run.model, epoch, step) or last_eval
+            last_eval = self.end_of_epoch(run.model, epoch, step, batches) or last_eval
         bar.close()
         self.finish(run, step, last_eval)
         return last_eval
@@ -567,12 +629,29 @@ class Trainer:
             self.accelerator.log(tracker_values(record, "train"), step=step)
         meter.t_log, meter.samples = now, 0  # windows tile the clock: writing this record counts in the next
 
-    def end_of_epoch(self, model, epoch: int, step: int) -> dict | None:
-        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation)."""
+    def evaluate_resumed_epoch(self, run: TrainingRun) -> dict | None:
+        """A run resumed at the end of an epoch (or at its last step) evaluates that epoch first: its
+        evaluation may not have run, stopped by a signal or killed. Its scores are those the
+        uninterrupted run wrote there; an evaluation that did finish before is only repeated."""
+        if run.start.resumed_from is None:
+            return None
+        if run.skip == 0 and run.epoch > 0:  # the checkpoint closed epoch - 1
+            return self.end_of_epoch(run.model, run.epoch - 1, run.step, run.batches_per_epoch)
+        if run.step >= run.total_steps:  # max_steps ended the run inside this epoch
+            return self.end_of_epoch(run.model, run.epoch, run.step, run.skip)
+        return None
+
+    def end_of_epoch(self, model, epoch: int, step: int, batches: int) -> dict | None:
+        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation). A stop request
+        ends the evaluation at its next batch with a checkpoint at `step` (`batches` into `epoch`)."""
         cfg = self.cfg
         if not (cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files"):
             return None
-        result = self.evaluate(model)
+        try:
+            result = self.evaluate(model)
+        except EvaluationStopped as stop:  # a signal is set: this checkpoints and raises TrainingStopped
+            self._stop_if_requested(step, epoch, batches, stop.signum,
+                                    during=f"the evaluation of epoch {epoch} (a resumed run evaluates it again)")
         self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **result})
         if cfg.report_to:
             self.accelerator.log(tracker_values(result, "eval"), step=step)
@@ -605,15 +684,17 @@ class Trainer:
         raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
                               f"{self.checkpointer.last_good()}", EXIT_FAULT)
 
-    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int) -> None:
+    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int, during: str = "") -> None:
+        """Checkpoint at `step` and stop (`during`: where, when not between optimizer steps)."""
         if not signum:
             return
         path = self.checkpointer.save_now(step, epoch, batches)
         name = signal.Signals(signum).name
         # The record a script reads to tell "stopped and saved" from a crash (scripts/launch_slurm.sh).
         self.metrics.write({"event": "stopped", "signal": name, "step": step, "checkpoint": str(path)})
-        raise TrainingStopped(f"stopped by {name} at step {step}: saved {path}; continue with --resume latest",
-                              EXIT_STOPPED)
+        where = f" during {during}" if during else ""
+        raise TrainingStopped(f"stopped by {name} at step {step}{where}: saved {path}; continue with --resume "
+                              "latest", EXIT_STOPPED)
 
     def save_final(self, model) -> None:
         acc = self.accelerator
@@ -627,6 +708,41 @@ class Trainer:
             self.log(f"model directory: {path}")
 
 
+@contextlib.contextmanager
+def claim_output_dir(cfg: TrainConfig):
+    """output_dir, created and locked by the main process (RANK 0) for the run's life: a second run on it,
+    or a rank a killed launcher left behind still training there, makes the newcomer stop at once with one
+    line naming the holder (fsutil.exclusive_lock). The other ranks write only where the main one says."""
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
+    with exclusive_lock(check_writable(cfg.output_dir, "output_dir", create_dir=True), "output_dir"):
+        yield
+
+
+def run_training(cfg: TrainConfig, stop_request: StopRequest) -> None:
+    """Train in the claimed output_dir; a stop before the first step leaves its record there."""
+    with claim_output_dir(cfg):
+        try:
+            Trainer(cfg, stop_request).train()
+        except StoppedBySignal as stop:
+            record_early_stop(Path(cfg.output_dir), stop)
+            raise
+
+
+def record_early_stop(out: Path, stop: StoppedBySignal) -> None:
+    """The `stopped` record of a stop before the first optimizer step (no step, no checkpoint), so that
+    scripts/launch_slurm.sh requeues a job whose time ran out before training began, to resume from an
+    earlier checkpoint. Written by the main process only; where output_dir cannot be written, left out."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:
+        MetricsLog(out / "metrics.jsonl", True, append=True).write(
+            {"event": "stopped", "signal": signal.Signals(stop.signum).name, "step": None, "checkpoint": None})
+    except OSError:
+        pass
+
+
 DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is read first; each option below "
                "overrides one of its settings: --name value, --name=value or --name-with-dashes value.")
 
@@ -634,23 +750,25 @@ DESCRIPTION = ("Fine-tune BERT QA on simplified-NQ. The YAML file (--config) is 
 def main(argv=None) -> int:
     """Train; returns the exit code: 0 done, 2 bad input or config, 1 diverged or disk full (one line
     naming the step or the path), 3 stopped by SIGTERM/SIGINT/SIGUSR1 after saving checkpoint-N at the
-    step reached (the line says which; continue with --resume latest, or auto)."""
+    step reached (the line says which; continue with --resume latest, or auto), 128 + N stopped by signal N
+    before the first optimizer step (nothing saved)."""
     try:
         path, overrides = parse_command_line(sys.argv[1:] if argv is None else argv, "python -m solution.train",
                                              DESCRIPTION)
+        strategy.die_with_launcher()
         with StopRequest() as stop_request:
             cfg = load_config(path, overrides)
             try:
-                Trainer(cfg, stop_request).train()
+                run_training(cfg, stop_request)
             finally:  # every way out (done, error, signal): process groups and engine torn down in order
                 strategy.shutdown()
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (TrainingStopped, CheckpointDiskFull) as e:
+    except (TrainingStopped, StoppedBySignal, CheckpointDiskFull) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if os.environ.get("RANK", "0") == "0":  # one line, not one per rank
-            print(str(e) if code == EXIT_STOPPED else f"error: {e}", file=sys.stderr)
+            print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)
         return code
     return 0
 

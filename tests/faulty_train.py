@@ -9,6 +9,10 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
   kill-after-step-N        SIGKILL right after the checkpoint of step N (or the first one past it),
   kill-rank-R-after-step-N   on every rank or on rank R only, as a crash or an OOM kill would
   kill-in-save-N           SIGKILL once checkpoint-N.tmp holds the engine's state, before it is complete
+  slow-eval-S              every dev-evaluation forward sleeps S seconds first (an evaluation that takes
+                           minutes); the first forward of each evaluation prints "faulty_train: evaluating"
+  slow-features-S          featurising the training file takes S seconds a document; the first document
+                           prints "faulty_train: featurising" (in each featurising process)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
   double-accumulation      accumulated gradients not divided by the accumulation steps
@@ -88,6 +92,45 @@ def kill_after_checkpoint(step: int, rank) -> None:
     checkpoint.Checkpointer.save = save
 
 
+def slow_evaluation(seconds: float) -> None:
+    import time
+
+    from solution import inference
+
+    original = inference.model_runner
+
+    def model_runner(*args, **kwargs):
+        run, started = original(*args, **kwargs), []
+
+        def slow(batch):
+            if not started:
+                started.append(True)
+                print("faulty_train: evaluating", flush=True)
+            time.sleep(seconds)
+            return run(batch)
+
+        return slow
+
+    inference.model_runner = model_runner
+
+
+def slow_featurisation(seconds: float) -> None:
+    import time
+
+    from solution.windows import Featurizer
+
+    original = Featurizer.featurize
+
+    def featurize(self, *args, **kwargs):
+        for i, item in enumerate(original(self, *args, **kwargs)):
+            if i == 0:
+                print("faulty_train: featurising", flush=True)
+            time.sleep(seconds)
+            yield item
+
+    Featurizer.featurize = featurize
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -119,6 +162,10 @@ def apply(fault: str) -> None:
         kill_after_checkpoint(int(m[2]), None if m[1] is None else int(m[1]))
     elif m := re.fullmatch(r"kill-in-save-(\d+)", fault):
         kill_in_save(int(m[1]))
+    elif m := re.fullmatch(r"slow-eval-([\d.]+)", fault):
+        slow_evaluation(float(m[1]))
+    elif m := re.fullmatch(r"slow-features-([\d.]+)", fault):
+        slow_featurisation(float(m[1]))
     elif fault in ("sum-gradients", "same-data", "double-accumulation"):
         inject_training_bug(fault.replace("-", "_"))
     else:

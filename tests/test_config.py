@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -230,6 +231,57 @@ def test_tensorboard_warmup_spellings_and_schedules(tmp_path):
     assert sorted(p.name for p in cosine_out.glob("checkpoint-*")) == ["checkpoint-6"]
     _, ratio = _train(tmp_path, "ratio", "--warmup_steps", "0.5", "--dataloader_num_workers", "1")
     assert ratio[:4] == pytest.approx([0.0, 1e-3 / 3, 2e-3 / 3, 1e-3])  # half of 6 steps: 3
+
+
+# A test-side entry point: the named packages are absent (None in sys.modules: an import of one fails and
+# importlib finds no spec), then solution.train's main runs with the remaining arguments.
+WITHOUT_PACKAGES = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+from solution.train import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("tracker,packages", [("wandb", "wandb"), ("tensorboard", "tensorboard,tensorboardX")])
+def test_a_tracker_whose_package_is_missing_is_refused_at_start(tracker, packages, tmp_path):
+    """Accelerate drops such a tracker with a debug message and the run trains untracked; it must stop
+    before anything starts, in one line naming the package."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PACKAGES, packages, "--config", "configs/train/tiny.yaml", "--data_source",
+         "dummy", "--dummy_num_windows", "8", "--max_steps", "1", "--disable_tqdm", "--report_to", tracker,
+         "--output_dir", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1].startswith(f"error: config: report_to {tracker}, but the package {tracker}"), \
+        proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and not (out / "metrics.jsonl").exists()
+
+
+def test_warmup_that_lasts_the_whole_run_is_warned_about():
+    from solution.train import warmup_warning
+
+    assert warmup_warning(load_config(None, ["--warmup_steps", "5"]), 6) is None
+    assert warmup_warning(load_config(None, ["--warmup_steps", "0.99"]), 6) is None  # a ratio never covers the run
+    assert warmup_warning(load_config(None, ["--warmup_steps", "6", "--lr_scheduler_type", "constant"]), 6) is None
+    for steps in ("6", "100"):
+        line = warmup_warning(load_config(None, ["--warmup_steps", steps, "--learning_rate", "3e-5"]), 6)
+        assert line == (f"WARNING: warmup_steps {steps} >= the run's 6 optimizer steps: the learning rate never "
+                        "reaches learning_rate 3e-05; lower warmup_steps or give a ratio below 1")
+
+
+@pytest.mark.slow  # a tiny training in a subprocess
+def test_a_run_shorter_than_its_warmup_says_so_once(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+         "--dummy_num_windows", "8", "--max_steps", "2", "--warmup_steps", "10", "--disable_tqdm",
+         "--output_dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("WARNING")] == [
+        "WARNING: warmup_steps 10 >= the run's 2 optimizer steps: the learning rate never reaches learning_rate "
+        "0.001; lower warmup_steps or give a ratio below 1"], proc.stdout[-3000:]
 
 
 def test_resolved_config_reloads(tmp_path):

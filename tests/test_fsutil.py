@@ -290,3 +290,20 @@ def test_replace_dir_swaps_in_a_finished_directory(tmp_path):
     (tmp / "first.txt").write_text("x")
     replace_dir(tmp, tmp_path / "fresh")  # nothing to replace
     assert (tmp_path / "fresh" / "first.txt").read_text() == "x"
+
+
+def test_exclusive_lock_refuses_a_second_holder_naming_the_first(tmp_path):
+    """flock conflicts between two opens of the lock file, even in one process: the second is refused
+    at once, naming the folder and the first holder; once released, the folder can be locked again."""
+    import socket
+
+    with fsutil.exclusive_lock(tmp_path, "output_dir") as path:
+        assert path.read_text() == f"pid {os.getpid()} on {socket.gethostname()}\n"
+        with pytest.raises(ValueError) as refused:
+            with fsutil.exclusive_lock(tmp_path, "output_dir"):
+                pass
+        assert str(refused.value) == (f"output_dir {tmp_path}: in use by another run (pid {os.getpid()} on "
+                                      f"{socket.gethostname()}; lock {path}); wait for it to end or stop it, "
+                                      "or choose another output_dir")
+    with fsutil.exclusive_lock(tmp_path, "output_dir"):
+        pass

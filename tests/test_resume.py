@@ -108,6 +108,24 @@ def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path):
     assert f"output_dir {blocker / 'run'}: cannot" in line and "absent.jsonl" not in line, line
 
 
+def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path):
+    """Another run (here this test) holds output_dir's lock: the new run stops before featurising, in one
+    line naming the folder and the holder, and writes nothing there."""
+    import socket
+
+    from solution.fsutil import exclusive_lock
+
+    with exclusive_lock(tmp_path, "output_dir"):
+        proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
+                               "--train_file", str(tmp_path / "absent.jsonl"), "--output_dir", str(tmp_path)],
+                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert line.startswith(f"error: output_dir {tmp_path}: in use by another run (pid {os.getpid()} on "
+                           f"{socket.gethostname()};"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.lock"]
+
+
 def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one(tmp_path):
     proc = train(tmp_path, "--max_steps", "6", "--save_steps", "2",
                  entry=("tests/faulty_train.py", "enospc-checkpoint-2"))

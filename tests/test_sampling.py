@@ -1,5 +1,7 @@
 """Training for the metric: separate keep rates for answerable and unanswerable documents, hard negatives."""
 
+import errno
+import io
 import json
 import os
 import signal
@@ -158,6 +160,37 @@ def test_scoring_a_training_file_writes_a_usable_scores_file(tmp_path, tokenizer
         assert all(0.0 <= s <= 1.0 for s in r["scores"] if s is not None)
     ds, s = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5, None, str(out)), str(tmp_path / "c"))
     assert s["windows_kept"] == len(ds) > s["windows_per_type"]["UNKNOWN"]
+
+
+class FullRaw(io.FileIO):
+    """A file whose writes past `ROOM` bytes fail as on a full disk, under Python's own buffered layer (which
+    keeps what a failed write left and tries it again when the file is closed)."""
+
+    ROOM = 300
+
+    def write(self, data):
+        if self.tell() + len(data) > self.ROOM:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+def open_on_a_full_disk(path, mode="r", **kwargs):
+    raw = FullRaw(path, mode.replace("b", ""))
+    return io.BufferedRandom(raw) if "+" in mode else io.BufferedWriter(raw)
+
+
+def test_a_full_disk_in_the_hard_negative_pass_names_the_file_and_the_free_space(tmp_path, tiny_model, monkeypatch,
+                                                                              capsys):
+    """One line naming --out and the free space, not the bare "[Errno 28]" that closing the file raised."""
+    from solution import hard_negatives
+
+    monkeypatch.setattr(hard_negatives, "open", open_on_a_full_disk, raising=False)  # the module's `open` only
+    out = tmp_path / "hard.jsonl"
+    code = hard_negatives.main(["--model", str(tiny_model), "--train_file", str(corpus(tmp_path / "train.jsonl")),
+                                "--out", str(out), "--quiet", "--docs_per_chunk", "2"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {out}: no space left on device (") and f" free in {tmp_path})" in err[0], err
 
 
 def test_fp32_scores_are_the_models_float32_answer_probabilities(tmp_path, tokenizer, tiny_model):

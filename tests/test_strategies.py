@@ -65,21 +65,24 @@ def no_shared_memory_left_behind():
     assert not left, f"DeepSpeed shared memory left behind: {left}"
 
 
-def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None, port=None):
-    """Two ranks of `python -m solution.train` through a real launcher; with `fault`, torchrun runs
-    tests/faulty_train.py, which patches that fault in and then calls solution.train's main."""
+def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None, port=None,
+           ranks: int = 2):
+    """`ranks` processes (two by default) of `python -m solution.train` through a real launcher; with
+    `fault`, torchrun runs tests/faulty_train.py, which patches that fault in and then calls solution.train's
+    main. `strategy` names the launch config (accelerate, deepspeed) or is passed as --strategy (torchrun)."""
     port = port or new_port()
     entry = ["-m", "solution.train"] if fault is None else ["tests/faulty_train.py", fault]
     assert fault is None or launcher == "torchrun"
-    train = [*entry, *COMMON, *TWO_RANKS, "--output_dir", str(out), *extra]
+    batch = TWO_RANKS if ranks == 2 else ["--per_device_train_batch_size", str(8 // ranks)]
+    train = [*entry, *COMMON, *batch, "--output_dir", str(out), *extra]
     if launcher == "accelerate":
         cmd = [str(BIN / "accelerate"), "launch", "--config_file", f"configs/accelerate/{strategy}.yaml",
-               "--num_processes", "2", "--main_process_port", port, *train]
+               "--num_processes", str(ranks), "--main_process_port", port, *train]
     elif launcher == "deepspeed":
-        cmd = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", port, "--module", *train[1:],
+        cmd = [str(BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", port, "--module", *train[1:],
                "--deepspeed", f"configs/ds/{strategy}.json"]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port", port,
                *train, "--strategy", strategy]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -157,6 +160,19 @@ def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_fa
     assert start["strategy"] == strategy and start["engine"] == ENGINES[strategy], start
     assert start["zero_stage"] == STAGES.get(strategy) and start["world_size"] == 2, start
     assert start["global_batch_size"] == 8 and start["gradient_accumulation_steps"] == 2, start
+    compare(reference, run)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_one_rank_under_a_launcher_trains_like_one_process(launcher, reference, tmp_path):
+    """A one-GPU job: one rank under torchrun or accelerate launch (the DDP launch config). On CPU
+    Accelerate wraps that rank in DistributedDataParallel over a world of one; the run keeps strategy
+    `single`, names that wrapper as its engine, and optimises exactly like the plain process."""
+    strategy = "ddp" if launcher == "accelerate" else "auto"  # the launch config's name / --strategy auto
+    run = launch(strategy, launcher, tmp_path / launcher, ranks=1)
+    start = run["start"]
+    assert start["strategy"] == "single" and start["world_size"] == 1 and start["global_batch_size"] == 8, start
+    assert start["engine"] == "DistributedDataParallel", start  # what really wraps the model, not a claim
     compare(reference, run)
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from solution.config import load_config
-from solution.strategy import plan_strategy
+from solution.strategy import Plan, Strategy, plan_strategy
 
 LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "FSDP_VERSION",
                  "FSDP_RESHARD_AFTER_FORWARD", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "FSDP_OFFLOAD_PARAMS")
@@ -30,6 +30,45 @@ def test_world_size_alone_picks_single_or_ddp(monkeypatch):
     assert plan_strategy(cfg()).name == "single"
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert plan_strategy(cfg()).name == "ddp"
+
+
+@pytest.fixture
+def one_rank_group(monkeypatch):
+    """A gloo process group of one rank in this process (what a launcher with one process sets up)."""
+    import torch.distributed as dist
+
+    from solution.net import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def engine_check(name: str, num_processes: int, model) -> str:
+    """Strategy.check_engine of a plan named `name` whose Accelerator counts `num_processes`."""
+    from types import SimpleNamespace
+
+    strategy = Strategy.__new__(Strategy)  # only the check: no Accelerator, no engine built
+    strategy.plan, strategy.accelerator = Plan(name, "test"), SimpleNamespace(num_processes=num_processes)
+    return strategy.check_engine(model)
+
+
+def test_engine_check_accepts_ddp_over_one_rank_for_single_and_names_it(one_rank_group):
+    """One rank under a launcher on CPU: Accelerate wraps the model in DDP over a world of one. `single`
+    accepts it and reports the wrapper; it refuses DDP over several processes and a bare model for `ddp`."""
+    import torch
+
+    bare = torch.nn.Linear(2, 2)
+    wrapped = torch.nn.parallel.DistributedDataParallel(bare)
+    assert engine_check("single", 1, wrapped) == "DistributedDataParallel"
+    assert engine_check("single", 1, bare) == "Linear"
+    with pytest.raises(ValueError, match="strategy single expected its engine, but the model is wrapped by "
+                                         "DistributedDataParallel"):
+        engine_check("single", 2, wrapped)
+    with pytest.raises(ValueError, match="strategy ddp expected its engine, but the model is wrapped by Linear"):
+        engine_check("ddp", 2, bare)
 
 
 @pytest.mark.parametrize("name,stage", [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
