@@ -133,3 +133,10 @@ def small_filesystem(tmp_path):
     for folder in mounts:
         # Lazily: a writer that failed may hold its file open until the garbage collector closes it.
         subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests (multi-process launches, trainings) first, each file's in its own order: `make test`
+    spreads the suite over the cores with pytest-xdist, whose workers then end on short tests instead
+    of one waiting on another's long last launch."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
