@@ -18,14 +18,14 @@ $(STAMP): requirements.txt
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
-# pytest-xdist workers, one a core of CI's two; a worker that runs dry takes half of the other's queue.
+# pytest-xdist workers, one a core of CI's two; tests/conftest.py says which tests share a worker.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
 
 # The edit loop: every test but multi-process launches and full trainings (marked slow).
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -135,8 +135,20 @@ def small_filesystem(tmp_path):
         subprocess.run(["umount", "--lazy", str(folder)], check=True)
 
 
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """Slow tests (multi-process launches, trainings) first, each file's in its own order: `make test`
-    spreads the suite over the cores with pytest-xdist, whose workers then end on short tests instead
-    of one waiting on another's long last launch."""
+    """How `make test` (pytest-xdist, `--dist loadgroup`) spreads the suite over the cores.
+
+    A test that uses a module- or session-wide fixture (a reference training, a trained model) runs on
+    the worker that runs its module's other such tests, so that fixture is built once; every other slow
+    test is a unit of its own, free to run beside them. Slow tests come first: the workers then end on
+    short ones instead of one waiting on another's long last launch."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        shared = defs is not None and any(
+            d.scope in ("module", "session") for name in defs.argnames for d in defs.name2fixturedefs.get(name, ()))
+        slow = item.get_closest_marker("slow") is not None
+        group = item.module.__name__ if shared or not slow else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
