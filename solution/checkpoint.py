@@ -329,7 +329,7 @@ class Checkpointer:
             return
         aside = final.with_name(f"{final.name}.left-{time.strftime('%Y%m%dT%H%M%S')}")
         final.rename(aside)
-        self.log(f"{final}: written by a run this one left behind; moved to {aside.name} to save this step")
+        self.log(f"{final}: written by an earlier run, not this run's lineage; moved to {aside.name} to save this step")
 
     def prune(self) -> None:
         """Keep the newest `save_total_limit` checkpoints of this run's lineage (all when it is unset).
@@ -371,12 +371,16 @@ class Checkpointer:
 
         `resume_key`: what must match (global batch, schedule, model, data); the layout (world size,
         strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`)."""
-        verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
-        state = TrainerState.read(path)
+        state = TrainerState.read(path)  # JSON only: what must match is refused before any file is unpickled
         self._check_resume_key(path, state.fingerprint, resume_key)
         self._check_scheduler(path, state.scheduler)
-        self._continue_lineage(path, state)
         skip = self._skip_batches(path, state)
+        verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
+        self._continue_lineage(path, state)
+        if self._is_latest(path):
+            # A stop before the next step (in the evaluation a resumed run repeats) names this checkpoint
+            # instead of writing it again.
+            self.saved_step = state.step
         route = resume_route(state.fingerprint, self.fingerprint)
         same_world = state.fingerprint.get("world_size", self.accelerator.num_processes) == self.accelerator.num_processes
         if same_world:
@@ -429,6 +433,22 @@ class Checkpointer:
         if unrecorded:
             self.log(f"WARNING: {path / STATE_FILE} does not record {', '.join(unrecorded)} (written by an older "
                      "version): not checked; this run continues it only with the values of the run that wrote it")
+
+    def note_earlier_checkpoints(self) -> None:
+        """A fresh run into an output_dir that holds another run's checkpoints: not this run's lineage, so
+        never pruned by it (`prune`); said once, at the start."""
+        found = [p.name for p in numbered_checkpoints(self.out)]
+        if found and self.is_main:
+            self.log(f"{self.out}: {', '.join(found)} of an earlier run: kept, never pruned by this run; a save "
+                     "of this run at the same step moves the old one to checkpoint-N.left-TIME")
+
+    def _is_latest(self, path: Path) -> bool:
+        """Whether `path` is the checkpoint output_dir/latest names."""
+        pointer = self.out / LATEST
+        try:
+            return pointer.is_file() and (self.out / pointer.read_text().strip()).resolve() == Path(path).resolve()
+        except (OSError, UnicodeDecodeError):
+            return False
 
     def _continue_lineage(self, path: Path, state: TrainerState) -> None:
         """This run's saves continue `path` when it is a checkpoint of output_dir (see `prune`). Its

@@ -26,13 +26,13 @@ def consolidate(checkpoint, out) -> Path:
     if not (ckpt / "trainer_state.json").is_file() or not meta_dir.is_dir():
         raise ValueError(f"{ckpt}: not a complete checkpoint (needs trainer_state.json and model_meta/); "
                          "training writes them to output_dir/checkpoint-N every save_steps")
+    step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line, before minutes of loading
     state = full_state_dict(ckpt)
     config = read_backbone_config(meta_dir)
     tokenizer = read_tokenizer(meta_dir)
     # Checked, and a format-1 checkpoint's settings completed, so the directory written is current.
     qa = read_qa_config(meta_dir / "qa_config.json")
     qa = {k: v for k, v in qa.items() if k not in ("format", "answer_types", "tokenizer_size")}
-    step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line naming it and the field
     qa.setdefault("training", {})["consolidated_from"] = {"checkpoint": str(ckpt), "step": step}
     # OUT.tmp: save_model_dir's temporary name; a full disk removes it and names OUT and the space left.
     with removed_if_disk_full(Path(out).with_name(Path(out).name + ".tmp"), lambda: DiskFullError(out)):

@@ -95,7 +95,11 @@ def tune_config(args: argparse.Namespace):
         if not path.is_file():
             raise ValueError(f"{args.model}: not a model directory (no qa_config.json)")
         try:
-            cfg = PostprocessConfig(**json.loads(path.read_text())["postprocess"])
+            saved = json.loads(path.read_text())
+            section = saved.get("postprocess") if isinstance(saved, dict) else None
+            if not isinstance(section, dict):
+                raise ValueError(f"expected a mapping of settings, got {type(section).__name__}")
+            cfg = PostprocessConfig(**section)
         except (TypeError, ValueError) as e:  # ValueError: a bad value, NaN included; TypeError: an unknown field
             raise ValueError(f"{path}: postprocess: {e}") from None
     return apply_overrides(cfg, args.overrides)

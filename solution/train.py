@@ -126,20 +126,20 @@ class StopRequest:
     the message names the first signal."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    current: Optional["StopRequest"] = None  # the one whose `with` block is open: what a fork consults
 
     def __init__(self):
-        self.signum, self.armed, self.active, self._previous = 0, False, False, {}
-        os.register_at_fork(after_in_child=self._forked)  # a no-op outside the `with` block
+        self.signum, self.armed, self._previous = 0, False, {}
 
     def __enter__(self):
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
             signal.siginterrupt(sig, False)  # restart interrupted system calls (gloo's sockets, file writes)
-        self.active = True
+        StopRequest.current = self
         return self
 
     def __exit__(self, *exc) -> None:
-        self.active = False
+        StopRequest.current = None
         for sig in self.SIGNALS:
             signal.signal(sig, self._previous[sig])
 
@@ -148,13 +148,15 @@ class StopRequest:
             raise StoppedBySignal(signum)
         self.signum = self.signum or signum
 
-    def _forked(self) -> None:
+    @staticmethod
+    def _forked() -> None:
         """In a child forked before the loop is armed (datasets' featurisation workers and their manager):
         the default actions, so a signal ends it at once. With this handler it would raise in its own copy,
         which a pool worker takes for a task's failure and goes on, and Pool.terminate() then waits for it
         forever. A child forked later (a data loader worker) keeps the handler, as before."""
-        if self.active and not self.armed:
-            for sig in self.SIGNALS:
+        request = StopRequest.current
+        if request is not None and not request.armed:
+            for sig in StopRequest.SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
 
     def flags(self) -> list:
@@ -167,6 +169,9 @@ class StopRequest:
         """The signal some rank received (0: none) from the summed flags; the highest number when ranks
         received different ones, the same on every rank."""
         return max((int(sig) for sig, n in zip(self.SIGNALS, summed) if n > 0), default=0)
+
+
+os.register_at_fork(after_in_child=StopRequest._forked)  # once: it acts only while a request is open
 
 
 def disk_full(path: Path) -> TrainingStopped:
@@ -505,10 +510,8 @@ class Trainer:
                                   param_names, cfg.seed)
             run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
-            if find_checkpoint(self.out, "auto") == path:
-                # On disk and named by `latest`: a stop before the next step (in the evaluation a resumed
-                # run repeats) names this checkpoint instead of writing it again.
-                self.checkpointer.saved_step = run.step
+        else:
+            self.checkpointer.note_earlier_checkpoints()
         self.open_outputs(start)
         return run
 

@@ -515,3 +515,19 @@ def test_a_checkpoint_that_predates_a_resume_field_is_resumed_with_a_warning_nam
     [warning] = [m for m in said if m.startswith("WARNING")]
     assert warning.startswith(f"WARNING: {path / 'trainer_state.json'} does not record seed, window "
                               "(written by an older version): not checked"), warning
+
+
+def test_a_fresh_run_says_once_that_an_earlier_run_s_checkpoints_stay(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    first = checkpointer(tmp_path)
+    for step in (2, 4):
+        first.save(step, 0, step)
+    said = []
+    fresh = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,
+                         save_total_limit=1, log=said.append)
+    fresh.note_earlier_checkpoints()
+    assert said == [f"{tmp_path}: checkpoint-2, checkpoint-4 of an earlier run: kept, never pruned by this run; "
+                    "a save of this run at the same step moves the old one to checkpoint-N.left-TIME"]
+    fresh.save(2, 0, 2)  # the old checkpoint-2 moves aside; neither it nor checkpoint-4 is pruned
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4"]
+    assert len(list(tmp_path.glob("checkpoint-2.left-*"))) == 1

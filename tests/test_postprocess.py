@@ -469,3 +469,12 @@ def test_windows_record_doc_start_and_inference_carries_it():
     for cfg in (PostprocessConfig(), PostprocessConfig(max_context=True)):
         [pred] = list(predict_documents(run, featurizer, [ex], cfg, batch_size=4))
         assert pred.short == f"{a}:{a + 2}"
+
+
+@pytest.mark.parametrize("content", ['{"format": 2}', "[1, 2]", '{"postprocess": 3}'])
+def test_evaluate_tune_names_a_qa_config_without_its_settings(content, tmp_path, capsys):
+    path = tmp_path / "qa_config.json"
+    path.write_text(content)
+    assert evaluate.main(["--tune", "--scores", "s.jsonl", "--gold", "g.jsonl", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: postprocess: expected a mapping of settings") and err.count("\n") == 1, err

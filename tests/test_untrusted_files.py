@@ -41,7 +41,7 @@ def checkpoint_around(ckpt: Path, tag: Path) -> Path:
     """checkpoint-N whose DeepSpeed tag folder `pytorch_model` is a symbolic link to `tag`."""
     ckpt.mkdir(parents=True)
     (ckpt / "pytorch_model").symlink_to(tag, target_is_directory=True)
-    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "trainer_state.json").write_text(TrainerState(4, 0, 1, {}).to_json())
     (ckpt / "model_meta").mkdir()
     return ckpt
 
@@ -51,7 +51,7 @@ def test_a_tampered_checkpoint_is_refused_before_any_loader_runs(tmp_path, monke
     monkeypatch.setenv("EVIL_MARKER", str(marker))
     ckpt = tmp_path / "checkpoint-4"
     deepspeed_tag(ckpt / "pytorch_model")
-    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "trainer_state.json").write_text(TrainerState(4, 0, 1, {}).to_json())
     (ckpt / "model_meta").mkdir()
     with pytest.raises(ValueError, match="model_states.pt: refusing to load"):
         verify_checkpoint_files(ckpt)
@@ -83,7 +83,11 @@ def test_a_tag_folder_linked_out_of_the_checkpoint_is_refused_on_resume(tmp_path
     class Accelerator:
         is_main_process, num_processes, process_index = True, 1, 0
 
-    ck = Checkpointer(Accelerator(), ckpt.parent, scheduler=None, fingerprint={**fingerprint, "strategy": "ddp"},
+    class Scheduler:  # keeps nothing, as the state above records
+        def state_dict(self):
+            return {}
+
+    ck = Checkpointer(Accelerator(), ckpt.parent, scheduler=Scheduler(), fingerprint={**fingerprint, "strategy": "ddp"},
                       save_due=lambda step, epoch_end: False, log=lambda msg: None)
     target = ResumeTarget(model=None, load_full_state=lambda state: None, load_full_optimizer_state=lambda state: None,
                           param_names=["w"])
@@ -141,7 +145,7 @@ def fsdp_checkpoint(ckpt: Path, model: dict) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # 'torch.distributed is ... uninitialized': one process is meant
         dcp.save({"model": model}, checkpoint_id=ckpt / FSDP_DIR, no_dist=True)
-    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "trainer_state.json").write_text(TrainerState(4, 0, 1, {}).to_json())
     (ckpt / "model_meta").mkdir()
     return ckpt
 
