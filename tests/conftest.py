@@ -1,9 +1,15 @@
 """Shared helpers: hand-built simplified-NQ lines with known answers, and paths."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
+# `make test` runs one pytest-xdist worker a core: a test's torch (and every process it starts, which
+# inherits this) gets one thread, where two would contend with the other worker's and spin-wait for it.
+# A test that needs its own setting (the launches set OMP_NUM_THREADS themselves) still passes it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_NQ = ROOT.parent / "shared" / "data" / "nq-real"
