@@ -2,12 +2,13 @@
 
 What a trained model has to beat. For each document, every top-level candidate is cut into
 segments (sentences, list items, table rows); a segment's score is the share of the question's
-content words (`sampling.content_words`: stop words aside) it holds, the words of the page's title
-aside, and only a segment that names the page's subject (a title word) counts: the same fact
-stated about another subject shares every other word. The best segment's top-level candidate is
-the long answer. A question that opens with a verb ("is ...", "was ...") is a
-YES/NO question: YES when the segment holds every content word, else NO. Otherwise the short
-answer is the longest run of the segment's words that are not the question's and look like a
+content words (`sampling.content_words`: stop words aside) it holds, each weighed by its inverse
+document frequency over the file's pages and the words of the page's title aside. Only a segment
+that names the page's subject (a title word) counts: the same fact stated about another subject
+shares every other word. The best segment's top-level candidate is the long answer. A question
+that opens with a verb ("is ...", "was ...") is a YES/NO question: YES when the segment holds
+every content word, else NO. Otherwise the short answer is the longest run of the segment's words
+that are not the question's and look like a
 name or a number (capitalised or holding a digit); without one, the answer is long only.
 
 The output is the same score record `submission.predict --scores-out` writes
@@ -21,7 +22,9 @@ The output is the same score record `submission.predict --scores-out` writes
 from __future__ import annotations
 
 import json
+import math
 import sys
+from collections import Counter
 from pathlib import Path
 
 from solution.nq import is_text_token, read_examples
@@ -71,12 +74,14 @@ def page_title(tokens: list) -> frozenset:
         return frozenset()
 
 
-def answer(example) -> dict:
-    """The score record of one document (see the module docstring)."""
+def answer(example, idf=None) -> dict:
+    """The score record of one document (see the module docstring). `idf`: {word: weight}, from
+    `inverse_document_frequency`; a word it lacks weighs as the rarest (None: every word weighs 1)."""
     q, toks = content_words(example.question_text), example.tokens
     title = page_title(toks) & q  # the question's words that name the page's subject
     asked = (q - title) or q
-    best = (0.0, None, None)
+    weight = {w: 1.0 if idf is None else idf.get(w, idf.get("", 1.0)) for w in asked}
+    total, best = sum(weight.values()), (0.0, None, None)
     for cand in example.candidates:
         if not cand.top_level:
             continue
@@ -84,7 +89,7 @@ def answer(example) -> dict:
             words = {toks[i].lower() for i in seg}
             if title and not title & words:
                 continue  # a sentence about another subject, however many of the words it shares
-            share = len(asked & words) / len(asked) if asked else 0.0
+            share = sum(weight[w] for w in asked & words) / total if total else 0.0
             if share > best[0]:
                 best = (share, cand, seg)
     share, cand, seg = best
@@ -95,9 +100,9 @@ def answer(example) -> dict:
     record["raw_long"] = f"{cand.start_token}:{cand.end_token}"
     words = example.question_text.lower().split()
     if words and words[0] in YES_NO_OPENINGS:
-        record["answer_type"] = "YES" if share == 1.0 else "NO"
-        record["raw_short"] = record["answer_type"]
-        record["yes_score" if share == 1.0 else "no_score"] = share
+        every = share >= 1.0 - 1e-9
+        record["answer_type"] = record["raw_short"] = "YES" if every else "NO"
+        record["yes_score" if every else "no_score"] = share
         return record
     start, end = value_run(toks, seg, q)
     if start >= 0:
@@ -105,9 +110,21 @@ def answer(example) -> dict:
     return record
 
 
+def inverse_document_frequency(path, on_error: str = "raise") -> dict:
+    """{word: log(N / documents holding it)} over a file's pages (lower-cased text words); "" holds
+    the weight of a word no page holds. A word on every page ("work", "large") then weighs little
+    against one that names what is asked ("anthem")."""
+    df, n = Counter(), 0
+    for ex in read_examples(str(path), on_error=on_error):
+        n += 1
+        df.update({t.lower() for t in ex.tokens if is_text_token(t)})
+    return {**{w: math.log(n / c) for w, c in df.items()}, "": math.log(n + 1)}
+
+
 def lexical_records(path, on_error: str = "raise") -> list:
-    """Score records of every document of a simplified-NQ file."""
-    return [answer(ex) for ex in read_examples(str(path), on_error=on_error)]
+    """Score records of every document of a simplified-NQ file (two passes: word weights, then answers)."""
+    idf = inverse_document_frequency(path, on_error)
+    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error)]
 
 
 def main(argv=None) -> int:

@@ -147,7 +147,8 @@ class NegativeSampling:
 
 # Words that carry no content in a question: matching them says nothing about a passage.
 STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
-many much of on or that the their this to was were what when where which who whom whose why with""".split())
+many much of on or that the their this to was were what when where which who whom whose why with
+about describe kind like me tell type""".split())  # the last line: words that frame a question, not its subject
 
 
 def content_words(text: str) -> frozenset:
