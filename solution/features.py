@@ -31,7 +31,7 @@ from solution.cli import progress
 from solution.fsutil import atomic_write_text, publish_dir
 from solution.nq import NQFormatError, ReadStats, candidate_array, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
-from solution.sampling import HardNegativeWeights, NegativeSampling
+from solution.sampling import HardNegativeWeights, NegativeSampling, content_words, question_word_share
 from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window, label_long_answer
 
 FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
@@ -187,6 +187,15 @@ class _Summary:
 PROGRESS_SECONDS = 10.0
 
 
+def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool) -> list:
+    """Each window's keep rate if it holds no answer (windows with an answer are always kept)."""
+    if sampling.question_word_keep_rate is None:
+        return [sampling.rate(answerable)] * len(windows)
+    words = content_words(example.question_text)
+    return [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
+            for w in windows]
+
+
 def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, limit, num_shards, side_dir):
     """datasets.Dataset.from_generator worker: windows of this worker's lines."""
     from transformers import AutoTokenizer
@@ -214,15 +223,15 @@ def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, lim
                     print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
                           f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
                 answerable = has_answer(ex)
-                rate = sampling.rate(answerable)
+                rates = window_rates(sampling, ex, windows, answerable)
                 if hard is None:
-                    kept = [w for w in windows if keep_window(w, rate, seed)]
+                    kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
                 else:
                     weights = hard.weights(ex.example_id, answerable, len(windows))
                     if weights is None:
                         raise NQFormatError(path, ex.line, "example_id",
                                             hard.mismatch(ex.example_id, answerable, len(windows)))
-                    kept = [w for w, wt in zip(windows, weights) if keep_window(w, rate, seed, wt)]
+                    kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
                 summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:
                     yield w.as_dict()

@@ -211,23 +211,40 @@ def score(predictions: dict, gold: dict, source: Optional[str] = None) -> dict:
 
     counts = {kind: [0, 0, 0] for kind in ROW_KINDS}  # tp, fp, fn
     for eid, g in gold.items():
-        for kind, valid in (("long", g.long), ("short", g.short)):
-            row_id = f"{eid}_{kind}"
-            try:
-                pred = parse_prediction(predictions[row_id])
-            except ValueError as e:
-                raise SubmissionError(f"row {row_id}: {e}", source) from None
-            c = counts[kind]
-            if pred:
-                c[0 if pred in valid else 1] += 1
-            elif valid:
-                c[2] += 1
+        for kind, outcome in _document_outcomes(eid, g, predictions, source):
+            if outcome is not None:
+                counts[kind][outcome] += 1
     tp, fp, fn = (counts["long"][i] + counts["short"][i] for i in range(3))
     result = _figures(tp, fp, fn)
     result["long"] = _figures(*counts["long"])
     result["short"] = _figures(*counts["short"])
     result["num_examples"] = len(gold)
     return result
+
+
+def _document_outcomes(eid: str, g: Gold, predictions: dict, source: Optional[str]):
+    """(row kind, 0 for TP, 1 for FP, 2 for FN, None for a correct blank) of one document's two rows."""
+    for kind, valid in (("long", g.long), ("short", g.short)):
+        row_id = f"{eid}_{kind}"
+        try:
+            pred = parse_prediction(predictions[row_id])
+        except ValueError as e:
+            raise SubmissionError(f"row {row_id}: {e}", source) from None
+        yield kind, (0 if pred in valid else 1) if pred else (2 if valid else None)
+
+
+def document_counts(predictions: dict, gold: dict) -> list:
+    """[(tp, fp, fn)] of each gold document, in the gold's order: what a bootstrap over documents
+    resamples (`solution.intervals`). Rows are checked as `score` checks them."""
+    score(predictions, gold)  # missing, extra or malformed rows: the same error as scoring
+    out = []
+    for eid, g in gold.items():
+        c = [0, 0, 0]
+        for _, outcome in _document_outcomes(eid, g, predictions, None):
+            if outcome is not None:
+                c[outcome] += 1
+        out.append(tuple(c))
+    return out
 
 
 def _figures(tp: int, fp: int, fn: int) -> dict:

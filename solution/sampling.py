@@ -104,6 +104,13 @@ class NegativeSampling:
     in proportion to a first model's belief that they hold an answer (same expected count)."""
     hard_negative_fraction: float = 0.5
     """Share of the kept-negative budget drawn by score; the rest stays uniform (easy negatives)."""
+    question_word_keep_rate: Optional[float] = None
+    """Share kept of the no-answer windows whose document side holds at least `question_word_share` of the
+    question's content words (stop words aside); null: no such rule. On NQ-shaped pages these windows state
+    another entity's fact in the question's words, or name the page's entity beside other facts: the negatives
+    a model must see to tie an answer to its entity, and ones a uniform 1-5% draw almost never keeps."""
+    question_word_share: float = 0.5
+    """The share of the question's content words a window must hold for `question_word_keep_rate`."""
 
     def __post_init__(self):
         checks = [
@@ -111,6 +118,9 @@ class NegativeSampling:
             (self.unanswerable_keep_rate is None or 0.0 < self.unanswerable_keep_rate <= 1.0,
              "unanswerable_keep_rate", "in (0, 1] or null"),
             (0.0 <= self.hard_negative_fraction <= 1.0, "hard_negative_fraction", "in [0, 1]"),
+            (self.question_word_keep_rate is None or 0.0 < self.question_word_keep_rate <= 1.0,
+             "question_word_keep_rate", "in (0, 1] or null"),
+            (0.0 < self.question_word_share <= 1.0, "question_word_share", "in (0, 1]"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -121,8 +131,37 @@ class NegativeSampling:
             return self.negative_keep_rate
         return self.unanswerable_keep_rate
 
+    def window_rate(self, answerable: bool, share: float) -> float:
+        """The keep rate of a no-answer window holding `share` of the question's content words."""
+        rate = self.rate(answerable)
+        if self.question_word_keep_rate is not None and share >= self.question_word_share:
+            return max(rate, self.question_word_keep_rate)
+        return rate
+
     def key(self, seed: int) -> dict:
         d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
         if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
             d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
         return d
+
+
+# Words that carry no content in a question: matching them says nothing about a passage.
+STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
+many much of on or that the their this to was were what when where which who whom whose why with
+about describe kind like me tell type""".split())  # the last line: words that frame a question, not its subject
+
+
+def content_words(text: str) -> frozenset:
+    """The lower-cased words of `text` that are not stop words (NQ text is split by single spaces)."""
+    return frozenset(w for w in text.lower().split() if w not in STOP_WORDS and any(c.isalnum() for c in w))
+
+
+def question_word_share(question_words: frozenset, tokens: list, nq_token_index: np.ndarray) -> float:
+    """Share of `question_words` among the document tokens a window covers (0 for a question without any)."""
+    if not question_words:
+        return 0.0
+    covered = nq_token_index[nq_token_index >= 0]
+    if len(covered) == 0:
+        return 0.0
+    seen = {tokens[i].lower() for i in range(int(covered.min()), int(covered.max()) + 1)}
+    return len(question_words & seen) / len(question_words)

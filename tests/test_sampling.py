@@ -330,3 +330,27 @@ def test_config_checks_the_new_rates():
         load_config("configs/train/tiny.yaml", ["--unanswerable_keep_rate", "0"])
     with pytest.raises(ValueError, match="hard_negative_fraction"):
         load_config("configs/train/tiny.yaml", ["--hard_negative_fraction", "1.5"])
+
+
+def test_windows_stating_the_question_s_words_are_kept_by_their_own_rate(tmp_path, tokenizer):
+    """The neighbour's copy of a fact shares the question's words: such no-answer windows are kept at
+    question_word_keep_rate, the rest at the uniform rate (here: none)."""
+    paras = [f"<P> filler words number {j} about farms and rivers . </P>" for j in range(12)]
+    for j in (3, 8):
+        paras[j] = f"<P> The capital of Vemoria{j} is Ostel . More text {j} here . </P>"
+    doc = "T <H1> T </H1> " + " ".join(paras)
+    path = write_jsonl(tmp_path / "train.jsonl", [nq_line(example_id="7", document=doc, question="what is the capital")])
+    truth = all_windows(path, tokenizer)["7"]
+    toks = doc.split(" ")
+
+    def holds_capital(w):
+        covered = w.nq_token_index[w.nq_token_index >= 0]
+        return "capital" in (t.lower() for t in toks[covered.min():covered.max() + 1])
+
+    expected = sorted(("7", w.window_index) for w in truth if holds_capital(w))
+    assert 0 < len(expected) < len(truth)
+    sampling = NegativeSampling(NEVER, question_word_keep_rate=1.0, question_word_share=1.0)
+    ds, s = build_train_features(str(path), tokenizer, WINDOW, sampling, str(tmp_path / "c"))
+    assert kept_negatives(ds) == expected and s["negatives_kept_unanswerable"] == len(expected)
+    with pytest.raises(ValueError, match="question_word_keep_rate must be in"):
+        NegativeSampling(question_word_keep_rate=0.0)

@@ -1,0 +1,151 @@
+"""A reference answerer with no training: question words matched inside the page's sentences.
+
+What a trained model has to beat. For each document, every top-level candidate is cut into
+segments (sentences, list items, table rows); a segment's score is the share of the question's
+content words (`sampling.content_words`: stop words aside) it holds, each weighed by its inverse
+document frequency over the file's pages and the words of the page's title aside. Only a segment
+that names the page's subject (a title word) counts: the same fact stated about another subject
+shares every other word. The best segment's top-level candidate is the long answer. A question
+that opens with a verb ("is ...", "was ...") is a YES/NO question: YES when the segment holds
+every content word, else NO. Otherwise the short answer is the longest run of the segment's words
+that are not the question's and look like a
+name or a number (capitalised or holding a digit); without one, the answer is long only.
+
+The output is the same score record `submission.predict --scores-out` writes
+(`postprocess.score_record`), so `solution.tuning` tunes its two thresholds on dev and
+`tuning.predictions_at` turns it into submission rows, exactly as for a model.
+
+    python -m solution.lexical --input dev.jsonl --scores-out dev-lexical.jsonl
+    python -m solution.evaluate --tune --scores dev-lexical.jsonl --gold dev.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+from solution.nq import is_text_token, read_examples
+from solution.sampling import STOP_WORDS, content_words
+
+YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
+SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "</Td>", "</Th>", "<Tr>", "<Li>", "<Td>", "<Th>"})
+
+
+def segments(tokens: list, start: int, end: int):
+    """Token index lists of the sentences, items and rows between `start` and `end` (text tokens only)."""
+    seg = []
+    for i in range(start, end):
+        tok = tokens[i]
+        if tok in SEGMENT_ENDS or (not is_text_token(tok) and tok.startswith("</")):
+            if seg:
+                yield seg
+            seg = []
+        elif is_text_token(tok):
+            seg.append(i)
+    if seg:
+        yield seg
+
+
+def value_run(tokens: list, seg: list, question: frozenset) -> tuple:
+    """(start, end) NQ tokens of the longest run of name- or number-like words of `seg` that are not
+    the question's; (-1, -1) without one."""
+    best, run = (-1, -1), []
+    for i in seg + [None]:
+        word = tokens[i] if i is not None else ""
+        looks = word[:1].isupper() or any(c.isdigit() for c in word)
+        if i is not None and looks and word.lower() not in question and word.lower() not in STOP_WORDS:
+            run.append(i)
+            continue
+        if run and run[-1] - run[0] + 1 > best[1] - best[0]:
+            best = (run[0], run[-1] + 1)
+        run = []
+    return best
+
+
+def page_title(tokens: list) -> frozenset:
+    """The content words of the page's title: the text inside its first <H1>, as NQ pages open."""
+    try:
+        start = tokens.index("<H1>") + 1
+        return content_words(" ".join(tokens[start:tokens.index("</H1>", start)]))
+    except ValueError:
+        return frozenset()
+
+
+def answer(example, idf=None) -> dict:
+    """The score record of one document (see the module docstring). `idf`: {word: weight}, from
+    `inverse_document_frequency`; a word it lacks weighs as the rarest (None: every word weighs 1)."""
+    q, toks = content_words(example.question_text), example.tokens
+    title = page_title(toks) & q  # the question's words that name the page's subject
+    asked = (q - title) or q
+    weight = {w: 1.0 if idf is None else idf.get(w, idf.get("", 1.0)) for w in asked}
+    total, best = sum(weight.values()), (0.0, None, None)
+    for cand in example.candidates:
+        if not cand.top_level:
+            continue
+        for seg in segments(toks, cand.start_token, cand.end_token):
+            words = {toks[i].lower() for i in seg}
+            if title and not title & words:
+                continue  # a sentence about another subject, however many of the words it shares
+            share = sum(weight[w] for w in asked & words) / total if total else 0.0
+            if share > best[0]:
+                best = (share, cand, seg)
+    share, cand, seg = best
+    record = {"example_id": example.example_id, "raw_long": "", "raw_short": "", "answer_type": "LONG",
+              "score": share, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0}
+    if cand is None:
+        return record
+    record["raw_long"] = f"{cand.start_token}:{cand.end_token}"
+    words = example.question_text.lower().split()
+    if words and words[0] in YES_NO_OPENINGS:
+        every = share >= 1.0 - 1e-9
+        record["answer_type"] = record["raw_short"] = "YES" if every else "NO"
+        record["yes_score" if every else "no_score"] = share
+        return record
+    start, end = value_run(toks, seg, q)
+    if start >= 0:
+        record.update(answer_type="SHORT", raw_short=f"{start}:{end}", short_score=share)
+    return record
+
+
+def inverse_document_frequency(path, on_error: str = "raise") -> dict:
+    """{word: log(N / documents holding it)} over a file's pages (lower-cased text words); "" holds
+    the weight of a word no page holds. A word on every page ("work", "large") then weighs little
+    against one that names what is asked ("anthem")."""
+    df, n = Counter(), 0
+    for ex in read_examples(str(path), on_error=on_error):
+        n += 1
+        df.update({t.lower() for t in ex.tokens if is_text_token(t)})
+    return {**{w: math.log(n / c) for w, c in df.items()}, "": math.log(n + 1)}
+
+
+def lexical_records(path, on_error: str = "raise") -> list:
+    """Score records of every document of a simplified-NQ file (two passes: word weights, then answers)."""
+    idf = inverse_document_frequency(path, on_error)
+    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error)]
+
+
+def main(argv=None) -> int:
+    from solution import cli
+
+    parser = cli.ArgumentParser(prog="python -m solution.lexical", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True, help="simplified-NQ file (.jsonl or .jsonl.gz)")
+    parser.add_argument("--scores-out", required=True, help="score records, one JSON line a document")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise")
+    args = parser.parse_args(argv)
+    from solution.fsutil import atomic_write_text
+
+    try:
+        records = lexical_records(args.input, args.on_error)
+        atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"lexical: {len(records)} documents scored -> {args.scores_out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

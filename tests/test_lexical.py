@@ -1,0 +1,35 @@
+"""The word-matching reference answerer on hand-built pages with a neighbour's fact in the same words."""
+
+import json
+
+from conftest import nq_line
+
+from solution.lexical import answer
+from solution.nq import parse_example
+
+PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <P> Drakia is a small country . </P> "
+        "<P> The capital of Vemoria is Ostel . Vemoria lies to the north . </P> "
+        "<P> Farms cover the plains . The capital of Drakia is Zoran Bay . </P>")
+
+
+def record(question: str) -> dict:
+    return answer(parse_example(json.dumps(nq_line(question=question, document=PAGE))))
+
+
+def span_text(span: str) -> str:
+    start, end = map(int, span.split(":"))
+    return " ".join(PAGE.split(" ")[start:end])
+
+
+def test_the_sentence_about_the_page_s_subject_wins_over_the_neighbour_s_copy():
+    r = record("what is the capital of drakia")
+    assert span_text(r["raw_long"]).startswith("<P> Farms cover")
+    assert r["answer_type"] == "SHORT" and span_text(r["raw_short"]) == "Zoran Bay"
+    assert r["score"] == r["short_score"] == 1.0
+
+
+def test_yes_no_questions_and_a_fact_the_page_does_not_state():
+    assert record("is zoran bay the capital of drakia")["raw_short"] == "YES"
+    assert record("is ostel the capital of drakia")["raw_short"] == "NO"
+    missing = record("what is the national anthem of drakia")
+    assert missing["score"] < 1.0 and missing["answer_type"] != "SHORT"
