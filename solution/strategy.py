@@ -743,7 +743,7 @@ class Strategy:
             destroy_process_groups()
             self.accelerator.end_training()  # the trackers finish (its process-group teardown is done already)
             if self._shm_port is not None:  # unlinked after start-up already; this catches a failed barrier there
-                remove_shm_buffers(self._shm_port, rank=_rank())
+                remove_shm_buffers(self._shm_port, rank=launcher_rank())
 
 
 GLOO_SETTLE_S = 0.2
@@ -776,7 +776,9 @@ def die_with_launcher(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
-def _rank() -> int:
+def launcher_rank() -> int:
+    """This process's global rank as the launcher set it (0 without a launcher), readable before any
+    process group exists."""
     return int(os.environ.get("RANK", "0"))
 
 
@@ -792,7 +794,7 @@ def _barrier(timeout_s: float) -> None:
         else:
             dist.barrier()
     except RuntimeError as e:  # a rank is gone: shut down this one all the same
-        print(f"warning: rank {_rank()}: closing barrier failed ({str(e).splitlines()[0][:200]}); "
+        print(f"warning: rank {launcher_rank()}: closing barrier failed ({str(e).splitlines()[0][:200]}); "
               "shutting down without it", file=sys.stderr, flush=True)
 
 
@@ -831,7 +833,7 @@ def shutdown() -> None:
             _OPEN.close(barrier=False)
         destroy_process_groups()
     except Exception as e:  # in a `finally`: a teardown error must not hide why training ended
-        print(f"warning: rank {_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
+        print(f"warning: rank {launcher_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
 
 
 # -- DeepSpeed's shared memory on CPU ---------------------------------------------------------------------
@@ -887,5 +889,5 @@ def _unlink_own_shm_buffer() -> str:
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()  # every rank is past DeepSpeed's shm_initialize, which opened the others' files
     port = os.environ.get("MASTER_PORT", "")
-    remove_shm_buffers(port, rank=_rank())
+    remove_shm_buffers(port, rank=launcher_rank())
     return port

@@ -716,7 +716,7 @@ def claim_output_dir(cfg: TrainConfig):
     """output_dir, created and locked by the main process (RANK 0) for the run's life: a second run on it,
     or a rank a killed launcher left behind still training there, makes the newcomer stop at once with one
     line naming the holder (fsutil.exclusive_lock). The other ranks write only where the main one says."""
-    if os.environ.get("RANK", "0") != "0":
+    if strategy.launcher_rank() != 0:
         yield
         return
     with exclusive_lock(check_writable(cfg.output_dir, "output_dir", create_dir=True), "output_dir"):
@@ -737,7 +737,7 @@ def record_early_stop(out: Path, stop: StoppedBySignal) -> None:
     """The `stopped` record of a stop before the first optimizer step (no step, no checkpoint), so that
     scripts/launch_slurm.sh requeues a job whose time ran out before training began, to resume from an
     earlier checkpoint. Written by the main process only; where output_dir cannot be written, left out."""
-    if os.environ.get("RANK", "0") != "0":
+    if strategy.launcher_rank() != 0:
         return
     try:
         MetricsLog(out / "metrics.jsonl", True, append=True).write(
@@ -770,7 +770,7 @@ def main(argv=None) -> int:
         return 2
     except (TrainingStopped, StoppedBySignal, CheckpointDiskFull) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
-        if os.environ.get("RANK", "0") == "0":  # one line, not one per rank
+        if strategy.launcher_rank() == 0:  # one line, not one per rank
             print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)
         return code
     return 0
