@@ -2,9 +2,14 @@
 
     python -m solution.evaluate --submission submission.csv --gold simplified-nq-dev.jsonl
     python -m solution.evaluate --submission submission.csv --gold dev.jsonl.gz --json
+    python -m solution.evaluate --submission submission.csv --gold test-gold.jsonl --metric mlebench --json
     python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
     python -m solution.evaluate --tune --scores dev-scores.jsonl --gold dev.jsonl --model runs/x/model \
-        [--set separate_thresholds=true]
+        [--set separate_thresholds=true] [--metric mlebench]
+
+`--metric kaggle` (the default) is the competition's micro-F1 (`solution.metric`);
+`--metric mlebench` is MLE-bench's grader (`solution.mlebench`): the share of right rows, right
+blanks included, against the first annotation only. `--tune` maximises the one chosen.
 
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
 file) print `error: <message>` on stderr and exit with status 2. `--validate`
@@ -22,6 +27,7 @@ from pathlib import Path
 from solution.metric import format_report, load_gold, read_submission, score
 
 EXIT_USER_ERROR = 2
+METRICS = ("kaggle", "mlebench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "gold example; PredictionString is blank, start:end, YES or NO")
     parser.add_argument("--gold", metavar="JSONL",
                         help="gold simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
+    parser.add_argument("--metric", choices=METRICS, default="kaggle",
+                        help="kaggle (default): the competition's micro-F1 over every annotation; mlebench: "
+                             "MLE-bench's grade.py, the share of right rows (right blanks count) against the "
+                             "first annotation, with its refusals; --json gives it as 'score'. With --tune: "
+                             "the metric the thresholds maximise")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (micro_f1, precision, recall, tp, fp, fn, long, short, "
                              "num_examples) instead of the table")
@@ -63,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_score(args: argparse.Namespace) -> int:
     """The default mode: read, score, print the report (or one JSON object)."""
+    if args.metric == "mlebench":
+        from solution import mlebench
+
+        result = mlebench.score_files(args.submission, args.gold)
+        print(json.dumps(result) if args.json else mlebench.format_report(result))
+        return 0
     predictions = read_submission(args.submission)  # first: its errors need no gold
     gold = load_gold(args.gold)
     result = score(predictions, gold, source=args.submission)
