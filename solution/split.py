@@ -9,6 +9,14 @@ fail validation (with `--on-error skip`) go to neither file and are counted.
 
     python -m solution.split --input simplified-nq-train.jsonl.gz --out data/split \\
         --dev-fraction 0.05 --seed 0 [--on-error raise|skip] [--json]
+
+`--like mlebench` instead makes MLE-bench's test set of the same file (its prepare.py): 1,000
+lines at a time, scikit-learn's train_test_split(test_size=0.1, random_state=0), reproduced with
+numpy (`mlebench.split_chunk`). It writes the train part, the unlabelled test part (the four
+fields MLE-bench keeps) and the test part's gold in train format, so that `solution.evaluate
+--metric mlebench` scores locally what MLE-bench will score:
+
+    python -m solution.split --input simplified-nq-train.jsonl --out data/mlebench --like mlebench
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from solution.fsutil import atomic_output, check_writable
 from solution.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
 
 TRAIN_NAME, DEV_NAME = "simplified-nq-train.jsonl", "simplified-nq-dev.jsonl"
+TEST_NAME, TEST_GOLD_NAME = "simplified-nq-test.jsonl", "simplified-nq-test-gold.jsonl"
+TEST_FIELDS = ("example_id", "question_text", "document_text", "long_answer_candidates")  # prepare.py's keys_to_keep
 _NOWHERE, _TRAIN, _DEV = 0, 1, 2  # per-line destination codes
 
 
@@ -135,14 +145,76 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
                        {k: str(p) for k, p in outputs.items()})
 
 
+def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
+    """MLE-bench's split of a training file, one pass: per 1,000 lines, `mlebench.split_chunk`.
+
+    Writes, in the order prepare.py writes them, TRAIN_NAME (raw lines), TEST_NAME (the test lines'
+    TEST_FIELDS, example_id as a string, as prepare.py's pandas writes it) and TEST_GOLD_NAME (the
+    test lines, raw: the gold of `evaluate --metric mlebench`). Every line is validated, as
+    prepare.py needs every line: a bad or blank line stops it with an error naming the line (a blank
+    line would shift pandas' 1,000-line chunks and fail prepare.py's line count). Returns counts.
+    """
+    from solution.mlebench import CHUNK_LINES, split_chunk
+    from solution.nq import parse_example
+
+    input_path, out = Path(input_path), Path(out_dir)
+    if not input_path.is_file():
+        raise FileNotFoundError(f"{input_path}: no such file")
+    outputs = {"train": out / TRAIN_NAME, "test": out / TEST_NAME, "test_gold": out / TEST_GOLD_NAME}
+    if any(p.resolve() == input_path.resolve() for p in outputs.values()):
+        raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
+    check_writable(out, "--out", create_dir=True)
+    counts = {"lines": 0, "train": 0, "test": 0, "chunks": 0}
+
+    def flush(chunk, f_train, f_test, f_gold):
+        test, train = split_chunk(len(chunk))
+        for i in test:
+            line_no, num_annotations, example_id, text = chunk[i]
+            if num_annotations != 1:  # prepare.py asserts it while writing its gold submission
+                raise NQFormatError(str(input_path), line_no, "annotations",
+                                    f"{num_annotations} annotations; MLE-bench's prepare.py wants exactly 1")
+            obj = json.loads(text)
+            f_test.write(json.dumps({**{k: obj[k] for k in TEST_FIELDS}, "example_id": example_id}) + "\n")
+            f_gold.write(text)
+        for i in train:
+            f_train.write(chunk[i][-1])
+        counts.update(train=counts["train"] + len(train), test=counts["test"] + len(test),
+                      chunks=counts["chunks"] + 1)
+        chunk.clear()
+
+    with atomic_output(outputs["train"], "w", newline="") as f_train, \
+            atomic_output(outputs["test"], "w", newline="") as f_test, \
+            atomic_output(outputs["test_gold"], "w", newline="") as f_gold, \
+            cli.progress(desc="split like MLE-bench", unit=" lines", disable=quiet) as bar:
+        chunk: list = []  # (line, annotations, example_id, raw line with its newline) of up to 1,000 lines
+        for line_no, text in iter_lines(input_path):
+            ex = parse_example(text, str(input_path), line_no, require_annotations=True)
+            chunk.append((line_no, len(ex.annotations), ex.example_id, text if text.endswith("\n") else text + "\n"))
+            counts["lines"] = line_no
+            bar.update()
+            if len(chunk) == CHUNK_LINES:
+                flush(chunk, f_train, f_test, f_gold)
+        if chunk:
+            flush(chunk, f_train, f_test, f_gold)
+        for f in (f_train, f_test, f_gold):
+            f.flush()
+    if not counts["lines"]:
+        raise ValueError(f"{input_path}: no lines")
+    return {**counts, "outputs": {k: str(p) for k, p in outputs.items()}}
+
+
 def _parse_args(argv=None) -> argparse.Namespace:
     parser = cli.ArgumentParser(prog="python -m solution.split", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ training file, .jsonl or .jsonl.gz")
     parser.add_argument("--out", required=True, help=f"directory for {TRAIN_NAME} and {DEV_NAME}")
-    parser.add_argument("--dev-fraction", type=float, default=0.05,
-                        help="share of examples for dev, in (0, 1) (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="random_state of the split; same seed, same split (default: %(default)s)")
+    parser.add_argument("--dev-fraction", type=float, default=None,
+                        help="share of examples for dev, in (0, 1) (default: 0.05)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random_state of the split; same seed, same split (default: 0)")
+    parser.add_argument("--like", choices=("mlebench",), default=None,
+                        help=f"mlebench: MLE-bench's test split instead (prepare.py: per 1,000 lines, "
+                             f"train_test_split(test_size=0.1, random_state=0)), into {TRAIN_NAME}, {TEST_NAME} "
+                             f"and {TEST_GOLD_NAME}; it fixes the fraction and the seed, and reads every line")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="a bad line: stop with an error naming file and line, or skip and count it (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object instead of a table")
@@ -152,8 +224,11 @@ def _parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = _parse_args(argv)
+    if args.like == "mlebench":
+        return _main_like_mlebench(args)
     try:
-        result = split_file(args.input, args.out, args.dev_fraction, args.seed, args.on_error, args.quiet)
+        result = split_file(args.input, args.out, 0.05 if args.dev_fraction is None else args.dev_fraction,
+                            0 if args.seed is None else args.seed, args.on_error, args.quiet)
     except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -170,6 +245,28 @@ def main(argv=None) -> None:
     print(result.read.report())
     print(result.table())
     print(f"wrote {result.outputs['train']} and {result.outputs['dev']}")
+
+
+def _main_like_mlebench(args) -> None:
+    fixed = [name for name, value in (("--dev-fraction", args.dev_fraction), ("--seed", args.seed)) if value is not None]
+    if args.on_error != "raise":
+        fixed.append("--on-error skip")
+    try:
+        if fixed:
+            raise ValueError(f"--like mlebench takes MLE-bench's split as it is (test_size 0.1, random_state 0, "
+                             f"every line read): drop {', '.join(fixed)}")
+        result = split_like_mlebench(args.input, args.out, args.quiet)
+    except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"{result['lines']} lines in {result['chunks']} chunks of up to 1,000: {result['train']} train, "
+          f"{result['test']} test (MLE-bench's split)")
+    print(f"wrote {', '.join(result['outputs'].values())}")
+    print(f"score as MLE-bench will: python -m solution.evaluate --submission CSV --gold "
+          f"{result['outputs']['test_gold']} --metric mlebench")
 
 
 if __name__ == "__main__":

@@ -310,3 +310,66 @@ def test_a_bad_gold_line_is_named(tmp_path):
     gold_path = write_jsonl(tmp_path / "gold.jsonl", gold)
     with pytest.raises(ValueError, match=r"gold.jsonl:2: field 'annotations'"):
         mlebench.read_answers(gold_path)
+
+
+# ---------------------------------------------------------------------------
+# The split: prepare.py's procedure, run as MLE-bench runs it
+
+
+def reference_split(path) -> tuple:
+    """(train ids, test ids, test rows) in prepare.py's order: its loop over pandas' 1,000-line chunks
+    and scikit-learn's train_test_split, transcribed from prepare.py (file writes left out)."""
+    from sklearn.model_selection import train_test_split
+
+    train_ids, test_ids, test_rows = [], [], []
+    for df in pd.read_json(path, orient="records", lines=True, chunksize=1_000):
+        df["example_id"] = df["example_id"].astype(str)
+        new_train, new_test = train_test_split(df, test_size=0.1, random_state=0)
+        train_ids.extend(new_train["example_id"].tolist())
+        test_ids.extend(new_test["example_id"].tolist())
+        test_rows.extend(new_test.to_dict("records"))
+    return train_ids, test_ids, test_rows
+
+
+def run_split(*args):
+    return subprocess.run([sys.executable, "-m", "solution.split", *map(str, args), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True)
+
+
+def test_split_chunk_is_train_test_split():
+    from sklearn.model_selection import train_test_split
+
+    for n in list(range(2, 60)) + [373, 999, 1000]:
+        train, test = train_test_split(list(range(n)), test_size=0.1, random_state=0)
+        assert mlebench.split_chunk(n) == (test, train), n
+
+
+def test_split_like_mlebench_matches_prepare_py_document_for_document(tmp_path):
+    rng = random.Random(5)
+    lines = random_gold(rng, 2_345)  # three chunks, the last of 345 lines
+    src = write_jsonl(tmp_path / "simplified-nq-train.jsonl", lines)
+    proc = run_split("--input", src, "--out", tmp_path / "mle", "--like", "mlebench", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["test"] == 100 + 100 + 35
+    train_ids, test_ids, test_rows = reference_split(src)
+    read = lambda name: [json.loads(x) for x in (tmp_path / "mle" / name).read_text().splitlines()]  # noqa: E731
+    assert [str(o["example_id"]) for o in read("simplified-nq-test-gold.jsonl")] == test_ids
+    assert [str(o["example_id"]) for o in read("simplified-nq-train.jsonl")] == train_ids
+    by_id = {str(o["example_id"]): o for o in lines}
+    assert read("simplified-nq-test-gold.jsonl") == [by_id[i] for i in test_ids]  # the lines themselves
+    unlabelled = read("simplified-nq-test.jsonl")
+    assert unlabelled == [{k: r[k] for k in ("example_id", "question_text", "document_text",
+                                             "long_answer_candidates")} for r in test_rows]
+
+
+def test_split_like_mlebench_refuses_what_prepare_py_cannot_split(tmp_path):
+    # 1,001 lines: the last chunk is one line, whose train part train_test_split refuses to leave empty.
+    src = write_jsonl(tmp_path / "t.jsonl", random_gold(random.Random(6), 1_001))
+    from sklearn.model_selection import train_test_split
+
+    with pytest.raises(ValueError, match="train set will be empty"):
+        train_test_split([0], test_size=0.1, random_state=0)
+    proc = run_split("--input", src, "--out", tmp_path / "o", "--like", "mlebench")
+    assert proc.returncode == 2 and "a chunk of 1 line(s)" in proc.stderr
+    proc = run_split("--input", src, "--out", tmp_path / "o", "--like", "mlebench", "--seed", "3")
+    assert proc.returncode == 2 and "drop --seed" in proc.stderr
