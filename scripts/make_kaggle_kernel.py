@@ -119,6 +119,7 @@ def main():
     print(f"wrote {args.output}: {r['rows']} rows, {r['documents']} documents, {r['windows']} windows run "
           f"in {dt:.1f}s on {device} ({r['precision']}, transformers {transformers.__version__}): "
           f"{r['documents'] / dt:.2f} documents/s, {wps:.1f} windows/s")
+    print(r["thresholds"])
     if wps:
         # Every window set (one per group of models sharing windows) is cut and run by its models: the
         # wall clock above holds all of them, so this is the whole ensemble's time.

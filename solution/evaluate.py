@@ -126,35 +126,44 @@ def _thresholds_text(values: dict) -> str:
     return ", ".join(f"{k.replace('_threshold', '')} {v:.4f}" for k, v in values.items())
 
 
+def _scores_text(result: dict, metric: str) -> str:
+    kaggle = (f"micro-F1 {result['micro_f1']:.4f} (long {result['long']['micro_f1']:.4f}, "
+              f"short {result['short']['micro_f1']:.4f})")
+    return f"MLE-bench score {result['mlebench_score']:.4f}, {kaggle}" if metric == "mlebench" else kaggle
+
+
 def run_tune(args: argparse.Namespace) -> int:
-    from solution.tuning import predictions_with, read_scores, tune, write_thresholds
+    from solution.tuning import objective, predictions_with, read_scores, tune, write_thresholds
 
     cfg = tune_config(args)  # first: a bad --set needs no files read
     records = read_scores(args.scores)
-    gold = load_gold(args.gold)
+    # MLE-bench grades against the first annotation only; Kaggle against every annotation.
+    gold = load_gold(args.gold, first_annotation_only=args.metric == "mlebench")
     subset = {r["example_id"]: gold[r["example_id"]] for r in records if r["example_id"] in gold}
     before = score(predictions_with([r for r in records if r["example_id"] in subset], cfg), subset)
-    best = tune(records, gold, cfg=cfg)
+    if args.metric == "mlebench":
+        before["mlebench_score"] = objective(before, "mlebench")
+    best = tune(records, gold, cfg=cfg, metric=args.metric)
     after, tuned = best["result"], best["thresholds"]
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print  # --json: stdout is one JSON object
     say(f"thresholds before: {_thresholds_text({k: getattr(cfg, k) for k in tuned})}: "
-        f"micro-F1 {before['micro_f1']:.4f} "
-        f"(long {before['long']['micro_f1']:.4f}, short {before['short']['micro_f1']:.4f})")
-    say(f"tuned:             {_thresholds_text(tuned)}: "
-        f"micro-F1 {after['micro_f1']:.4f} (long {after['long']['micro_f1']:.4f}, "
-        f"short {after['short']['micro_f1']:.4f}) on {after['num_examples']} documents")
+        f"{_scores_text(before, args.metric)}")
+    say(f"tuned for {args.metric}: {_thresholds_text(tuned)}: {_scores_text(after, args.metric)} "
+        f"on {after['num_examples']} documents")
     if args.model:
         # The --set settings go with the thresholds: thresholds tuned under them mean nothing without them.
         others = {k: getattr(cfg, k) for k in (o.partition("=")[0].strip() for o in args.overrides)}
         others.update({k: v for k, v in tuned.items() if k not in ("long_threshold", "short_threshold")})
-        path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"],
-                                {"gold": str(args.gold), "documents": after["num_examples"],
-                                 "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]},
-                                others)
-        say(f"written to {path}")
+        tuned_on = {"metric": args.metric, "gold": str(args.gold), "documents": after["num_examples"],
+                    "micro_f1_before": before["micro_f1"], "micro_f1_after": after["micro_f1"]}
+        if args.metric == "mlebench":
+            tuned_on.update(mlebench_score_before=before["mlebench_score"], mlebench_score_after=after["mlebench_score"])
+        path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"], tuned_on, others)
+        say(f"written to {path} (tuned for {args.metric})")
     if args.json:
-        print(json.dumps({"before": before, "after": after, "long_threshold": best["long_threshold"],
-                          "short_threshold": best["short_threshold"], "thresholds": tuned}))
+        print(json.dumps({"metric": args.metric, "before": before, "after": after,
+                          "long_threshold": best["long_threshold"], "short_threshold": best["short_threshold"],
+                          "thresholds": tuned}))
     return 0
 
 

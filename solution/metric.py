@@ -76,8 +76,12 @@ def gold_from_annotations(annotations) -> Gold:
     return Gold(frozenset(long), frozenset(short))
 
 
-def load_gold(path, on_error: str = "raise", stats: Optional[ReadStats] = None) -> dict:
+def load_gold(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
+              first_annotation_only: bool = False) -> dict:
     """Read a gold simplified-NQ file (`.jsonl` or `.jsonl.gz`) -> {example_id: Gold}, in file order.
+
+    first_annotation_only: the valid answers are the first annotation's alone, as MLE-bench's
+    grader reads them (`solution.mlebench`); Kaggle's metric takes every annotation's.
 
     Streams through `nq.read_examples(require_annotations=True)`; only the
     answer strings are kept. With on_error="skip", bad lines are counted in
@@ -85,7 +89,7 @@ def load_gold(path, on_error: str = "raise", stats: Optional[ReadStats] = None) 
     """
     gold = {}
     for ex in read_examples(path, on_error=on_error, stats=stats, require_annotations=True):
-        gold[ex.example_id] = gold_from_annotations(ex.annotations)
+        gold[ex.example_id] = gold_from_annotations(ex.annotations[:1] if first_annotation_only else ex.annotations)
     return gold
 
 

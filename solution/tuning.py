@@ -20,6 +20,11 @@ groups; start at f = 0, take each group's best threshold, set f to the F1 of
 that choice, and repeat until F1 stops rising (a finite number of rounds; the
 last choice is the global optimum over the grids). Either way the winner is
 re-scored with `metric.score` itself.
+
+`metric="mlebench"` maximises MLE-bench's score instead (`solution.mlebench`): the share of right
+rows, 1 - (FP + FN) / rows, against the first annotation (the caller's gold). That objective is
+linear in the counts, so the four separate thresholds are each chosen alone, and the joint pair
+by the same table. The result then also holds "mlebench_score".
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from solution.fsutil import atomic_write_text
 from solution.metric import parse_prediction, score
 from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
 
+METRICS = ("kaggle", "mlebench")
 SCORE_FIELDS = ("example_id", "raw_long", "raw_short", "answer_type", "score", "short_score")
 TYPE_SCORE_FIELDS = ("yes_score", "no_score")  # needed by the separate-threshold search only
 
@@ -95,11 +101,36 @@ def _matched(records: list, gold: dict) -> list:
     return records
 
 
-def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig = None) -> dict:
-    """{"long_threshold", "short_threshold", "thresholds", "micro_f1", "result"} maximising dev micro-F1.
+def objective(result: dict, metric: str = "kaggle") -> float:
+    """The figure `tune` maximises, from a `metric.score` result: micro-F1, or MLE-bench's score."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    if metric == "kaggle":
+        return result["micro_f1"]
+    rows = 2 * result["num_examples"]
+    return mlebench_from_counts(rows - result["fp"] - result["fn"], rows)
+
+
+def mlebench_from_counts(correct: int, rows: int) -> float:
+    """MLE-bench's score of `correct` right rows out of `rows` (its f1_score arithmetic, as `mlebench.grade`)."""
+    return 2.0 * correct / (float(rows) + float(rows)) if rows else 0.0
+
+
+def _with_objective(result: dict, metric: str) -> dict:
+    if metric == "mlebench":
+        result["mlebench_score"] = objective(result, metric)
+    return result
+
+
+def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig = None,
+         metric: str = "kaggle") -> dict:
+    """{"long_threshold", "short_threshold", "thresholds", "micro_f1", "objective", "result"} maximising
+    dev micro-F1 (metric="kaggle") or MLE-bench's score ("mlebench": pass first-annotation gold).
     `thresholds` holds every tuned PostprocessConfig field: the four of them when `cfg.separate_thresholds`."""
+    if metric not in METRICS:  # before any work
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     if cfg is not None and cfg.separate_thresholds:
-        return tune_separate(records, gold, cfg, max_grid)
+        return tune_separate(records, gold, cfg, max_grid, metric)
     records = _matched(records, gold)
     g = [gold[r["example_id"]] for r in records]
     sc = np.array([r["score"] for r in records], dtype=np.float64)
@@ -126,7 +157,10 @@ def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig 
         tp = tp_l + np.sum(sp & s_right[:, None], axis=0)
         fp = fp_l + np.sum(sp & ~s_right[:, None], axis=0)
         fn = fn_l + np.sum(~sp & s_gold[:, None], axis=0)
-        table[i] = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+        if metric == "mlebench":  # the share of right rows: every row not a FP or a FN
+            table[i] = 1.0 - (fp + fn) / (2 * len(records))
+        else:
+            table[i] = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
     # Many pairs often tie for the best dev F1 (a plateau between two documents' scores). Take the
     # middle of the plateau, not its edge: an edge threshold sits right next to a dev score and
     # moves the first test document that scores a little differently.
@@ -138,7 +172,8 @@ def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig 
     lt, st = float(long_grid[i]), float(short_grid[j])
     result = score(predictions_at(records, lt, st), {r["example_id"]: gold[r["example_id"]] for r in records})
     return {"long_threshold": lt, "short_threshold": st, "thresholds": {"long_threshold": lt, "short_threshold": st},
-            "micro_f1": result["micro_f1"], "result": result}
+            "micro_f1": result["micro_f1"], "objective": objective(result, metric),
+            "result": _with_objective(result, metric)}
 
 
 # (threshold field, the score it compares, the row it decides, the answer types it applies to)
@@ -146,7 +181,8 @@ _GROUPS = (("long_threshold", "score", "raw_long", None), ("short_threshold", "s
            ("yes_threshold", "yes_score", "raw_short", "YES"), ("no_threshold", "no_score", "raw_short", "NO"))
 
 
-def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: int = 300) -> dict:
+def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: int = 300,
+                  metric: str = "kaggle") -> dict:
     """The four thresholds of `separate_thresholds` (see the module docstring)."""
     records = _matched(records, gold)
     for r in records:
@@ -173,12 +209,16 @@ def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: i
     # Short rows no threshold can fill (LONG answers, blank documents) still count their misses.
     in_short = np.array([r["answer_type"] in ("SHORT", "YES", "NO") for r in records])
     const_fn = int(np.sum(gold_short & ~in_short))
-    choice = _dinkelbach([c for _, _, c in groups], const_fn)
+    if metric == "mlebench":  # linear in the counts: each group's fewest FP + FN, alone
+        choice = [_middle_of_best(-(c[:, 1] + c[:, 2]).astype(np.float64)) for _, _, c in groups]
+    else:
+        choice = _dinkelbach([c for _, _, c in groups], const_fn)
     thresholds = {name: float(grid[i]) for (name, grid, _), i in zip(groups, choice)}
     tuned = PostprocessConfig(**{**cfg.__dict__, **thresholds})
     result = score(predictions_with(records, tuned), {r["example_id"]: gold[r["example_id"]] for r in records})
     return {"long_threshold": thresholds["long_threshold"], "short_threshold": thresholds["short_threshold"],
-            "thresholds": thresholds, "micro_f1": result["micro_f1"], "result": result}
+            "thresholds": thresholds, "micro_f1": result["micro_f1"], "objective": objective(result, metric),
+            "result": _with_objective(result, metric)}
 
 
 def _dinkelbach(counts: list, const_fn: int) -> list:
@@ -188,15 +228,19 @@ def _dinkelbach(counts: list, const_fn: int) -> list:
     while True:
         choice = []
         for c in counts:
-            gain = 2 * c[:, 0] - f * (2 * c[:, 0] + c[:, 1] + c[:, 2])
-            best = np.flatnonzero(gain >= gain.max() - 1e-9)
-            choice.append(int(best[(len(best) - 1) // 2]))
+            choice.append(_middle_of_best(2 * c[:, 0] - f * (2 * c[:, 0] + c[:, 1] + c[:, 2])))
         tp, fp, fn = (sum(int(c[i, k]) for c, i in zip(counts, choice)) for k in range(3))
         denom = 2 * tp + fp + fn + const_fn
         f_new = 2 * tp / denom if denom else 0.0
         if f_new <= f + 1e-12:
             return choice if previous is None or f_new >= f else previous
         f, previous = f_new, choice
+
+
+def _middle_of_best(gain: np.ndarray) -> int:
+    """The middle index of the plateau of `gain`'s maximum (the lower one of an even count)."""
+    best = np.flatnonzero(gain >= gain.max() - 1e-9)
+    return int(best[(len(best) - 1) // 2])
 
 
 def write_thresholds(model_dir, long_threshold: float, short_threshold: float, tuned_on: dict,

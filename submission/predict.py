@@ -148,19 +148,21 @@ def _model_files(model_dirs: Sequence[str]) -> list:
 
 def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: str,
                   precision: str) -> tuple:
-    """(groups, the first weighted model's PostprocessConfig, per-model timing records) for `predict_ensemble`.
+    """(groups, the first weighted model's PostprocessConfig, per-model timing records, the first weighted
+    model's `tuned_thresholds` record or None) for `predict_ensemble`.
 
     Models are grouped by tokenizer and window settings (a group shares its windows). A directory
     listed twice, or two directories with byte-identical weights and settings, is loaded and run
     once with the weights summed: its logits are then exactly that model's.
     """
     members: dict = {}  # key -> [weight, model, tokenizer, meta, path]
-    first_post = None
+    first_post, first_tuned = None, None
     for path, weight in zip(model_dirs, weights):
         model, tokenizer, meta = load_model_dir(path, device)  # every directory is checked, weight 0 too
         if weight == 0:  # not run, and not "first": weights 0,1 are exactly the second model
             continue
-        first_post = first_post or PostprocessConfig(**meta["postprocess"])
+        if first_post is None:
+            first_post, first_tuned = PostprocessConfig(**meta["postprocess"]), meta.get("tuned_thresholds")
         group_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
         key = (group_key, model.config.to_json_string(), file_digest(os.path.join(path, WEIGHTS_FILE)))
         if key in members:
@@ -183,7 +185,21 @@ def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: s
         run = weighted_runner(runs, [m[0] / group_weight for m in chosen])
         featurizer = Featurizer(chosen[0][2], WindowConfig(**chosen[0][3]["window"]))
         groups.append(ModelGroup(featurizer, run, group_weight, len(chosen)))
-    return groups, first_post, timings
+    return groups, first_post, timings, first_tuned
+
+
+def thresholds_note(tuned, overrides=()) -> str:
+    """Which thresholds a run applies, in one line: what they were tuned for (MLE-bench's grader and
+    Kaggle's metric want different ones), the defaults, or --set."""
+    keys = {str(o).partition("=")[0].strip() for o in overrides}
+    if keys & {"long_threshold", "short_threshold", "yes_threshold", "no_threshold"}:
+        return "thresholds: from --set"
+    if not isinstance(tuned, dict):
+        return ("thresholds: the defaults, never tuned (python -m solution.evaluate --tune ... "
+                "[--metric mlebench] tunes them)")
+    metric = tuned.get("metric", "kaggle")  # tuned before the metric was recorded: only Kaggle's existed
+    what = "MLE-bench's grader" if metric == "mlebench" else "Kaggle's micro-F1"
+    return f"thresholds: tuned for {metric} ({what}) on {tuned.get('gold', '?')}, {tuned.get('documents', '?')} documents"
 
 
 def _timed(run, record: dict):
@@ -240,7 +256,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     check_writable(output_path, "--output")  # before the models load, not after every document is scored
     if scores_out:
         check_writable(scores_out, "--scores-out")
-    groups, post, timings = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
+    groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
+                                                 precision)
     post = apply_overrides(post, overrides)
     stats = ReadStats()
     t0 = time.perf_counter()
@@ -279,7 +296,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
             "precision": precision, "models": timings, "window_groups": len(groups),
             "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
-            "lines_without_id": unrecoverable, "fatal": fatal}
+            "lines_without_id": unrecoverable, "fatal": fatal, "thresholds": thresholds_note(tuned, overrides)}
 
 
 def _through(models: list) -> str:
@@ -305,6 +322,7 @@ def main(argv=None) -> int:
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
           f"documents ({result['windows']} windows run{_through(result['models'])}, {result['precision']}) "
           f"in {result['seconds']:.1f}s")
+    print(result["thresholds"])
     problems = 0
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)
