@@ -248,7 +248,7 @@ def test_tune_writes_four_thresholds_and_the_set_settings(tmp_path, monkeypatch,
                                                                          "short_threshold": 0.0}}))
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
-    monkeypatch.setattr(evaluate, "load_gold", lambda path: gold)
+    monkeypatch.setattr(evaluate, "load_gold", lambda path, **kw: gold)
     rc = evaluate.main(["--tune", "--scores", str(scores), "--gold", "gold.jsonl", "--model", str(tmp_path),
                         "--set", "separate_thresholds=true", "--json"])
     assert rc == 0
