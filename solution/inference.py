@@ -18,6 +18,7 @@ import torch
 
 from solution.nq import Example, candidate_array
 from solution.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
+from solution.sampling import content_words, question_word_share
 from solution.windows import Featurizer
 
 
@@ -118,13 +119,32 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         chunk.clear()
 
     for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True):
-        if cfg.skip_windows_without_candidates and not isinstance(ws, Exception):
-            ws = windows_with_candidates(ex, ws)
+        if not isinstance(ws, Exception):
+            ws = select_windows(ex, ws, cfg)
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
     if chunk:
         yield from flush()
+
+
+def select_windows(example: Example, windows: list, cfg: PostprocessConfig) -> list:
+    """The windows of a document that the model runs on, in document order: those holding a candidate
+    (`skip_windows_without_candidates`), then at most `max_windows_per_document` of them."""
+    if cfg.skip_windows_without_candidates:
+        windows = windows_with_candidates(example, windows)
+    if cfg.max_windows_per_document and len(windows) > cfg.max_windows_per_document:
+        windows = top_windows(example, windows, cfg.max_windows_per_document)
+    return windows
+
+
+def top_windows(example: Example, windows: list, limit: int) -> list:
+    """The `limit` windows sharing the most of the question's content words, kept in document order.
+    A tie goes to the earlier window: NQ's answers sit near the top of the page more often than not."""
+    words = content_words(example.question_text)
+    share = [question_word_share(words, example.tokens, w.nq_token_index) for w in windows]
+    ranked = sorted(range(len(windows)), key=lambda i: (-share[i], i))[:limit]
+    return [windows[i] for i in sorted(ranked)]
 
 
 def windows_with_candidates(example: Example, windows: list) -> list:

@@ -68,6 +68,39 @@ def test_windows_without_candidates_are_skipped_and_the_answer_is_the_same(token
     assert pred.long == f"{p_start}:{p_start + 12}"  # <P> ... </P>: 12 tokens
 
 
+def many_paragraph_example():
+    """Ten paragraphs (each a candidate); only the seventh names the question's words."""
+    paras = [f"<P> filler text number {i} about nothing in particular here . </P>" for i in range(10)]
+    paras[6] = "<P> The book was written by Ann Smith in 1901 . </P>"
+    obj = nq_line(document="Book <H1> Book </H1> " + " ".join(paras), question="when did ann smith publish the book",
+                  candidates=None)
+    return parse_example(json.dumps(obj))
+
+
+def test_max_windows_per_document_keeps_the_windows_sharing_the_question_words(tokenizer):
+    ex = many_paragraph_example()
+    featurizer = Featurizer(tokenizer, WINDOW)
+    [(_, windows)] = list(featurizer.featurize([ex], with_labels=False))
+    assert len(windows) >= 4
+    from solution.inference import select_windows
+
+    ann = ex.tokens.index("Ann")
+    kept = select_windows(ex, windows, PostprocessConfig(max_windows_per_document=1))
+    assert len(kept) == 1 and ann in set(kept[0].nq_token_index.tolist())  # the window holding the answer
+    assert windows.index(kept[0]) > 0  # not simply the first
+    kept = select_windows(ex, windows, PostprocessConfig(max_windows_per_document=3))
+    assert [windows.index(w) for w in kept] == sorted(windows.index(w) for w in kept)  # document order
+    assert select_windows(ex, windows, PostprocessConfig(max_windows_per_document=0)) == \
+        select_windows(ex, windows, PostprocessConfig())  # 0: no limit
+    # Through the prediction stream: the model sees two windows, and still finds the answer.
+    seen: list = []
+    cfg = PostprocessConfig(max_windows_per_document=1)
+    [pred] = list(predict_documents(fake_model(tokenizer, seen), featurizer, [ex], cfg, batch_size=16))
+    assert sum(seen) == 1 and pred.short == f"{ann}:{ann + 2}"
+    with pytest.raises(ValueError, match="max_windows_per_document must be >= 0"):
+        PostprocessConfig(max_windows_per_document=-1)
+
+
 def test_a_document_without_candidates_is_blank_without_running_the_model(tokenizer):
     ex = example(with_paragraph=False)
     assert not ex.candidates
