@@ -277,16 +277,28 @@ def main(argv=None) -> int:
     p.add_argument("--dataset-id", default=None, metavar="USER/SLUG",
                    help="the Kaggle dataset to upload the folder as: also writes dataset-metadata.json and "
                         "notebook.ipynb (one cell: !python /kaggle/input/SLUG/run.py), and prints the upload command")
+    p.add_argument("--pages", default=None, metavar="JSONL",
+                   help="simplified-NQ pages (e.g. a dev file) to measure the windows per document the packed models "
+                        "run on; without it the projection assumes the real NQ sample's mean (41)")
+    p.add_argument("--pages-limit", type=int, default=200, help="documents of --pages to measure (default: %(default)s)")
+    p.add_argument("--num-documents", type=int, default=30_738,
+                   help="test documents the GPU-time projection is for (default: %(default)s, MLE-bench's test set)")
     p.add_argument("--title", default=None, help="the dataset's title (default: from SLUG)")
     p.add_argument("--license", default="other", help="the dataset's license name in Kaggle's list (default: other)")
     args = p.parse_args(argv)
     try:
+        if args.pages and not Path(args.pages).is_file():  # before anything is written
+            raise ValueError(f"--pages {args.pages}: no such file")
         m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
+        from solution.kernel_budget import format_projection, project
+
+        projection = format_projection(project(args.model, args.pages, args.num_documents, args.pages_limit))
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "
           f"({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
+    print(projection)
     print(f"dry run: python {args.out}/run.py --input data/synth/simplified-nq-test.jsonl --output /tmp/submission.csv")
     if args.dataset_id:
         # --dir-mode zip: without it the Kaggle CLI uploads only the folder's top-level files.

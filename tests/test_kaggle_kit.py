@@ -217,3 +217,50 @@ def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_di
     assert "\r" not in err
     predict_file(str(model_dir), str(test_file), str(tmp_path / "b.csv"), precision="fp32", quiet=True)
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------
+# The GPU-time projection
+
+
+def test_per_window_costs_reproduce_the_published_throughputs():
+    from solution.kernel_budget import PEAK_TFLOPS, seconds_per_window, window_flops
+
+    # The calibration: BERT-large and -base at 384 pieces on a T4 run at the published rates.
+    assert 1 / seconds_per_window(24, 1024, 4096, 384, "T4", "fp32") == pytest.approx(16.04)
+    assert 1 / seconds_per_window(12, 768, 3072, 384, "T4", "fp16") == pytest.approx(192.61)
+    # The P100 is the T4 scaled by datasheet peaks; a 512-piece window costs its FLOPs' share more.
+    p100 = 1 / seconds_per_window(24, 1024, 4096, 384, "P100", "fp32")
+    assert p100 == pytest.approx(16.04 * PEAK_TFLOPS["P100"]["fp32"] / PEAK_TFLOPS["T4"]["fp32"])
+    ratio = seconds_per_window(24, 1024, 4096, 512, "T4", "fp32") / seconds_per_window(24, 1024, 4096, 384, "T4", "fp32")
+    assert ratio == pytest.approx(window_flops(24, 1024, 4096, 512) / window_flops(24, 1024, 4096, 384))
+    assert 1.3 < ratio < 1.45
+    # BERT-base's matrix products: 12 x 7.08M weights, 2 FLOPs a weight a piece.
+    assert window_flops(12, 768, 3072, 1) == pytest.approx(2 * 12 * 7_077_888 + 4 * 12 * 768)
+
+
+def test_kernel_prints_the_projection_with_windows_measured_on_the_pages(model_dir, test_file, tmp_path):
+    proc = make_kernel(model_dir, tmp_path / "k", "--pages", str(test_file), "--num-documents", "1000")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "PROJECTED" in out and f"measured on the first documents of {test_file}" in out
+    assert re.search(r"all models on a P100: [0-9.]+ h in FP32", out) and "all models on a T4" in out
+    assert re.search(r"[0-9.]+ windows/document", out)
+    proc = make_kernel(model_dir, tmp_path / "k2", "--pages", str(tmp_path / "nope.jsonl"))
+    assert proc.returncode == 2 and "--pages" in proc.stderr and not (tmp_path / "k2").exists()
+
+
+def test_max_windows_per_document_caps_the_projected_windows(model_dir, test_file, tmp_path):
+    from solution.kernel_budget import project
+
+    capped = tmp_path / "capped"
+    shutil.copytree(model_dir, capped)
+    qa = json.loads((capped / "qa_config.json").read_text())
+    qa["postprocess"]["max_windows_per_document"] = 1
+    (capped / "qa_config.json").write_text(json.dumps(qa))
+    full = project([model_dir], test_file, 1000)
+    one = project([capped], test_file, 1000)
+    assert full["models"][0]["windows_per_document"] > 1 >= one["models"][0]["windows_per_document"]
+    assert one["hours"]["T4"]["fp32"] < full["hours"]["T4"]["fp32"]
+    two = project([model_dir, model_dir], test_file, 1000)  # one directory twice: run once
+    assert two["hours"] == full["hours"]
