@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 def native_bf16(device: str) -> bool:
     """Whether the device computes bfloat16 natively (elsewhere it is emulated, and slower than float32)."""
     if str(device).startswith("cuda"):
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        # Compute capability 8 (Ampere) or later: torch.cuda.is_bf16_supported() also says yes where bf16 is
+        # only emulated (a T4, 7.5, and a P100, 6.0: Kaggle's cards), and emulated bf16 is slower than fp32.
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
     cpu = getattr(torch, "cpu", None)
     return bool(cpu and any(getattr(cpu, f, lambda: False)() for f in
                             ("_is_avx512_bf16_supported", "_is_amx_tile_supported")))

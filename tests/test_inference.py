@@ -110,6 +110,18 @@ def test_a_document_without_candidates_is_blank_without_running_the_model(tokeni
     assert (pred.long, pred.short, pred.error, sum(seen)) == ("", "", "", 0)
 
 
+@pytest.mark.parametrize("capability, native", [((6, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_bf16_is_native_from_ampere_on_only(monkeypatch, capability, native):
+    from submission import predict
+
+    # A P100 (6.0) and a T4 (7.5), Kaggle's cards, only emulate bf16: auto must take fp32 there.
+    monkeypatch.setattr(predict.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(predict.torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(predict.torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert predict.native_bf16("cuda") is native
+    assert predict.resolve_precision("auto", "cuda:0") == ("bf16" if native else "fp32")
+
+
 def test_precision_auto_follows_the_hardware(monkeypatch):
     from submission import predict
 
