@@ -32,7 +32,16 @@ from solution.fsutil import atomic_write_text, publish_dir
 from solution.nq import NQFormatError, ReadStats, candidate_array, is_html_token, label_annotation, read_examples
 from solution.postprocess import containing_candidate
 from solution.sampling import HardNegativeWeights, NegativeSampling, content_words, question_word_share
-from solution.windows import ANSWER_TYPES, TYPE_ID, Featurizer, WindowConfig, has_answer, keep_window, label_long_answer
+from solution.windows import (
+    ANSWER_TYPES,
+    TYPE_ID,
+    Featurizer,
+    WindowConfig,
+    has_answer,
+    keep_window,
+    label_long_answer,
+    top_window_indices,
+)
 
 FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
 
@@ -190,10 +199,15 @@ PROGRESS_SECONDS = 10.0
 def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool) -> list:
     """Each window's keep rate if it holds no answer (windows with an answer are always kept)."""
     if sampling.question_word_keep_rate is None:
-        return [sampling.rate(answerable)] * len(windows)
-    words = content_words(example.question_text)
-    return [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
-            for w in windows]
+        rates = [sampling.rate(answerable)] * len(windows)
+    else:
+        words = content_words(example.question_text)
+        rates = [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
+                 for w in windows]
+    if sampling.top_window_keep:
+        for i in top_window_indices(example, windows, sampling.top_window_keep):
+            rates[i] = 1.0
+    return rates
 
 
 def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, limit, num_shards, side_dir):

@@ -18,8 +18,7 @@ import torch
 
 from solution.nq import Example, candidate_array
 from solution.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
-from solution.sampling import content_words, question_word_share
-from solution.windows import Featurizer
+from solution.windows import Featurizer, top_windows, windows_with_candidates
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
@@ -136,28 +135,6 @@ def select_windows(example: Example, windows: list, cfg: PostprocessConfig) -> l
     if cfg.max_windows_per_document and len(windows) > cfg.max_windows_per_document:
         windows = top_windows(example, windows, cfg.max_windows_per_document)
     return windows
-
-
-def top_windows(example: Example, windows: list, limit: int) -> list:
-    """The `limit` windows sharing the most of the question's content words, kept in document order.
-    A tie goes to the earlier window: NQ's answers sit near the top of the page more often than not."""
-    words = content_words(example.question_text)
-    share = [question_word_share(words, example.tokens, w.nq_token_index) for w in windows]
-    ranked = sorted(range(len(windows)), key=lambda i: (-share[i], i))[:limit]
-    return [windows[i] for i in sorted(ranked)]
-
-
-def windows_with_candidates(example: Example, windows: list) -> list:
-    """The windows holding at least one token of a long-answer candidate."""
-    covered = np.zeros(len(example.tokens) + 1, dtype=bool)
-    for c in example.candidates:
-        covered[c.start_token:c.end_token] = True
-    keep = []
-    for w in windows:
-        idx = w.nq_token_index[w.nq_token_index >= 0]
-        if covered[idx].any():
-            keep.append(w)
-    return keep
 
 
 def _blank(example: Example, error: Exception) -> DocumentPrediction:

@@ -111,6 +111,11 @@ class NegativeSampling:
     a model must see to tie an answer to its entity, and ones a uniform 1-5% draw almost never keeps."""
     question_word_share: float = 0.5
     """The share of the question's content words a window must hold for `question_word_keep_rate`."""
+    top_window_keep: int = 0
+    """Keep every no-answer window among the document's `top_window_keep` windows that share the most of the
+    question's content words (among the windows holding a candidate; ranked as `max_windows_per_document`
+    ranks them at inference); 0: no such rule. Set it with the same N as `max_windows_per_document`: the model
+    then learns on exactly the windows it is run on, the neighbour's fact in the question's words among them."""
 
     def __post_init__(self):
         checks = [
@@ -121,6 +126,7 @@ class NegativeSampling:
             (self.question_word_keep_rate is None or 0.0 < self.question_word_keep_rate <= 1.0,
              "question_word_keep_rate", "in (0, 1] or null"),
             (0.0 < self.question_word_share <= 1.0, "question_word_share", "in (0, 1]"),
+            (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
         ]
         for ok, name, expected in checks:
             if not ok:

@@ -36,6 +36,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from solution.nq import ANNOTATION_TYPES, Candidate, Example, Span, is_html_token, is_text_token, label_annotation
+from solution.sampling import content_words, question_word_share
 
 # The answer-type head's classes, in the order of its logits (saved weights and every model directory's
 # `answer_types` depend on it): UNKNOWN, "no answer in this window" (any window of an unanswered document, and
@@ -385,3 +386,38 @@ def has_answer(example: Example) -> bool:
     """Whether the training label has an answer (the document is "answerable")."""
     ann = label_annotation(example)
     return ann is not None and ann.answer_type != "NONE"
+
+
+# -- windows worth running: the cheap first pass -------------------------------------
+
+def windows_with_candidates(example: Example, windows: list) -> list:
+    """The windows holding at least one token of a long-answer candidate."""
+    return [windows[i] for i in _candidate_window_indices(example, windows)]
+
+
+def _candidate_window_indices(example: Example, windows: list) -> list:
+    covered = np.zeros(len(example.tokens) + 1, dtype=bool)
+    for c in example.candidates:
+        covered[c.start_token:c.end_token] = True
+    keep = []
+    for i, w in enumerate(windows):
+        idx = w.nq_token_index[w.nq_token_index >= 0]
+        if covered[idx].any():
+            keep.append(i)
+    return keep
+
+
+def top_window_indices(example: Example, windows: list, limit: int, candidates_only: bool = True) -> list:
+    """Indices of the `limit` windows sharing the most of the question's content words, in document
+    order, among the windows holding a candidate (`candidates_only`). A tie goes to the earlier window:
+    NQ's answers sit near the top of the page more often than not. Training keeps the no-answer windows
+    this picks (`NegativeSampling.top_window_keep`) so that it learns on the windows inference runs on."""
+    pool = _candidate_window_indices(example, windows) if candidates_only else list(range(len(windows)))
+    words = content_words(example.question_text)
+    share = {i: question_word_share(words, example.tokens, windows[i].nq_token_index) for i in pool}
+    return sorted(sorted(pool, key=lambda i: (-share[i], i))[:limit])
+
+
+def top_windows(example: Example, windows: list, limit: int) -> list:
+    """The `limit` windows sharing the most of the question's content words, kept in document order."""
+    return [windows[i] for i in top_window_indices(example, windows, limit, candidates_only=False)]

@@ -39,6 +39,7 @@ from solution import cli  # noqa: E402
 from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
 from solution.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
 from solution.inference import model_runner, submission_rows  # noqa: E402
+from solution.memory import cpu_native_bf16  # noqa: E402
 from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
 from solution.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
@@ -85,9 +86,7 @@ def native_bf16(device: str) -> bool:
         # Compute capability 8 (Ampere) or later: torch.cuda.is_bf16_supported() also says yes where bf16 is
         # only emulated (a T4, 7.5, and a P100, 6.0: Kaggle's cards), and emulated bf16 is slower than fp32.
         return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
-    cpu = getattr(torch, "cpu", None)
-    return bool(cpu and any(getattr(cpu, f, lambda: False)() for f in
-                            ("_is_avx512_bf16_supported", "_is_amx_tile_supported")))
+    return cpu_native_bf16()
 
 
 def resolve_precision(precision: str, device: str) -> str:

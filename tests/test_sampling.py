@@ -354,3 +354,28 @@ def test_windows_stating_the_question_s_words_are_kept_by_their_own_rate(tmp_pat
     assert kept_negatives(ds) == expected and s["negatives_kept_unanswerable"] == len(expected)
     with pytest.raises(ValueError, match="question_word_keep_rate must be in"):
         NegativeSampling(question_word_keep_rate=0.0)
+
+
+def test_top_window_keep_keeps_the_windows_inference_runs_on(tmp_path, tokenizer):
+    """top_window_keep N keeps exactly the no-answer windows that max_windows_per_document N runs the model on:
+    the model learns on the windows it is asked about, the neighbour's copy of the fact among them."""
+    from solution.inference import select_windows
+    from solution.nq import read_examples
+    from solution.postprocess import PostprocessConfig
+
+    paras = [f"<P> filler words number {j} about farms and rivers . </P>" for j in range(14)]
+    paras[4] = "<P> The capital of Vemoria is Ostel and the river is long . </P>"
+    paras[10] = "<P> The capital and the river of Kelandia . </P>"
+    doc = "Vemoria <H1> Vemoria </H1> nav text outside every candidate " + " ".join(paras)
+    path = write_jsonl(tmp_path / "train.jsonl", [nq_line(example_id="7", document=doc,
+                                                          question="what is the capital river of vemoria")])
+    truth = all_windows(path, tokenizer)["7"]
+    example = next(read_examples(str(path)))
+    picked = select_windows(example, truth, PostprocessConfig(max_windows_per_document=2))
+    expected = sorted(("7", w.window_index) for w in picked)
+    assert len(expected) == 2 and expected != sorted(("7", w.window_index) for w in truth[:2])
+    ds, s = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(NEVER, top_window_keep=2),
+                                 str(tmp_path / "c"))
+    assert kept_negatives(ds) == expected
+    with pytest.raises(ValueError, match="top_window_keep must be an integer >= 0"):
+        NegativeSampling(top_window_keep=-1)
