@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
+from solution.checkpoint import CheckpointFailed, Checkpointer, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message, exclusive_lock, removed_if_disk_full
@@ -520,7 +520,9 @@ class Trainer:
             target = ResumeTarget(model, partial(self.strategy.load_full_state, model),
                                   partial(self.strategy.load_full_optimizer_state, model, optimizer, param_names),
                                   param_names, cfg.seed)
-            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
+            run.step, run.epoch, run.skip = self.checkpointer.load(
+                path, start.resume_key(), batches_per_epoch, target,
+                manifest_checked=self.cfg.resume_from_checkpoint in ("latest", "auto"))
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         else:
             self.checkpointer.note_earlier_checkpoints()
@@ -822,7 +824,7 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (TrainingStopped, StoppedBySignal, CheckpointDiskFull) as e:
+    except (TrainingStopped, StoppedBySignal, CheckpointFailed) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if strategy.launcher_rank() == 0:  # one line, not one per rank
             print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)
