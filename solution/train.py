@@ -35,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.checkpoint import CheckpointFailed, Checkpointer, ResumeTarget, find_checkpoint
+from solution.checkpoint import Checkpointer, CheckpointFailed, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message, exclusive_lock, removed_if_disk_full
