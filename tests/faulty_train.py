@@ -5,6 +5,8 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
 `solution/` carries test-only branches. FAULT is one of:
   enospc-checkpoint-N      the N-th `Accelerator.save_state` writes its files, then raises ENOSPC
                            (a disk that fills up halfway through checkpoint-N.tmp)
+  eio-checkpoint-N         the N-th `Accelerator.save_state` writes its files, then raises EIO (a storage
+                           that fails: what save_first_step is there to find in the first minute)
   enospc-model             the final model's safetensors file is written in part, then raises ENOSPC
   kill-after-step-N        SIGKILL right after the checkpoint of step N (or the first one past it),
   kill-rank-R-after-step-N   on every rank or on rank R only, as a crash or an OOM kill would
@@ -48,6 +50,14 @@ def wrap_save_state(after) -> None:
         return result
 
     accelerate.Accelerator.save_state = save_state
+
+
+def fail_storage_in_checkpoint(n: int) -> None:
+    def after(output_dir: Path, call: int) -> None:
+        if call == n:
+            raise OSError(errno.EIO, "Input/output error", str(output_dir / "optimizer.bin"))
+
+    wrap_save_state(after)
 
 
 def fill_disk_in_checkpoint(n: int) -> None:
@@ -156,6 +166,8 @@ def inject_training_bug(bug: str) -> None:
 def apply(fault: str) -> None:
     if m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
         fill_disk_in_checkpoint(int(m[1]))
+    elif m := re.fullmatch(r"eio-checkpoint-(\d+)", fault):
+        fail_storage_in_checkpoint(int(m[1]))
     elif fault == "enospc-model":
         fill_disk_in_model_save()
     elif m := re.fullmatch(r"kill(?:-rank-(\d+))?-after-step-(\d+)", fault):
