@@ -185,3 +185,42 @@ def test_sigstop_on_one_of_two_ranks_ends_the_run_naming_it_and_resume_auto_fini
     assert (out / "model" / "model.safetensors").is_file()
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["event"] == "end" and last["step"] == STEPS
+
+
+# -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------
+HUNG_SRUN = """#!/usr/bin/env bash
+# srun whose training step ended in a hang: the watchdog's record appended, exit 1 (the launcher's code).
+echo "srun $*" >> "$FAKE_SLURM_LOG"
+echo '{"event": "hang", "step": 7, "phase": "collective", "rank": 0, "stalled_ranks": [1]}' >> "$OUT/metrics.jsonl"
+exit 1
+"""
+
+
+def test_the_slurm_script_requeues_a_hang_with_a_checkpoint_at_most_hang_requeues_times(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", HUNG_SRUN), ("scontrol", 'echo "scontrol $*" >> "$FAKE_SLURM_LOG"\n')):
+        (fake / name).write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
+        (fake / name).chmod(0o755)
+    log = tmp_path / "slurm.log"
+    env = {**ENV, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(log), "OUT": str(out),
+           "SLURM_JOB_ID": "4242", "PYTHON": sys.executable, "HANG_REQUEUES": "2"}
+    env.pop("SLURM_STEP_ID", None)
+    cmd = ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", "configs/train/tiny.yaml",
+           "--output_dir", str(out)]
+
+    def batch_step():
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    first = batch_step()  # no checkpoint yet: a new start would begin again, so no requeue
+    assert first.returncode == 1 and "scontrol" not in log.read_text(), first.stdout + first.stderr
+    (out / "latest").write_text("checkpoint-5\n")
+    again = batch_step()  # the second hang of the run, the first with a checkpoint: requeued
+    assert again.returncode == 0, again.stderr
+    assert f"a hang ended the run (hang 2 of at most 2; stacks in {out / 'hang-stacks'})" in again.stdout
+    assert log.read_text().splitlines()[-1] == "scontrol requeue 4242"
+    last = batch_step()  # the third: a hang that keeps coming back is not requeued forever
+    assert last.returncode == 1 and "(hang 3, more than HANG_REQUEUES=2): not requeueing" in last.stderr
+    assert log.read_text().count("scontrol requeue") == 1
