@@ -15,6 +15,9 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
                            minutes); the first forward of each evaluation prints "faulty_train: evaluating"
   slow-features-S          featurising the training file takes S seconds a document; the first document
                            prints "faulty_train: featurising" (in each featurising process)
+  record-samples           every training sample carries its index (input_ids[1] = 1000 + index) and each
+                           micro-batch appends {rank, epoch, step, ids} to $SAMPLE_LOG/rank-R-pidP.jsonl
+  FAULT+FAULT              several at once (record-samples+kill-after-step-4)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
   double-accumulation      accumulated gradients not divided by the accumulation steps
@@ -141,6 +144,34 @@ def slow_featurisation(seconds: float) -> None:
     Featurizer.featurize = featurize
 
 
+def record_samples(folder: Path) -> None:
+    """Each sample's index rides in its window (the dummy windows are random tokens); each micro-batch
+    the trainer runs appends the indexes it holds, with the optimizer step it belongs to."""
+    import json
+
+    from solution import features, train
+
+    original_item = features.DummyWindows.__getitem__
+
+    def getitem(self, i):
+        item = original_item(self, i)
+        item["input_ids"][1] = 1000 + int(i)
+        return item
+
+    features.DummyWindows.__getitem__ = getitem
+    original_step = train.Trainer.micro_step
+
+    def micro_step(self, run, batch, meter, *args, **kwargs):
+        ids = [int(x) - 1000 for x in batch["input_ids"][:, 1]]
+        record = {"rank": self.accelerator.process_index, "epoch": run.sampler.epoch, "step": run.memory["step"],
+                  "ids": ids}
+        with open(folder / f"rank-{record['rank']}-pid{os.getpid()}.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return original_step(self, run, batch, meter, *args, **kwargs)
+
+    train.Trainer.micro_step = micro_step
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -164,7 +195,13 @@ def inject_training_bug(bug: str) -> None:
 
 
 def apply(fault: str) -> None:
-    if m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
+    if "+" in fault:
+        for one in fault.split("+"):
+            apply(one)
+        return
+    if fault == "record-samples":
+        record_samples(Path(os.environ["SAMPLE_LOG"]))
+    elif m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
         fill_disk_in_checkpoint(int(m[1]))
     elif m := re.fullmatch(r"eio-checkpoint-(\d+)", fault):
         fail_storage_in_checkpoint(int(m[1]))
