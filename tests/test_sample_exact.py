@@ -3,9 +3,10 @@ stops and resumes, and on whatever number of ranks.
 
 A run of 3 epochs (48 dummy windows, global batch 8: 6 optimizer steps an epoch) is killed right after
 its checkpoint at step 4 on two ranks (DDP, 2 a rank x 2 accumulation steps), resumed on ONE process
-(8 a batch, no accumulation: its position in batches differs from the writer's) and killed after step 8 (two steps into the second epoch), then resumed on two ranks to
-its end. tests/faulty_train.py's `record-samples` puts each sample's index into its window and records
-the indexes of every micro-batch the trainer runs, with its epoch and optimizer step.
+(8 a batch, no accumulation: its position in batches differs from the writer's) and killed after
+step 8 (two steps into the second epoch), then resumed on two ranks to its end. tests/faulty_train.py's
+`record-samples` puts each sample's index into its window and records the indexes of every micro-batch
+the trainer runs, with its epoch and optimizer step.
 """
 
 from __future__ import annotations
