@@ -15,8 +15,10 @@
 # reached, or one stopped before its first step (featurisation or loading outlasted the time left)
 # when output_dir holds a checkpoint to resume from; with none, requeueing would only start over.
 # SIGTERM (scancel, preemption) also saves a checkpoint, and SLURM itself requeues a preempted job
-# where it is set up to.
-# Environment knobs: GPUS_PER_NODE (default: GPUs visible, else 1 CPU rank), MAIN_PROCESS_PORT
+# where it is set up to. A hang (a rank without progress for hang_timeout: metrics.jsonl ends with an
+# `"event": "hang"` record) is requeued too when output_dir holds a checkpoint, at most HANG_REQUEUES
+# times (3) over the run's life.
+# Environment knobs: HANG_REQUEUES (3), GPUS_PER_NODE (default: GPUs visible, else 1 CPU rank), MAIN_PROCESS_PORT
 # (29500), MAIN_PROCESS_IP (default: the first host of the allocation), PYTHON (python),
 # TORCH_ELASTIC_SHUTDOWN_TIMEOUT (100: seconds the launcher lets its ranks save after a signal before
 # SIGKILL; keep it under the --signal lead time).
@@ -76,6 +78,19 @@ if [ -z "${SLURM_STEP_ID:-}" ] || [ "${SLURM_STEP_ID}" = "batch" ]; then
     fi
     echo "stopped on SIGUSR1 before the first optimizer step, and $OUT holds no checkpoint: not requeueing" \
       "(a new start would only begin again; give the job more time)" >&2
+  fi
+  if [[ "$LAST" == *'"event": "hang"'* ]] && [ -f "$OUT/latest" ]; then
+    # A hang (the watchdog's record: a rank made no progress for hang_timeout) is requeued a few times, not
+    # forever: one that recurs at the same place is a bug, not a sick node.
+    HANGS=$(grep -c '"event": "hang"' "$METRICS")
+    if [ "$HANGS" -le "${HANG_REQUEUES:-3}" ]; then
+      echo "a hang ended the run (hang $HANGS of at most ${HANG_REQUEUES:-3}; stacks in $OUT/hang-stacks):" \
+        "requeueing job $SLURM_JOB_ID; it resumes from $OUT/latest with --resume auto"
+      scontrol requeue "$SLURM_JOB_ID"
+      exit 0
+    fi
+    echo "a hang ended the run again (hang $HANGS, more than HANG_REQUEUES=${HANG_REQUEUES:-3}): not requeueing;" \
+      "see the hang: lines and $OUT/hang-stacks" >&2
   fi
   exit "$RC"
 fi

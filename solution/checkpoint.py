@@ -2,9 +2,11 @@
 
 output_dir/
   checkpoint-N/        one per save: Accelerate's save_state (DeepSpeed's ZeRO partitions, FSDP's
-                       distributed checkpoint, or plain weights), trainer_state.json, model_meta/
+                       distributed checkpoint, or plain weights), trainer_state.json, model_meta/, and
+                       manifest.json (every file's size and sha256), written last
   checkpoint-N.tmp/    a save in progress; renamed to checkpoint-N only once complete
-  latest               the name of the newest complete checkpoint, written after the rename
+  latest               the name of the newest complete checkpoint, written once the renamed checkpoint
+                       has been read back from storage and matches its manifest
 
 The `Checkpointer` is the only code that writes, prunes or loads these (the trainer hands it the
 scheduler and the run's fingerprint). What the engines' files inside are called, which engine wrote
@@ -23,7 +25,16 @@ from typing import Callable, Optional, get_type_hints
 
 import torch
 
-from solution.checkpoint_layout import DS_TAG, checkpoint_kind, full_state_dict, loadable_globals, verify_checkpoint_files
+from solution.checkpoint_layout import (
+    DS_TAG,
+    MANIFEST,
+    checkpoint_kind,
+    full_state_dict,
+    loadable_globals,
+    verify_checkpoint_files,
+    verify_manifest,
+    write_manifest,
+)
 from solution.config import optimizer_family, read_settings_file
 from solution.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
 from solution.model import json_type_ok
@@ -53,10 +64,12 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
     """`latest` -> the checkpoint output_dir/latest names; `auto` -> the same, or None when output_dir holds
     no complete checkpoint (start fresh); else the path given.
 
-    When latest's checkpoint is gone or its trainer_state.json unreadable (or there is no `latest`), the
-    most recently saved readable checkpoint is taken instead, and only one below latest's step: one past
-    it was left behind when a run resumed an older checkpoint, and is no ancestor of latest's. `log` says
-    what was passed over and why; when nothing is left, the error does."""
+    When latest's checkpoint is gone, its trainer_state.json unreadable or its files do not match its
+    manifest (or there is no `latest`), the most recently saved checkpoint that reads and verifies is
+    taken instead, and only one below latest's step: one past it was left behind when a run resumed an
+    older checkpoint, and is no ancestor of latest's. `log` says what was passed over and why; when
+    nothing is left, the error does. A checkpoint without a manifest (written before manifests) is
+    taken unverified."""
     output_dir = Path(output_dir)
     if spec not in ("latest", "auto"):
         path = Path(spec)
@@ -66,11 +79,14 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
         return path
     done = [p for p in numbered_checkpoints(output_dir) if (p / STATE_FILE).is_file()]
     named, skipped = _named_by_latest(output_dir), {}
-    if named is not None and _read_or_note(named, skipped) is not None:
+    if named is not None and _read_or_note(named, skipped) is not None and _verified_or_note(named, skipped):
         return named
     below = checkpoint_step(named) if named is not None else None
     candidates = [p for p in done if p != named and (below is None or checkpoint_step(p) < below)]
     chosen = _most_recently_saved(candidates, skipped)
+    while chosen is not None and not _verified_or_note(chosen, skipped):  # hashed newest first, until one holds
+        candidates.remove(chosen)
+        chosen = _most_recently_saved(candidates, skipped)
     passed_over = _passed_over(skipped, named, chosen)
     for line in passed_over:
         log(f"resume {spec}: {line}")
@@ -120,6 +136,16 @@ def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:
     except (ValueError, OSError) as e:
         skipped[path] = str(e)
         return None
+
+
+def _verified_or_note(path: Path, skipped: dict) -> bool:
+    """Whether the checkpoint's files match its manifest (or it has none); the reason kept in `skipped`."""
+    try:
+        verify_manifest(path)
+        return True
+    except ValueError as e:
+        skipped[path] = str(e)
+        return False
 
 
 def _passed_over(skipped: dict, named: Optional[Path], chosen: Optional[Path]) -> list:
@@ -249,8 +275,23 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class CheckpointDiskFull(Exception):
+class CheckpointFailed(Exception):
+    """A save that did not produce a good checkpoint; `latest` is as it was; its text is one line."""
+
+
+class CheckpointDiskFull(CheckpointFailed):
     """A save ran out of space: the half-written `.tmp` is gone and `latest` is as it was; one line."""
+
+
+class CheckpointCorrupt(CheckpointFailed):
+    """A checkpoint read back from storage right after the save does not match its manifest."""
+
+
+class CheckpointUnwritable(CheckpointFailed):
+    """The storage refused the save (permissions, a read-only filesystem, a quota, an I/O error)."""
+
+
+MIN_KEPT = 2  # pruning keeps at least this many: a checkpoint that fails its manifest needs one to fall back to
 
 
 class Checkpointer:
@@ -289,10 +330,16 @@ class Checkpointer:
         return self.save(step, epoch, batches_into_epoch)
 
     def save(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
-        """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was."""
+        """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was, as
+        does any other refusal of the storage (one line naming the path and the error)."""
         tmp = self.out / f"{checkpoint_name(step)}.tmp"
-        with removed_if_disk_full(tmp, lambda: CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}")):
-            path = self._write(step, epoch, batches_into_epoch, tmp)  # `latest`'s temporary file: fsutil removes it
+        try:
+            with removed_if_disk_full(tmp, lambda: CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}")):
+                path = self._write(step, epoch, batches_into_epoch, tmp)  # `latest`'s temporary file: fsutil removes it
+        except OSError as e:
+            where = e.filename or tmp
+            raise CheckpointUnwritable(f"{where}: cannot write checkpoint-{step} ({e.strerror or e}); "
+                                       f"{self.last_good()}") from None
         self.saved_step = step
         return path
 
@@ -304,21 +351,46 @@ class Checkpointer:
         acc.wait_for_everyone()
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
+        failure = None
         if self.is_main:
-            self.write_meta(tmp)
-            samples = batches_into_epoch * self.samples_per_batch
-            state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
-                                 samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
-            (tmp / STATE_FILE).write_text(state.to_json())
-            if final.exists():
-                self._make_room(final)
-            publish_dir(tmp, final)  # a checkpoint is complete or absent, never half-written
-            atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
-            self.parent = {"checkpoint": final.name, "saved_at": state.saved_at}
-            self.prune()
-        acc.wait_for_everyone()
+            try:
+                self._publish(step, epoch, batches_into_epoch, tmp, final)
+            except CheckpointCorrupt as e:
+                failure = str(e)
+        failure = self._agree(failure)  # every rank stops on it, none waits for the main one in a collective
+        if failure:
+            raise CheckpointCorrupt(failure)
         self.log(f"checkpoint: {final}")
         return final
+
+    def _publish(self, step: int, epoch: int, batches_into_epoch: int, tmp: Path, final: Path) -> None:
+        """The main process: trainer state and model_meta/, the manifest last, the rename, the manifest
+        checked against what the storage gives back, and only then `latest` and pruning."""
+        self.write_meta(tmp)
+        samples = batches_into_epoch * self.samples_per_batch
+        state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
+                             samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
+        (tmp / STATE_FILE).write_text(state.to_json())
+        write_manifest(tmp)
+        if final.exists():
+            self._make_room(final)
+        publish_dir(tmp, final)  # a checkpoint is complete or absent, never half-written
+        try:
+            verify_manifest(final, from_storage=True)
+        except ValueError as e:
+            raise CheckpointCorrupt(f"{final} does not match its {MANIFEST} when read back right after the save "
+                                    f"({e}): the storage did not keep what was written; {self.last_good()}") from None
+        atomic_write_text(self.out / LATEST, final.name + "\n")  # then the pointer; then, only now, pruning
+        self.parent = {"checkpoint": final.name, "saved_at": state.saved_at}
+        self.prune()
+
+    def _agree(self, failure: Optional[str]) -> Optional[str]:
+        """The main process's outcome of the save, on every rank (a barrier as well)."""
+        if self.accelerator.num_processes == 1:
+            return failure
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([failure], from_process=0)[0]
 
     def _make_room(self, final: Path) -> None:
         """A checkpoint of this step is already there. This run's own (the one it resumed, saved again at
@@ -336,10 +408,12 @@ class Checkpointer:
 
         The lineage is what this run wrote, the checkpoint it resumed and that one's ancestors (`lineage`),
         so a requeued job keeps the limit across restarts. A checkpoint outside it, left behind when this
-        run resumed an older one, is not this run's to remove: it stays, however high its step."""
+        run resumed an older one, is not this run's to remove: it stays, however high its step. At least
+        MIN_KEPT stay, whatever the limit: `--resume auto` falls back to the older one when the newest no
+        longer matches its manifest."""
         if not self.save_total_limit:
             return
-        for old in self.lineage()[self.save_total_limit:]:
+        for old in self.lineage()[max(self.save_total_limit, MIN_KEPT):]:
             shutil.rmtree(old, ignore_errors=True)
 
     def lineage(self) -> list:
@@ -366,15 +440,21 @@ class Checkpointer:
         return "no checkpoint was written"
 
     def load(self, path: Path, resume_key: dict, batches_per_epoch: int,
-             target: Optional["ResumeTarget"] = None) -> tuple[int, int, int]:
+             target: Optional["ResumeTarget"] = None, manifest_checked: bool = False) -> tuple[int, int, int]:
         """Restore engine, RNG and scheduler state; returns (step, epoch, batches into it) to go on from.
 
         `resume_key`: what must match (global batch, schedule, model, data); the layout (world size,
-        strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`)."""
+        strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`).
+        `manifest_checked`: find_checkpoint verified the manifest already (`latest`, `auto`)."""
         state = TrainerState.read(path)  # JSON only: what must match is refused before any file is unpickled
         self._check_resume_key(path, state.fingerprint, resume_key)
         self._check_scheduler(path, state.scheduler)
         skip = self._skip_batches(path, state)
+        if not (path / MANIFEST).is_file():
+            self.log(f"WARNING: {path} has no {MANIFEST} (written by an older version): its files' sizes and "
+                     "checksums are not checked")
+        elif not manifest_checked:
+            verify_manifest(path)  # a ValueError naming the file that differs
         verify_checkpoint_files(path)  # the engines' loaders unpickle; nothing but tensors may reach them
         self._continue_lineage(path, state)
         if self._is_latest(path):

@@ -264,3 +264,83 @@ def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
         else:
             state = torch.load(ckpt / "pytorch_model.bin", weights_only=True, map_location="cpu")
     return {k: (v.float() if v.is_floating_point() else v) for k, v in state.items()}
+
+
+# -- the manifest: every file's size and sha256, written last ------------------------------------------
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "nq-bert-qa-manifest/1"
+# Written into the checkpoint after its manifest, by a resume at another world size: not covered by it.
+ADDED_LATER = ("universal",)
+
+
+def _listed_files(ckpt: Path) -> list:
+    """The checkpoint's files by relative path, the manifest itself and later additions left out."""
+    root = Path(ckpt)
+    found = []
+    for folder, dirs, names in os.walk(root):
+        rel = Path(folder).relative_to(root)
+        if rel == Path("."):
+            dirs[:] = [d for d in dirs if d not in ADDED_LATER and not d.startswith(f"{ADDED_LATER[0]}.")]
+        found += [(rel / n).as_posix() for n in names if not (rel == Path(".") and n == MANIFEST)]
+    return sorted(found)
+
+
+def _sha256(path: Path, from_storage: bool = False) -> str:
+    """sha256 of a file; `from_storage`: flushed to the device and dropped from the page cache first, so
+    the bytes hashed are the ones the storage gives back, not the copy the writer left in memory."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if from_storage:
+            os.fsync(f.fileno())
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(ckpt: Path) -> Path:
+    """ckpt/manifest.json: every file's size and sha256, written last (to a temporary name, then renamed),
+    so a checkpoint whose manifest is there was complete when it was written."""
+    import json
+
+    from solution.fsutil import atomic_write_text
+
+    files = {rel: {"size": (Path(ckpt) / rel).stat().st_size, "sha256": _sha256(Path(ckpt) / rel)}
+             for rel in _listed_files(ckpt)}
+    return atomic_write_text(Path(ckpt) / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "files": files},
+                                                                indent=1) + "\n")
+
+
+def verify_manifest(ckpt: Path, from_storage: bool = False) -> bool:
+    """Check every file the manifest lists: there, of its size, of its sha256. False: no manifest (a
+    checkpoint from before manifests); True: it verifies; a ValueError naming the first file that
+    differs, or a file that no manifest lists (something added to the checkpoint since). `from_storage`:
+    see `_sha256` (the check right after a save)."""
+    import json
+
+    path = Path(ckpt) / MANIFEST
+    if not path.is_file():
+        return False
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        files = record["files"]
+        if record.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
+            raise ValueError(f"format {record.get('format')!r}")
+        listed = {rel: (int(v["size"]), str(v["sha256"])) for rel, v in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: unreadable manifest ({str(e)[:200]})") from None
+    for rel, (size, digest) in sorted(listed.items()):
+        file = Path(ckpt) / rel
+        if not file.is_file():
+            raise ValueError(f"{file}: listed in {MANIFEST} but missing")
+        if file.stat().st_size != size:
+            raise ValueError(f"{file}: {file.stat().st_size} bytes, but {MANIFEST} says {size} (truncated or rewritten)")
+        if _sha256(file, from_storage) != digest:
+            raise ValueError(f"{file}: sha256 differs from {MANIFEST} (its bytes changed since it was written)")
+    unlisted = sorted(set(_listed_files(ckpt)) - set(listed))
+    if unlisted:
+        raise ValueError(f"{Path(ckpt) / unlisted[0]}: not in {MANIFEST} (added to the checkpoint after it was written)")
+    return True

@@ -166,6 +166,18 @@ class TrainConfig:
     save_total_limit: Optional[int] = None
     """Keep only the newest N checkpoints of this run's lineage: its own, the one it resumed and that one's
     ancestors (null: all). Checkpoints left behind by resuming an older checkpoint are never removed."""
+    save_first_step: bool = False
+    """Also write a checkpoint after the first optimizer step of every start (fresh or resumed), as
+    torchtitan's `enable_first_step_checkpoint`: a storage problem (a read-only or full filesystem, a quota,
+    a checkpoint that reads back other bytes than were written) then stops the run in its first minute,
+    not at the first save_steps hours later. The checkpoint is an ordinary one (pruned like the others)."""
+    hang_timeout: float = 600.0
+    """Seconds a rank may go without progress (a new phase of a step: data, forward, backward, optimizer,
+    collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming
+    the step, the phase and the stalled ranks, and every rank's stacks under output_dir/hang-stacks
+    (solution.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
+    save. It also sets the collectives' timeouts (gloo, NCCL) to about a minute more, from the first step
+    on. The default, 10 minutes, is NCCL's own default timeout."""
     cpu_retain_freed_memory: bool = True
     """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
     and faulting it back in (solution.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the
@@ -191,6 +203,7 @@ class TrainConfig:
             (self.strategy in STRATEGY_CHOICES, "strategy", f"one of {STRATEGY_CHOICES}"),
             (self.save_steps >= 0, "save_steps", ">= 0"),
             (self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", ">= 1 or null"),
+            (self.hang_timeout >= 0, "hang_timeout", ">= 0 (0: no watchdog)"),
             (self.save_strategy in SAVE_STRATEGIES, "save_strategy", f"one of {SAVE_STRATEGIES}"),
             (self.lr_scheduler_type in LR_SCHEDULERS, "lr_scheduler_type", f"one of {LR_SCHEDULERS}"),
             (self.dataloader_num_workers >= 0, "dataloader_num_workers", ">= 0"),

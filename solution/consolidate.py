@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from solution.checkpoint_layout import full_state_dict
+from solution.checkpoint_layout import full_state_dict, verify_manifest
 from solution.fsutil import DiskFullError, removed_if_disk_full
 
 
@@ -27,6 +27,7 @@ def consolidate(checkpoint, out) -> Path:
         raise ValueError(f"{ckpt}: not a complete checkpoint (needs trainer_state.json and model_meta/); "
                          "training writes them to output_dir/checkpoint-N every save_steps")
     step = TrainerState.read(ckpt).step  # a broken trainer_state.json: one line, before minutes of loading
+    verify_manifest(ckpt)  # a file changed since the save: one line naming it (none for an older checkpoint)
     state = full_state_dict(ckpt)
     config = read_backbone_config(meta_dir)
     tokenizer = read_tokenizer(meta_dir)

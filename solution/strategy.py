@@ -54,6 +54,7 @@ from solution.checkpoint import ADAM_KEYS
 from solution.config import read_settings_file
 from solution.memory import cpu_native_bf16
 from solution.net import free_port
+from solution.watchdog import STACKS_DIR, collective_timeout
 
 DS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "ds"
 
@@ -309,13 +310,62 @@ def _require_cpu_adam() -> None:
                          f"or pre-build it with DS_BUILD_CPU_ADAM=1 pip install deepspeed") from None
 
 
-def _gloo_handlers(cuda: bool) -> list:
-    """gloo on CPU; on GPUs Accelerate picks NCCL itself.
+def _init_handlers(cuda: bool, hang_timeout: float = 0.0) -> list:
+    """gloo on CPU (on GPUs Accelerate picks NCCL itself), and the process group's timeout.
 
+    The timeout at start-up is the larger of the library's default (NCCL 10 min, gloo 30 min) and the
+    one hang_timeout sets (`watchdog.collective_timeout`): the ranks that wait while the main process
+    featurises wait in a barrier. The training loop lowers it (`set_collective_timeout`).
     Only with a launcher: a backend given to a lone process makes Accelerate expect a process group."""
+    from datetime import timedelta
+
     from accelerate.utils import InitProcessGroupKwargs
 
-    return [InitProcessGroupKwargs(backend="gloo")] if not cuda and "LOCAL_RANK" in os.environ else []
+    if "LOCAL_RANK" not in os.environ:
+        return []
+    kwargs = {} if cuda else {"backend": "gloo"}
+    if hang_timeout > 0:
+        library_default = 600 if cuda else 1800
+        kwargs["timeout"] = timedelta(seconds=max(library_default, collective_timeout(hang_timeout)))
+    return [InitProcessGroupKwargs(**kwargs)] if kwargs else []
+
+
+def set_collective_timeout(seconds: float) -> int:
+    """Every process group of this rank (the world's, and those DeepSpeed or FSDP made, which new_group
+    gives the library's default, not the world's) times out its collectives after `seconds`; returns
+    how many groups. torch's `_set_pg_timeout` is private: where it is missing, a warning, nothing else."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0
+    c10d = dist.distributed_c10d
+    try:
+        groups = list(c10d._world.pg_map)
+        for group in groups:
+            c10d._set_pg_timeout(timedelta(seconds=seconds), group)
+    except (AttributeError, RuntimeError, ValueError) as e:
+        print(f"warning: rank {launcher_rank()}: cannot set the collective timeout to {seconds:.0f} s "
+              f"({type(e).__name__}: {e}); the library's default applies", file=sys.stderr, flush=True)
+        return 0
+    return len(groups)
+
+
+NCCL_WATCHDOG_ENV = {
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",  # a timed-out collective aborts the communicator and the process
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",  # the flight recorder: the last 2000 collectives of each rank
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",  # ... written out when a collective times out
+}
+
+
+def nccl_watchdog_env(output_dir: str) -> None:
+    """NCCL's own watchdog and flight recorder, each variable only where the user has not set it: the
+    recorder's dump goes to output_dir/hang-stacks/nccl_trace_rank_<R> beside the watchdog's stacks."""
+    stacks = Path(output_dir) / STACKS_DIR
+    for key, value in {**NCCL_WATCHDOG_ENV, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{stacks}/nccl_trace_rank_"}.items():
+        os.environ.setdefault(key, value)
+    stacks.mkdir(parents=True, exist_ok=True)
 
 
 def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
@@ -404,7 +454,7 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
     plugin = DeepSpeedPlugin(hf_ds_config=_engine_ds_config(plan, cuda),
                              gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                              gradient_clipping=cfg.max_grad_norm, zero3_init_flag=False)
-    accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+    accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
     # Accelerate registers the config with transformers even when zero3_init_flag is off, and
     # transformers then builds every model inside zero.Init (partitioned, initialised per rank:
     # different weights from one process). Withdraw it so the flag means what it says.
@@ -430,8 +480,8 @@ def build_fsdp(cfg, plan: Plan, cuda: bool, kwargs: dict):
             auto_wrap_policy="transformer_based_wrap", cpu_offload=plan.cpu_offload,
             state_dict_type="SHARDED_STATE_DICT")
     if cuda:
-        return Accelerator(fsdp_plugin=plugin, **kwargs)
-    accelerator = Accelerator(cpu=True, kwargs_handlers=_gloo_handlers(cuda), **kwargs)
+        return Accelerator(fsdp_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
+    accelerator = Accelerator(cpu=True, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
     state = accelerator.state
     if state.distributed_type == DistributedType.MULTI_CPU:
         if cfg.mixed_precision != "no":
@@ -452,7 +502,7 @@ def build_ddp(cfg, plan: Plan, cuda: bool, kwargs: dict):
     from accelerate import Accelerator
     from accelerate.utils import DistributedDataParallelKwargs
 
-    handlers = [*_gloo_handlers(cuda), DistributedDataParallelKwargs(gradient_as_bucket_view=True)]
+    handlers = [*_init_handlers(cuda, cfg.hang_timeout), DistributedDataParallelKwargs(gradient_as_bucket_view=True)]
     return Accelerator(cpu=not cuda, kwargs_handlers=handlers, **kwargs)
 
 
@@ -509,6 +559,8 @@ class Strategy:
         check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
+        if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
+            nccl_watchdog_env(cfg.output_dir)
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                       log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
         self.accelerator = build(cfg, self.plan, self.cuda, kwargs)

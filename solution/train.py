@@ -13,6 +13,7 @@ strategy comes from `solution.strategy`, never from this file. Writes to
 Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
 gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
 after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`);
+4 a hang: a rank made no progress for hang_timeout seconds (solution.watchdog; continue with `--resume auto`);
 128 + N stopped by signal N before the first optimizer step, when there was nothing to save.
 """
 
@@ -34,7 +35,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution import strategy
-from solution.checkpoint import CheckpointDiskFull, Checkpointer, ResumeTarget, find_checkpoint
+from solution.checkpoint import Checkpointer, CheckpointFailed, ResumeTarget, find_checkpoint
 from solution.config import TrainConfig, load_config, parse_command_line
 from solution.features import DummyWindows, WindowDataset, build_train_features
 from solution.fsutil import check_writable, disk_full_message, exclusive_lock, removed_if_disk_full
@@ -43,6 +44,7 @@ from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
 from solution.model import architecture, build_model, load_tokenizer, save_model_dir, save_model_meta
 from solution.nq import ReadStats, read_examples
+from solution.watchdog import Progress, Watchdog, collective_timeout
 from solution.windows import Featurizer, add_structure_tokens
 
 
@@ -357,6 +359,8 @@ class Trainer:
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
         self.checkpointer: Checkpointer | None = None  # set up with the scheduler, in setup()
+        self.progress = Progress()  # the step and phase this rank is in, for the hang watchdog
+        self.first_step = 1  # the first optimizer step this start runs (save_first_step saves after it)
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -397,7 +401,7 @@ class Trainer:
         unwrapped.eval()
         autocast = torch.bfloat16 if cfg.mixed_precision == "bf16" else None
         sharded = self.strategy.plan.shards_parameters
-        run = model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded)
+        run = self.marked_runner(model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded))
         # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
         n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
         dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
@@ -426,6 +430,14 @@ class Trainer:
         if skipped:
             result["dev_skipped"] = skipped
         return result
+
+    def marked_runner(self, run):
+        """`run`, each batch marked as progress in the `evaluate` phase (an evaluation takes minutes)."""
+        def marked(batch):
+            self.progress.mark("evaluate")
+            return run(batch)
+
+        return marked
 
     def _stop_evaluation(self, summed: list) -> None:
         """Every evaluation batch, with the stop flags summed over ranks (the same sums on every rank)."""
@@ -499,7 +511,7 @@ class Trainer:
         if warning := warmup_warning(cfg, total_steps):
             self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set))
-        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), cfg.save_due,
+        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), self.save_due,
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)
         run = TrainingRun(model, optimizer, scheduler, loader, sampler, batches_per_epoch, total_steps,
                           num_epochs, start, memory)
@@ -508,7 +520,9 @@ class Trainer:
             target = ResumeTarget(model, partial(self.strategy.load_full_state, model),
                                   partial(self.strategy.load_full_optimizer_state, model, optimizer, param_names),
                                   param_names, cfg.seed)
-            run.step, run.epoch, run.skip = self.checkpointer.load(path, start.resume_key(), batches_per_epoch, target)
+            run.step, run.epoch, run.skip = self.checkpointer.load(
+                path, start.resume_key(), batches_per_epoch, target,
+                manifest_checked=self.cfg.resume_from_checkpoint in ("latest", "auto"))
             start.resumed_from = {"checkpoint": str(path), "step": run.step}
         else:
             self.checkpointer.note_earlier_checkpoints()
@@ -543,6 +557,25 @@ class Trainer:
         if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
             # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
             self.log("cpu memory: " + retain_freed_memory()[1])
+        self.first_step = run.step + 1
+        with self.watchdog():
+            last_eval = self.train_loop(run)
+            self.finish(run, run.step, last_eval)
+        self.strategy.close()
+        return last_eval
+
+    def watchdog(self) -> Watchdog:
+        """The hang watchdog for the loop, and the collectives' timeout set from hang_timeout."""
+        cfg, acc = self.cfg, self.accelerator
+        if cfg.hang_timeout > 0:
+            strategy.set_collective_timeout(collective_timeout(cfg.hang_timeout))
+        # The rank that reports a hang appends its record, whichever rank it is (rank 0 may be the frozen one).
+        metrics = MetricsLog(self.out / "metrics.jsonl", True, append=True)
+        return Watchdog(self.progress, self.out, acc.process_index, acc.num_processes, cfg.hang_timeout,
+                        on_hang=metrics.write)
+
+    def train_loop(self, run: TrainingRun) -> dict:
+        """Every epoch from the resume position; returns the last dev scores. `run.step` follows the loop."""
         from tqdm.auto import tqdm
 
         bar = tqdm(total=run.total_steps, initial=run.step, disable=not self.is_main or self.cfg.disable_tqdm,
@@ -558,28 +591,47 @@ class Trainer:
             if step >= run.total_steps:
                 break
             batches, run.skip = run.skip, 0
-            for batch in self.epoch_batches(run, epoch, skip=batches):
+            for batch in self.marked(self.epoch_batches(run, epoch, skip=batches)):
                 batches += 1
                 run.memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
                 want_norm = self.norm_wanted(step + 1, run.total_steps, epoch_end=batches == run.batches_per_epoch)
                 if not self.micro_step(run, batch, meter, want_norm):
                     continue
                 step += 1
+                self.progress.mark("collective", step)
                 loss, flags = meter.close_step(self.accelerator, self.stop_request.flags())
                 self._check_finite(step, loss, meter.grad_norm)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 self.log_step(step, epoch, loss, meter, run.total_steps)
+                self.progress.mark("save")
                 self.checkpointer.maybe_save(step, epoch, batches)
                 if step < run.total_steps:
                     self._stop_if_requested(step, epoch, batches, self.stop_request.agreed(flags))
                 if step >= run.total_steps:
                     break
+            self.progress.mark("save")
             self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
             last_eval = self.end_of_epoch(run.model, epoch, step, batches) or last_eval
         bar.close()
-        self.finish(run, step, last_eval)
+        run.step = step
         return last_eval
+
+    def marked(self, batches):
+        """The batches of `batches`, each fetch marked as the `data` phase (a stuck loader shows as one)."""
+        it = iter(batches)
+        while True:
+            self.progress.mark("data")
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch
+
+    def save_due(self, step: int, epoch_end: bool) -> bool:
+        """The config's save_due, and save_first_step's probe after the first step this start runs."""
+        return self.cfg.save_due(step, epoch_end) or (self.cfg.save_first_step and step == self.first_step
+                                                      and not epoch_end)
 
     def epoch_batches(self, run: TrainingRun, epoch: int, skip: int):
         """The loader for `epoch`, past its first `skip` batches (a resumed run's position)."""
@@ -598,12 +650,15 @@ class Trainer:
         True when it did (an optimizer step ended). `want_norm`: see `norm_wanted`."""
         acc = self.accelerator
         with acc.accumulate(run.model):
+            self.progress.mark("forward")
             out = run.model(**batch)
+            self.progress.mark("backward")
             acc.backward(out["loss"])
             meter.loss_sum += out["loss"].detach()
             meter.micro += 1
             meter.samples += batch["input_ids"].shape[0] * acc.num_processes
             if acc.sync_gradients:
+                self.progress.mark("optimizer")
                 meter.lr = run.scheduler.get_last_lr()[0]  # the rate this step uses
                 meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm, want_norm)
                 run.optimizer.step()
@@ -616,7 +671,7 @@ class Trainer:
         before a save (a non-finite gradient with a finite loss must not reach a checkpoint). Between
         them a diverged model shows in the next step's loss, checked every step."""
         cfg = self.cfg
-        return step % cfg.logging_steps == 0 or step == total_steps or cfg.save_due(step, epoch_end)
+        return step % cfg.logging_steps == 0 or step == total_steps or self.save_due(step, epoch_end)
 
     def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
         """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
@@ -676,8 +731,8 @@ class Trainer:
             mine.pop("step", None)
             end["memory_per_rank"] = gather_object([mine])
         self.metrics.write(end)
+        self.progress.mark("collective")
         acc.wait_for_everyone()
-        self.strategy.close()
 
     def _check_finite(self, step: int, loss: float, grad_norm) -> None:
         """Stop before anything is saved from a diverged model. The loss is reduced over ranks and the
@@ -701,6 +756,7 @@ class Trainer:
 
     def save_final(self, model) -> None:
         acc = self.accelerator
+        self.progress.mark("save")
         acc.wait_for_everyone()
         state = self.strategy.full_state_dict(model)  # full fp32 weights on the main process, whatever the strategy
         if self.is_main:
@@ -768,7 +824,7 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (TrainingStopped, StoppedBySignal, CheckpointDiskFull) as e:
+    except (TrainingStopped, StoppedBySignal, CheckpointFailed) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if strategy.launcher_rank() == 0:  # one line, not one per rank
             print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)

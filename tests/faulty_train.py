@@ -5,6 +5,8 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
 `solution/` carries test-only branches. FAULT is one of:
   enospc-checkpoint-N      the N-th `Accelerator.save_state` writes its files, then raises ENOSPC
                            (a disk that fills up halfway through checkpoint-N.tmp)
+  eio-checkpoint-N         the N-th `Accelerator.save_state` writes its files, then raises EIO (a storage
+                           that fails: what save_first_step is there to find in the first minute)
   enospc-model             the final model's safetensors file is written in part, then raises ENOSPC
   kill-after-step-N        SIGKILL right after the checkpoint of step N (or the first one past it),
   kill-rank-R-after-step-N   on every rank or on rank R only, as a crash or an OOM kill would
@@ -13,6 +15,9 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
                            minutes); the first forward of each evaluation prints "faulty_train: evaluating"
   slow-features-S          featurising the training file takes S seconds a document; the first document
                            prints "faulty_train: featurising" (in each featurising process)
+  record-samples           every training sample carries its index (input_ids[1] = 1000 + index) and each
+                           micro-batch appends {rank, epoch, step, ids} to $SAMPLE_LOG/rank-R-pidP.jsonl
+  FAULT+FAULT              several at once (record-samples+kill-after-step-4)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
   double-accumulation      accumulated gradients not divided by the accumulation steps
@@ -48,6 +53,14 @@ def wrap_save_state(after) -> None:
         return result
 
     accelerate.Accelerator.save_state = save_state
+
+
+def fail_storage_in_checkpoint(n: int) -> None:
+    def after(output_dir: Path, call: int) -> None:
+        if call == n:
+            raise OSError(errno.EIO, "Input/output error", str(output_dir / "optimizer.bin"))
+
+    wrap_save_state(after)
 
 
 def fill_disk_in_checkpoint(n: int) -> None:
@@ -131,6 +144,34 @@ def slow_featurisation(seconds: float) -> None:
     Featurizer.featurize = featurize
 
 
+def record_samples(folder: Path) -> None:
+    """Each sample's index rides in its window (the dummy windows are random tokens); each micro-batch
+    the trainer runs appends the indexes it holds, with the optimizer step it belongs to."""
+    import json
+
+    from solution import features, train
+
+    original_item = features.DummyWindows.__getitem__
+
+    def getitem(self, i):
+        item = original_item(self, i)
+        item["input_ids"][1] = 1000 + int(i)
+        return item
+
+    features.DummyWindows.__getitem__ = getitem
+    original_step = train.Trainer.micro_step
+
+    def micro_step(self, run, batch, meter, *args, **kwargs):
+        ids = [int(x) - 1000 for x in batch["input_ids"][:, 1]]
+        record = {"rank": self.accelerator.process_index, "epoch": run.sampler.epoch, "step": run.memory["step"],
+                  "ids": ids}
+        with open(folder / f"rank-{record['rank']}-pid{os.getpid()}.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return original_step(self, run, batch, meter, *args, **kwargs)
+
+    train.Trainer.micro_step = micro_step
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -154,8 +195,16 @@ def inject_training_bug(bug: str) -> None:
 
 
 def apply(fault: str) -> None:
-    if m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
+    if "+" in fault:
+        for one in fault.split("+"):
+            apply(one)
+        return
+    if fault == "record-samples":
+        record_samples(Path(os.environ["SAMPLE_LOG"]))
+    elif m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
         fill_disk_in_checkpoint(int(m[1]))
+    elif m := re.fullmatch(r"eio-checkpoint-(\d+)", fault):
+        fail_storage_in_checkpoint(int(m[1]))
     elif fault == "enospc-model":
         fill_disk_in_model_save()
     elif m := re.fullmatch(r"kill(?:-rank-(\d+))?-after-step-(\d+)", fault):

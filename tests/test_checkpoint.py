@@ -188,6 +188,9 @@ def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):
     assert scheduler.value == 7 and ck.accelerator.loaded == str(path)
     assert ck.load(path, FINGERPRINT, batches_per_epoch=2) == (4, 2, 0)  # it closed its epoch
     (path / "random_states_0.pkl").unlink()
+    with pytest.raises(ValueError, match="random_states_0.pkl: listed in manifest.json but missing"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+    (path / "manifest.json").unlink()  # a checkpoint from before manifests: the RNG check still names it
     with pytest.raises(ValueError, match="random_states_0.pkl: missing"):
         ck.load(path, FINGERPRINT, batches_per_epoch=4)
 
@@ -376,8 +379,9 @@ def test_resume_auto_passes_over_an_unreadable_newest_checkpoint_saying_why(tmp_
 
 
 def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_names(tmp_path, monkeypatch):
-    """checkpoint-2, 4, 6 written; a run resumes checkpoint-2 with save_total_limit 1 and saves step 4. The
-    new checkpoint-4 (what latest names) stays; checkpoint-6, left behind, is neither pruned nor resumed."""
+    """checkpoint-2, 4, 6 written; a run resumes checkpoint-2 with save_total_limit 1 (2 kept, the least)
+    and saves steps 4 and 6. Its new checkpoints (what latest names) stay, its checkpoint-2 is pruned in the
+    end; checkpoint-6, left behind, is neither pruned nor resumed."""
     monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
     first = checkpointer(tmp_path)
     for step in (2, 4, 6):
@@ -388,7 +392,7 @@ def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_n
     ck.load(tmp_path / "checkpoint-2", FINGERPRINT, batches_per_epoch=100)
     old_four = TrainerState.read(tmp_path / "checkpoint-4").saved_at
     ck.save(4, 0, 4)
-    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     # The left run's checkpoint-4 is moved aside, not replaced: the user's, and no resume or pruning takes it.
     [aside] = tmp_path.glob("checkpoint-4.left-*")
     assert TrainerState.read(aside).saved_at == old_four and checkpoint_step(aside) is None
@@ -398,8 +402,8 @@ def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_n
     assert TrainerState.read(tmp_path / "checkpoint-4").parent["checkpoint"] == "checkpoint-2"
     (tmp_path / LATEST).unlink()  # without the pointer: the lineage saved last, not the highest step
     assert find_checkpoint(tmp_path, "auto") == tmp_path / "checkpoint-4"
-    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-4 is pruned, the left run's checkpoint-6 moved aside
-    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-6"]
+    ck.save(6, 0, 6)  # the run goes on: its own checkpoint-2 is pruned, the left run's checkpoint-6 moved aside
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
     assert len(list(tmp_path.glob("checkpoint-6.left-*"))) == 1 and len(list(tmp_path.glob("checkpoint-4.left-*"))) == 1
     assert TrainerState.read(tmp_path / "checkpoint-6").parent["checkpoint"] == "checkpoint-4"
 
@@ -531,3 +535,113 @@ def test_a_fresh_run_says_once_that_an_earlier_run_s_checkpoints_stay(tmp_path, 
     fresh.save(2, 0, 2)  # the old checkpoint-2 moves aside; neither it nor checkpoint-4 is pruned
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4"]
     assert len(list(tmp_path.glob("checkpoint-2.left-*"))) == 1
+
+
+# -- manifests: checkpoints that prove themselves ---------------------------------------------------------
+def flip_a_byte(path: Path, at: int = 0) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def rot_state(ckpt: Path) -> Path:
+    """One byte of trainer_state.json changed, the file still the same size and valid: only its checksum
+    can tell (the strategy "ddp" becomes "ddq")."""
+    path = ckpt / "trainer_state.json"
+    path.write_text(path.read_text().replace('"ddp"', '"ddq"'))
+    return path
+
+
+def test_every_checkpoint_gets_a_manifest_of_its_files_written_last(tmp_path):
+    path = checkpointer(tmp_path).save(2, 0, 2)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == "nq-bert-qa-manifest/1"
+    assert sorted(manifest["files"]) == ["random_states_0.pkl", "trainer_state.json"]
+    state = manifest["files"]["trainer_state.json"]
+    assert state["size"] == (path / "trainer_state.json").stat().st_size and len(state["sha256"]) == 64
+
+
+def test_latest_moves_only_after_the_checkpoint_reads_back_as_written(tmp_path, monkeypatch):
+    """A storage that gives back other bytes than were written (here: one flipped as the folder is renamed
+    complete): the save stops with one line naming the file, and `latest` still names the previous one."""
+    ck = checkpointer(tmp_path)
+    ck.save(2, 0, 2)
+    from solution import checkpoint
+
+    original = checkpoint.publish_dir
+
+    def corrupting_publish(tmp, final):
+        original(tmp, final)
+        flip_a_byte(Path(final) / "trainer_state.json", at=5)
+
+    monkeypatch.setattr(checkpoint, "publish_dir", corrupting_publish)
+    with pytest.raises(checkpoint.CheckpointCorrupt) as e:
+        ck.save(4, 0, 4)
+    assert str(e.value) == (f"{tmp_path / 'checkpoint-4'} does not match its manifest.json when read back right after "
+                            f"the save ({tmp_path / 'checkpoint-4' / 'trainer_state.json'}: sha256 differs from "
+                            "manifest.json (its bytes changed since it was written)): the storage did not keep what "
+                            f"was written; the last good checkpoint is {tmp_path / 'checkpoint-2'} (latest)")
+    assert (tmp_path / LATEST).read_text() == "checkpoint-2\n"
+
+
+def test_resume_auto_falls_back_past_checkpoints_that_fail_their_manifest_saying_why(tmp_path):
+    ck = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        ck.save(step, 0, step)
+    rotten = rot_state(tmp_path / "checkpoint-6")
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")  # unreadable state: skipped before hashing
+    said = []
+    assert find_checkpoint(tmp_path, "auto", log=said.append) == tmp_path / "checkpoint-2"
+    assert said == [
+        f"resume auto: skipped {tmp_path / 'checkpoint-6'} ({rotten}: sha256 "
+        "differs from manifest.json (its bytes changed since it was written))",
+        f"resume auto: skipped {tmp_path / 'checkpoint-4'} ({tmp_path / 'checkpoint-4' / 'trainer_state.json'}: format "
+        "None, expected 'nq-bert-qa-checkpoint/1')"]
+
+
+def test_a_truncated_missing_or_added_file_is_named(tmp_path):
+    from solution.checkpoint_layout import verify_manifest
+
+    path = checkpointer(tmp_path).save(2, 0, 2)
+    assert verify_manifest(path) is True
+    (path / "extra.pt").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"extra.pt: not in manifest.json \(added to the checkpoint after it was"):
+        verify_manifest(path)
+    (path / "extra.pt").unlink()
+    state = path / "trainer_state.json"
+    state.write_text(state.read_text()[:-3])
+    with pytest.raises(ValueError, match=r"trainer_state.json: \d+ bytes, but manifest.json says \d+ \(truncated"):
+        verify_manifest(path)
+    state.unlink()
+    with pytest.raises(ValueError, match="trainer_state.json: listed in manifest.json but missing"):
+        verify_manifest(path)
+    (path / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match="manifest.json: unreadable manifest"):
+        verify_manifest(path)
+
+
+def test_resuming_a_checkpoint_by_path_verifies_it_one_without_a_manifest_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    path = checkpointer(tmp_path).save(4, 1, 2)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,
+                      log=said.append)
+    (path / "random_states_0.pkl").write_bytes(b"\0")
+    with pytest.raises(ValueError, match=r"random_states_0.pkl: 1 bytes, but manifest.json says 0 \(truncated or"):
+        ck.load(path, FINGERPRINT, batches_per_epoch=4)
+    (path / "random_states_0.pkl").write_bytes(b"")
+    path = path.rename(tmp_path / "copy")  # by its path: the check is load's own, not find_checkpoint's
+    rot_state(path)
+    with pytest.raises(ValueError, match="trainer_state.json: sha256 differs from manifest.json"):
+        ck.load(path, {**FINGERPRINT, "strategy": "ddq"}, batches_per_epoch=4)
+    (path / "manifest.json").unlink()
+    assert ck.load(path, {**FINGERPRINT, "strategy": "ddq"}, batches_per_epoch=4) == (4, 1, 2)
+    assert f"WARNING: {path} has no manifest.json (written by an older version): its files' sizes and checksums " \
+           "are not checked" in said
+
+
+def test_a_limit_of_one_keeps_two_so_a_corrupt_newest_has_a_fallback(tmp_path):
+    ck = checkpointer(tmp_path, every=1, limit=1)
+    for step in range(1, 5):
+        ck.maybe_save(step, 0, step)
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-4"]

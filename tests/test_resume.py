@@ -64,6 +64,7 @@ def test_resume_in_the_third_epoch_with_dropout_is_bitwise(tmp_path):
 def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
     assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
     (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
+    (tmp_path / "checkpoint-2" / "manifest.json").unlink()  # as an older version wrote it: the manifest would name it
     proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest", *CONSTANT)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc) == [x for x in proc.stderr.splitlines() if "random_states_0.pkl: missing" in x]
@@ -198,15 +199,61 @@ def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
 
 
 def test_resuming_an_older_checkpoint_keeps_its_new_checkpoint_and_resume_latest_follows_it(tmp_path):
-    """checkpoint-2, 4, 6 written; checkpoint-2 resumed with save_total_limit 1. The checkpoint-4 it writes is
+    """checkpoint-2, 4, 6 written; checkpoint-2 resumed with save_total_limit 1 (two kept, the least, so
+    checkpoint-2 stays beside its new checkpoint-4). The checkpoint-4 it writes is
     what latest names and what --resume latest continues; checkpoint-6, left behind, is kept but not resumed."""
     assert train(tmp_path, "--max_steps", "6", "--save_steps", "2", *CONSTANT).returncode == 0
     again = train(tmp_path, "--max_steps", "4", "--save_steps", "2", "--save_total_limit", "1",
                   "--resume", str(tmp_path / "checkpoint-2"), *CONSTANT)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint-[0-9]")) == ["checkpoint-4", "checkpoint-6"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-[0-9]")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     assert len(list(tmp_path.glob("checkpoint-4.left-*"))) == 1  # the left run's checkpoint-4, moved aside
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-4"
     latest = train(tmp_path, "--max_steps", "8", "--save_steps", "2", "--resume", "latest", *CONSTANT)
     assert latest.returncode == 0, latest.stderr[-3000:]
     assert f"resumed from {tmp_path / 'checkpoint-4'} (native, single x1): step 4," in latest.stdout, latest.stdout
+
+
+def test_resume_auto_passes_over_a_corrupted_newest_checkpoint_saying_why(tmp_path):
+    """checkpoint-6's weights lose one byte to the storage (same size, another value): `--resume auto`
+    says why it skips it, resumes checkpoint-4, and ends bitwise at the uninterrupted run's weights."""
+    whole = train(tmp_path, "--max_steps", "6", "--save_steps", "2", *CONSTANT)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    reference = load_file(str(tmp_path / "model" / "model.safetensors"))
+    weights = tmp_path / "checkpoint-6" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # a bit flipped in the middle of a tensor: the file still loads
+    weights.write_bytes(bytes(data))
+    resumed = train(tmp_path, "--max_steps", "6", "--save_steps", "2", "--resume", "auto", *CONSTANT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"resume auto: skipped {tmp_path / 'checkpoint-6'} ({weights}: sha256 differs from manifest.json (its "
+            "bytes changed since it was written))") in resumed.stdout, resumed.stdout
+    assert f"resume auto: continuing from {tmp_path / 'checkpoint-4'}" in resumed.stdout
+    assert sorted(steps(tmp_path))[-2:] == [5, 6]
+    for name, w in load_file(str(tmp_path / "model" / "model.safetensors")).items():
+        assert torch.equal(w, reference[name]), name
+
+
+def test_the_first_step_save_finds_a_failing_storage_at_step_one(tmp_path):
+    """A storage that fails every write (EIO from the first save on): with save_first_step the run stops
+    after step 1 in one line naming the path and the error; without it, nothing is saved before step 100."""
+    fault = ("tests/faulty_train.py", "eio-checkpoint-1")
+    probed = train(tmp_path / "probed", "--max_steps", "8", "--save_steps", "100", "--save_first_step", "true",
+                   entry=fault)
+    assert probed.returncode == 1, probed.stderr[-3000:]
+    assert error_lines(probed) == [f"error: {tmp_path / 'probed' / 'checkpoint-1.tmp' / 'optimizer.bin'}: cannot write "
+                                   "checkpoint-1 (Input/output error); no checkpoint was written"]
+    assert sorted(steps(tmp_path / "probed")) == [1] and not (tmp_path / "probed" / "latest").exists()
+    unprobed = train(tmp_path / "unprobed", "--max_steps", "8", "--save_steps", "100", entry=fault)
+    assert unprobed.returncode == 0 and sorted(steps(tmp_path / "unprobed")) == list(range(1, 9))
+
+
+def test_the_first_step_save_is_an_ordinary_checkpoint_of_every_start(tmp_path):
+    """Fresh: checkpoint-1; resumed from checkpoint-4: checkpoint-5, its first step; both resume."""
+    first = train(tmp_path, "--max_steps", "4", "--save_steps", "4", "--save_first_step", "true", *CONSTANT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-4"]
+    again = train(tmp_path, "--max_steps", "6", "--save_steps", "4", "--save_first_step", "true", "--resume", "latest",
+                  *CONSTANT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-4", "checkpoint-5"]

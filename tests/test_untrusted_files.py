@@ -15,7 +15,7 @@ import torch
 from conftest import run_one_step
 
 from solution.checkpoint import Checkpointer, ResumeTarget, TrainerState
-from solution.checkpoint_layout import FSDP_DIR, verify_checkpoint_files
+from solution.checkpoint_layout import FSDP_DIR, verify_checkpoint_files, write_manifest
 from solution.config import load_config
 from solution.consolidate import main as consolidate_main
 
@@ -130,6 +130,7 @@ def test_a_linked_tag_folder_is_refused_by_a_real_deepspeed_resume(zero2_checkpo
     shutil.move(ckpt / "pytorch_model", tmp_path / "elsewhere")
     (ckpt / "pytorch_model").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     torch.save({"optimizer_state_dict": Evil()}, tmp_path / "elsewhere" / OPTIM_STATES)
+    write_manifest(ckpt)  # whoever can change the files can rewrite their checksums: the guard stands alone
     proc = run_one_step(out, "zero2", "--resume", "latest")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"error: {ckpt / 'pytorch_model'}: a symbolic link to {tmp_path / 'elsewhere'}" in proc.stderr
@@ -244,6 +245,7 @@ def test_a_tampered_real_fsdp_checkpoint_is_refused_by_resume_and_consolidate(ta
     else:
         bad = ckpt / "optimizer_0" / "__0_0.distcp"
         swap_value(ckpt / "optimizer_0", "optimizer.param_groups.0.lr", Evil())
+    write_manifest(ckpt)  # whoever can change the files can rewrite their checksums: the guard stands alone
     assert consolidate_main([str(ckpt), str(tmp_path / "model")]) == 2
     assert f"error: {bad}" in capsys.readouterr().err
     proc = run_one_step(out, "fsdp", "--resume", "latest")

@@ -1,0 +1,264 @@
+"""The hang watchdog: a rank that makes no progress for `hang_timeout` seconds ends the run, saying where.
+
+The training loop marks each rank's progress (`Progress.mark`: the optimizer step and the phase it
+entered: data, forward, backward, optimizer, collective, save, evaluate). A thread per rank (`Watchdog`)
+writes that, with a beat counter and the main thread's stack, to output_dir/heartbeat/rank-R.json every
+few seconds. When its own rank has made no progress for hang_timeout seconds it reads every rank's file,
+waits a few beats and reads them again: a rank whose beat did not move is not responding (stopped,
+frozen or dead; such a rank cannot run its own watchdog, so the others must name it). Then it
+
+  - prints one line (`hang: ...`) naming the step, the phase and the stalled ranks (from one rank only:
+    the lowest that still responds),
+  - writes its Python stacks (every thread) to output_dir/hang-stacks/rank-R-pidP.txt, and for each
+    rank that no longer responds the stack its last heartbeat recorded (`...last-seen.txt`),
+  - exits with EXIT_HANG at once (os._exit: the main thread is stuck in a collective and cannot unwind),
+    so that torchrun tears down the other ranks and a restart with `--resume auto` continues.
+
+A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
+releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
+every thread's stack to stderr and exits 1 once the beats stop for longer than the collective timeout.
+
+Standard library only; nothing here knows about Accelerate or the model.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+EXIT_HANG = 4
+HEARTBEAT_DIR = "heartbeat"
+STACKS_DIR = "hang-stacks"
+# Phases where a rank waits for the others (a collective, or DDP's all-reduce inside backward): a rank
+# found here is more likely a victim than the cause.
+WAITING_PHASES = ("collective", "backward", "optimizer")
+
+
+def beat_interval(hang_timeout: float) -> float:
+    """Seconds between heartbeats: a twelfth of the timeout, between 1 and 30 s (a rank's file is
+    rewritten that often: about 30 small writes an hour per rank at the default timeout)."""
+    return max(1.0, min(30.0, hang_timeout / 12))
+
+
+def confirm_wait(hang_timeout: float) -> float:
+    """How long the watchdog waits between its two reads of the heartbeats: three beats and a second,
+    so a rank whose thread is only slow (a loaded machine) still beats in between."""
+    return 3 * beat_interval(hang_timeout) + 1.0
+
+
+def collective_timeout(hang_timeout: float) -> float:
+    """The collectives' own timeout (gloo, NCCL), set from hang_timeout: past the watchdog's detection
+    (timeout + confirmation) by a minute, so the watchdog's line comes first and the library's timeout
+    is the backstop for a watchdog that could not run."""
+    return hang_timeout + confirm_wait(hang_timeout) + 60.0
+
+
+class Progress:
+    """Where this rank's main thread is: the optimizer step, the phase, and when it entered it.
+
+    `mark` is a few attribute writes (atomic under the GIL), cheap enough for every micro-batch."""
+
+    def __init__(self):
+        self.step, self.phase, self.since = 0, "setup", time.monotonic()
+
+    def mark(self, phase: str, step: Optional[int] = None) -> None:
+        if step is not None:
+            self.step = step
+        self.phase, self.since = phase, time.monotonic()
+
+    def idle_s(self) -> float:
+        return time.monotonic() - self.since
+
+
+@dataclass
+class Beat:
+    """One rank's heartbeat file, as read by another rank."""
+
+    rank: int
+    beat: int = -1  # -1: no file
+    step: Optional[int] = None
+    phase: str = "?"
+    idle_s: float = 0.0
+    pid: Optional[int] = None
+    host: str = "?"
+    stack: list = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path, rank: int) -> "Beat":
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            return cls(rank, int(record["beat"]), record.get("step"), str(record.get("phase")),
+                       float(record.get("idle_s", 0.0)), record.get("pid"), str(record.get("host")),
+                       list(record.get("stack") or []))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls(rank)
+
+
+def format_ranks(ranks: list) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, run = [], []
+    for r in sorted(ranks):
+        if run and r != run[-1] + 1:
+            parts.append(_span(run))
+            run = []
+        run.append(r)
+    if run:
+        parts.append(_span(run))
+    return ",".join(parts)
+
+
+def _span(run: list) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+
+
+def diagnose(first: dict, second: dict) -> tuple[list, list]:
+    """(stalled ranks, the ones among them that no longer respond) from two reads of every rank's
+    heartbeat (`rank -> Beat`, the second `confirm_wait` after the first).
+
+    A rank whose beat did not move between the reads is not responding: stalled. Without such a rank,
+    the ranks that are not waiting for the others (not in a WAITING_PHASES phase) are the stalled ones:
+    a rank stuck in its forward pass, its data loader or a save leaves the others waiting in the next
+    collective. When every rank waits (a collective that never completes), all are named."""
+    silent = sorted(r for r in second if second[r].beat < 0 or second[r].beat == first.get(r, Beat(r)).beat)
+    if silent:
+        return silent, silent
+    working = sorted(r for r, b in second.items() if b.phase not in WAITING_PHASES)
+    return (working or sorted(second)), []
+
+
+def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: list, beats: dict,
+              stacks: Path) -> str:
+    """One line: the hang, this rank's step and phase, each stalled rank with its last step and phase."""
+    described = []
+    for r in stalled:
+        b = beats.get(r, Beat(r))
+        where = f"last seen at step {b.step}, {b.phase}" if b.beat >= 0 else "no heartbeat"
+        why = "not responding: stopped, frozen or dead" if r in silent else f"no progress for {b.idle_s:.0f} s"
+        described.append(f"rank {r} ({where}; {why}{', on ' + b.host if b.host != '?' else ''})")
+    return (f"hang: no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me}); "
+            f"stalled: {'; '.join(described)}; stacks in {stacks}; exiting {EXIT_HANG} so the launcher can "
+            "restart with --resume auto")
+
+
+class Watchdog:
+    """A daemon thread per rank, running for the `with` block. `on_hang(record)` is called (by the rank
+    that reports) before the exit, with the `hang` record for metrics.jsonl."""
+
+    def __init__(self, progress: Progress, output_dir: Path, rank: int, world_size: int, hang_timeout: float,
+                 on_hang: Callable[[dict], None] = lambda record: None, exit: Callable[[int], None] = os._exit):
+        self.progress, self.out, self.rank, self.world = progress, Path(output_dir), rank, world_size
+        self.timeout, self.interval = hang_timeout, beat_interval(hang_timeout)
+        self.on_hang, self._exit = on_hang, exit
+        self.beat, self._stop = 0, threading.Event()
+        self._main = threading.main_thread().ident
+        self._thread: Optional[threading.Thread] = None
+        self._warned = False
+
+    def heartbeat_path(self, rank: int) -> Path:
+        return self.out / HEARTBEAT_DIR / f"rank-{rank}.json"
+
+    def __enter__(self) -> "Watchdog":
+        if self.timeout > 0:
+            self.heartbeat_path(self.rank).parent.mkdir(parents=True, exist_ok=True)
+            self._write_beat()
+            self._thread = threading.Thread(target=self._run, name="hang-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            faulthandler.cancel_dump_traceback_later()
+
+    # -- the thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._write_beat()
+            faulthandler.dump_traceback_later(collective_timeout(self.timeout), exit=True)
+            if self.progress.idle_s() > self.timeout:
+                self._declare()
+                return
+
+    def _main_stack(self) -> list:
+        frame = sys._current_frames().get(self._main)
+        return traceback.format_stack(frame)[-12:] if frame is not None else []
+
+    def _write_beat(self) -> None:
+        self.beat += 1
+        record = {"rank": self.rank, "beat": self.beat, "step": self.progress.step, "phase": self.progress.phase,
+                  "idle_s": round(self.progress.idle_s(), 1), "pid": os.getpid(), "host": socket.gethostname(),
+                  "time": time.time(), "stack": self._main_stack()}
+        path = self.heartbeat_path(self.rank)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(record), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as e:  # a heartbeat that cannot be written must not stop training
+            if not self._warned:
+                self._warned = True
+                print(f"warning: rank {self.rank}: cannot write {path} ({e.strerror}); other ranks cannot "
+                      "name this one if it hangs", file=sys.stderr, flush=True)
+
+    def read_all(self) -> dict:
+        return {r: Beat.read(self.heartbeat_path(r), r) for r in range(self.world)}
+
+    def _declare(self) -> None:
+        """Confirm, name the stalled ranks, dump stacks, report (one rank), exit."""
+        idle = self.progress.idle_s()
+        first = self.read_all()
+        deadline = time.monotonic() + confirm_wait(self.timeout)
+        while time.monotonic() < deadline:  # keep beating: other ranks are confirming too
+            time.sleep(min(self.interval, max(0.0, deadline - time.monotonic())))
+            self._write_beat()
+        faulthandler.cancel_dump_traceback_later()
+        second = self.read_all()
+        second[self.rank] = Beat.read(self.heartbeat_path(self.rank), self.rank)
+        stalled, silent = diagnose(first, second)
+        stacks = self.out / STACKS_DIR
+        self._dump_own_stacks(stacks, idle)
+        reporter = min(r for r in range(self.world) if r not in silent)  # never empty: this rank just beat
+        if self.rank == reporter:
+            for r in silent:
+                self._dump_last_seen(stacks, second[r])
+            line = hang_line(self.rank, self.progress, idle, stalled, silent, second, stacks)
+            print(line, file=sys.stderr, flush=True)
+            record = {"event": "hang", "step": self.progress.step, "phase": self.progress.phase, "rank": self.rank,
+                      "idle_s": round(idle, 1), "stalled_ranks": stalled, "not_responding": silent,
+                      "stacks": str(stacks)}
+            try:
+                self.on_hang(record)
+            except Exception as e:  # the exit must happen whatever the record's writer does
+                print(f"warning: rank {self.rank}: hang record not written ({e})", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        self._exit(EXIT_HANG)
+
+    def _dump_own_stacks(self, stacks: Path, idle: float) -> None:
+        try:
+            stacks.mkdir(parents=True, exist_ok=True)
+            with open(stacks / f"rank-{self.rank}-pid{os.getpid()}.txt", "w", encoding="utf-8") as f:
+                f.write(f"rank {self.rank} pid {os.getpid()} on {socket.gethostname()}: no progress for {idle:.0f} s "
+                        f"at step {self.progress.step}, phase {self.progress.phase}; every thread:\n")
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+        except OSError as e:
+            print(f"warning: rank {self.rank}: cannot write stacks to {stacks} ({e.strerror})", file=sys.stderr,
+                  flush=True)
+
+    def _dump_last_seen(self, stacks: Path, beat: Beat) -> None:
+        """A rank that no longer responds cannot dump its stack: the one its last heartbeat recorded."""
+        text = (f"rank {beat.rank} pid {beat.pid} on {beat.host}: not responding; its main thread's stack at its "
+                f"last heartbeat (step {beat.step}, phase {beat.phase}):\n" + "".join(beat.stack))
+        try:
+            (stacks / f"rank-{beat.rank}-pid{beat.pid}.last-seen.txt").write_text(text, encoding="utf-8")
+        except OSError:
+            pass

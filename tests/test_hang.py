@@ -1,0 +1,226 @@
+"""The hang watchdog: a rank that makes no progress ends the run with one line, stacks and exit 4.
+
+Fast tier: the diagnosis from two reads of the heartbeats, the collective timeouts set from hang_timeout,
+and a real watchdog in a process whose main thread never moves. Slow tier: SIGSTOP to one of two DDP
+ranks under torchrun (each rank in turn, so the survivor that must name it is rank 0 once and rank 1
+once); the run ends non-zero naming the stopped rank, and `--resume auto` then finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import ROOT
+
+from solution import strategy
+from solution.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def beats(**phases) -> dict:
+    """rank -> Beat from r0="forward", r1="collective", ...; every beat counter 5."""
+    return {int(k[1:]): Beat(int(k[1:]), beat=5, step=3, phase=v) for k, v in phases.items()}
+
+
+def test_a_rank_whose_heartbeat_stopped_is_the_one_named():
+    first = beats(r0="collective", r1="forward", r2="collective")
+    second = beats(r0="collective", r1="forward", r2="collective")
+    for r in (0, 2):
+        second[r].beat = 7
+    assert diagnose(first, second) == ([1], [1])
+    second[1] = Beat(1)  # no file at all
+    assert diagnose(first, second) == ([1], [1])
+
+
+def test_without_a_silent_rank_the_one_not_waiting_is_named_else_all():
+    first = beats(r0="collective", r1="data", r2="collective")
+    second = {r: Beat(r, beat=9, step=3, phase=b.phase) for r, b in first.items()}
+    assert diagnose(first, second) == ([1], [])  # stuck in its data loader; the others wait for it
+    second[1].phase = "collective"
+    assert diagnose(first, second) == ([0, 1, 2], [])  # a collective that never completes
+
+
+def test_rank_lists_are_compact():
+    assert format_ranks([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+def test_the_collectives_time_out_after_the_watchdog(monkeypatch):
+    """From hang_timeout: past the watchdog's detection, and at start-up never below the library's default
+    (ranks wait in a barrier while the main process featurises)."""
+    assert collective_timeout(60) == 60 + 3 * 5 + 1 + 60
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    [handler] = strategy._init_handlers(cuda=False, hang_timeout=60)
+    assert handler.backend == "gloo" and handler.timeout.total_seconds() == 1800
+    [handler] = strategy._init_handlers(cuda=False, hang_timeout=3600)
+    assert handler.timeout.total_seconds() == collective_timeout(3600)
+    [handler] = strategy._init_handlers(cuda=True, hang_timeout=600)
+    assert handler.to_kwargs() == {"timeout": handler.timeout} and handler.timeout.total_seconds() == 600 + 3 * 30 + 1 + 60
+
+
+def test_set_collective_timeout_reaches_every_group(tmp_path):
+    """The world's group and one made later (new_group gives it the library's default, not the world's)."""
+    script = textwrap.dedent(f"""
+        import torch, torch.distributed as dist
+        from solution.strategy import set_collective_timeout
+        dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
+        dist.new_group([0])
+        print(set_collective_timeout(77))
+        for pg in dist.distributed_c10d._world.pg_map:
+            print(pg._get_backend(torch.device("cpu")).options._timeout.total_seconds())
+        dist.destroy_process_group()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["2", "77.0", "77.0"]
+
+
+STUCK = """
+import sys, time
+from pathlib import Path
+from solution.watchdog import Progress, Watchdog
+progress = Progress()
+progress.mark("forward", 3)
+with Watchdog(progress, Path(sys.argv[1]), 0, 1, 0.5, on_hang=lambda r: print("record", r, flush=True)):
+    time.sleep(120)  # the main thread never moves on
+"""
+
+
+def test_a_rank_without_progress_exits_4_with_one_line_and_its_stacks(tmp_path):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", STUCK, str(tmp_path)], cwd=ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == EXIT_HANG, proc.stderr[-2000:]
+    assert time.monotonic() - started < 30
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("hang: no progress for 1 s at step 3, phase forward (rank 0); stalled: rank 0 "
+                           "(last seen at step 3, forward; no progress for"), line
+    [stacks] = (tmp_path / "hang-stacks").iterdir()
+    assert stacks.name.startswith("rank-0-pid") and stacks.name.endswith(".txt")
+    assert 'File "<string>", line 8 in <module>' in stacks.read_text()  # the main thread's sleep, where it was stuck
+    assert "'stalled_ranks': [0]" in proc.stdout
+    assert json.loads((tmp_path / "heartbeat" / "rank-0.json").read_text())["phase"] == "forward"
+
+
+# -- two ranks under torchrun, one stopped ------------------------------------------------------------
+STEPS = 100
+RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256", "--optim", "sgd",
+       "--max_steps", str(STEPS), "--eval_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "1",
+       "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--strategy", "ddp",
+       "--save_steps", "5"]
+
+
+def torchrun(out: Path, *extra) -> list:
+    from solution.net import free_port
+
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+            "-m", "solution.train", *RUN, "--output_dir", str(out), *extra]
+
+
+def rank_process(launcher: psutil.Process, rank: int) -> psutil.Process:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for child in launcher.children():
+            try:
+                if child.environ().get("RANK") == str(rank):
+                    return child
+            except psutil.NoSuchProcess:
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"no rank {rank} under the launcher")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stopped", [1, 0])
+def test_sigstop_on_one_of_two_ranks_ends_the_run_naming_it_and_resume_auto_finishes(stopped, tmp_path):
+    """hang_timeout 10 s here (the same code path as 60 s, measured in docs/reliability.md)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(torchrun(out, "--hang_timeout", "10"), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    victim = None
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "latest").is_file():  # a checkpoint to resume from, then stop a rank mid-run
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.05)
+        victim = rank_process(psutil.Process(proc.pid), stopped)
+        victim.suspend()  # SIGSTOP
+        stopped_at = time.monotonic()
+        _, stderr = proc.communicate(timeout=180)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+                p.send_signal(signal.SIGKILL)
+        if victim is not None and victim.is_running():
+            victim.send_signal(signal.SIGKILL)
+    assert proc.returncode != 0 and took < 180, (proc.returncode, took)
+    [line] = [x for x in stderr.splitlines() if x.startswith("hang:")]
+    survivor = 1 - stopped
+    assert f"(rank {survivor}); stalled: rank {stopped} (last seen at step " in line, line
+    assert "not responding: stopped, frozen or dead" in line and f"stacks in {out / 'hang-stacks'}" in line
+    assert f"exitcode  : {EXIT_HANG}" in stderr  # torchrun's report of the survivor
+    names = sorted(p.name.split("-pid")[0] + (".last-seen" if "last-seen" in p.name else "")
+                   for p in (out / "hang-stacks").iterdir())
+    assert names == sorted([f"rank-{survivor}", f"rank-{stopped}.last-seen"]), names
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["event"] == "hang" and record["stalled_ranks"] == [stopped] and record["rank"] == survivor
+    assert "train_loop" in (out / "hang-stacks" / next(p.name for p in (out / "hang-stacks").iterdir()
+                                                        if p.name.startswith(f"rank-{survivor}-"))).read_text()
+
+    resumed = subprocess.run(torchrun(out, "--resume", "auto"), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resume auto: continuing from {out / 'checkpoint-'}" in resumed.stdout
+    assert (out / "model" / "model.safetensors").is_file()
+    last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
+    assert last["event"] == "end" and last["step"] == STEPS
+
+
+# -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------
+HUNG_SRUN = """#!/usr/bin/env bash
+# srun whose training step ended in a hang: the watchdog's record appended, exit 1 (the launcher's code).
+echo "srun $*" >> "$FAKE_SLURM_LOG"
+echo '{"event": "hang", "step": 7, "phase": "collective", "rank": 0, "stalled_ranks": [1]}' >> "$OUT/metrics.jsonl"
+exit 1
+"""
+
+
+def test_the_slurm_script_requeues_a_hang_with_a_checkpoint_at_most_hang_requeues_times(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in (("srun", HUNG_SRUN), ("scontrol", 'echo "scontrol $*" >> "$FAKE_SLURM_LOG"\n')):
+        (fake / name).write_text(text if text.startswith("#!") else "#!/usr/bin/env bash\n" + text)
+        (fake / name).chmod(0o755)
+    log = tmp_path / "slurm.log"
+    env = {**ENV, "PATH": f"{fake}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(log), "OUT": str(out),
+           "SLURM_JOB_ID": "4242", "PYTHON": sys.executable, "HANG_REQUEUES": "2"}
+    env.pop("SLURM_STEP_ID", None)
+    cmd = ["bash", "scripts/launch_slurm.sh", "configs/accelerate/multinode.yaml", "configs/train/tiny.yaml",
+           "--output_dir", str(out)]
+
+    def batch_step():
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    first = batch_step()  # no checkpoint yet: a new start would begin again, so no requeue
+    assert first.returncode == 1 and "scontrol" not in log.read_text(), first.stdout + first.stderr
+    (out / "latest").write_text("checkpoint-5\n")
+    again = batch_step()  # the second hang of the run, the first with a checkpoint: requeued
+    assert again.returncode == 0, again.stderr
+    assert f"a hang ended the run (hang 2 of at most 2; stacks in {out / 'hang-stacks'})" in again.stdout
+    assert log.read_text().splitlines()[-1] == "scontrol requeue 4242"
+    last = batch_step()  # the third: a hang that keeps coming back is not requeued forever
+    assert last.returncode == 1 and "(hang 3, more than HANG_REQUEUES=2): not requeueing" in last.stderr
+    assert log.read_text().count("scontrol requeue") == 1
