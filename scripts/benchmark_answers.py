@@ -589,8 +589,8 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
         corpus = {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
                   "test": str(data / "simplified-nq-test.jsonl"),
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
-    n = num_lines(corpus["train"])  # a size above the file's pages is the whole file
-    return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]})}
+    n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
+    return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 
 
 def int_list(text: str) -> list:
