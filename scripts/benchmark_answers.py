@@ -1,44 +1,55 @@
 """What each answer technique of the winning Kaggle solutions is worth: dev and test micro-F1 on a corpus shaped like real NQ.
 
-    python scripts/benchmark_answers.py --json docs/benchmarks/answers.json          # ~30-40 min, 2 cores
+    python scripts/benchmark_answers.py --json docs/benchmarks/answers.json          # hours on 2 cores
     python scripts/benchmark_answers.py --corpus real --json docs/benchmarks/answers-real.json
-    python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, minutes
+    python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, ~2 minutes
 
-Trains the demo recipe (configs/train/demo.yaml, MiniLM) on `solution.synth
---profile nq` with two seeds, one model after the other (never two at once:
-they would share the cores). Each technique is one row of TECHNIQUES: the
-training overrides it needs (a model of its own per seed) and the
-`submission.predict --set KEY=VALUE` post-processing overrides it needs (the
-baseline model, no retraining). Every variant is scored the same way, through
-the same functions `submission.predict` and `solution.evaluate --tune` use,
-in this process:
+Trains the nq-profile recipe (configs/train/nq-profile.yaml: MiniLM, 384-piece windows, a first pass
+of the 8 windows sharing most of the question's words, trained on those same windows) on `solution.synth
+--profile nq` (seed 0: the largest of `--train-sizes` training pages, 400 dev, 400 test), with the
+seeds of `--seeds` (0 and 1), one model after the other (never two at once: they would share the
+cores). Each technique is one row of TECHNIQUES: the training overrides it needs (a model of its own
+per seed) and the `submission.predict --set KEY=VALUE` post-processing overrides it needs (the
+baseline model, no retraining). Every variant is scored the same way, through the same functions
+`submission.predict` and `solution.evaluate --tune` use, in this process:
 
 1. predict dev and score it: dev micro-F1 untuned;
-2. tune the thresholds on dev (`solution.tuning.tune`, the search behind
-   `evaluate --tune`), under the variant's settings: dev micro-F1 tuned;
-3. predict test with those thresholds, score it against the test gold: test
-   micro-F1 with dev-tuned thresholds, split long / short / YES / NO.
+2. tune the thresholds on dev (`solution.tuning.tune`, the search behind `evaluate --tune`), under
+   the variant's settings: dev micro-F1 tuned (`dev_f1_tuned`);
+3. predict test with those thresholds, score it against the test gold: test micro-F1 with
+   dev-tuned thresholds (`test_f1`), split long / short / YES / NO.
 
-Post-processing never changes the windows or the model, so each model runs
-once per split: its logits are kept by batch (`CachedRunner`) and every
-variant and the ensemble re-use them. That makes the whole run a few
-minutes of forward passes instead of one pass per variant.
+Every F1 carries its 95% bootstrap interval over documents (`solution.intervals.f1_interval`;
+`dev_f1_ci` is that of the dev-tuned predictions), the number of documents, and MLE-bench's score
+of the same predictions (`solution.mlebench`: `dev_mlebench`, `test_mlebench`). A technique's
+enabled row carries its paired difference against the same seed's baseline on the same documents
+(`intervals.paired_difference`: `test_f1_delta`, `dev_f1_delta` and their `_ci`).
 
-The "off" row of every technique is the baseline model of that seed. The
-`ensemble` rows are each seed's baseline (off) and both together
-(the two baselines' logits averaged, as `submission.predict --model A --model B`
-does for models sharing tokenizer and windows, on). A variant whose step fails
-(a flag this checkout does not have yet) is kept as a row with its `error`,
-and the script exits 1 after writing everything else.
+Beside the techniques:
 
-`--corpus real` trains on the 49 real training lines and scores the 10 real
-dev lines in ../shared/data/nq-real (no test gold there: test_f1 is null).
-Far too few documents to decide anything; the rows say so.
+* `lexical`: `solution.lexical` (no training), its two thresholds tuned on dev, applied to test;
+  each baseline row carries `lexical_delta` (baseline minus lexical on the same test documents).
+* `ensemble`: the baselines of the first two seeds averaged, and of three (a third seed trained for
+  it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
+* `learning_curve`: the first seed's baseline trained on the first N pages of the same file
+  (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
+
+Post-processing never changes the windows or the model, so a window runs once per model: its logits
+are kept (`CachedRunner`) and every variant and ensemble re-uses them; only the windows a variant
+adds (`max_windows_per_document=0` runs every window of a page) are new work. A variant whose step
+fails (a flag this checkout does not have yet) is kept as a row with its `error`, and the script
+exits 1 after writing everything else.
+
+`--corpus real` trains on the 49 real training lines and scores the 10 real dev lines in
+../shared/data/nq-real (no test gold there: test_f1 is null). Far too few documents to decide
+anything; the rows say so.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
 import subprocess
 import sys
@@ -59,19 +70,24 @@ TECHNIQUES = {
     "n_best": ([], ["n_best_aggregation=true"]),
     "max_context": ([], ["max_context=true"]),
     "structure_tokens": (["--structure_tokens", "true"], []),
+    # The first pass's cost and benefit: every window of a page (0), and half of the recipe's 8.
+    "max_windows": ([], ["max_windows_per_document=0"]),
+    "max_windows_4": ([], ["max_windows_per_document=4"]),
 }
+NO_TECHNIQUE = ("baseline", "lexical", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
 
-# Sizes for ~30-40 minutes on 2 idle cores: 300 nq pages make ~25,000 windows of 192 pieces, of which
-# the answers and 1% of the rest are kept (~415 windows, 3 epochs). 256-piece windows instead of the
-# demo's 192: a gold paragraph of the nq profile (median ~90 words, ~120 pieces) then fits a window far
-# more often (at 192, 300 pages gave 20 LONG training windows for 47 LONG documents), at about the same
-# inference cost (fewer windows).
-FULL = {"config": "configs/train/demo.yaml", "seeds": [0, 1], "num_train": 300, "num_dev": 40, "num_test": 30,
-        "max_words": None, "train": ["--negative_keep_rate", "0.01", "--max_seq_length", "256"]}
-QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "num_train": 12, "num_dev": 6, "num_test": 6,
-         "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null"]}
+# The recipe as it is (no overrides). ~27 windows of 384 pieces a page, of which the first pass runs 8:
+# 800 dev and test pages are ~6,400 windows a model; max_windows=0 runs the other ~15,000 once per seed.
+FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [300, 600, 900],
+        "num_dev": 400, "num_test": 400, "max_words": None, "train": []}
+# The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
+# max_windows rows change something.
+QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
+         "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
+                                      "--max_windows_per_document", "8"]}
 REAL_TRAIN = ["--max_seq_length", "384", "--doc_stride", "128", "--max_question_length", "64",
               "--num_train_epochs", "6", "--max_dev_examples", "null"]
+NUM_ENSEMBLE_MEMBERS = 3  # ensembles of the first 2 and the first 3 of these seeds
 
 
 class StepFailed(RuntimeError):
@@ -89,40 +105,93 @@ def run(args: list, stdout=None) -> float:
     return time.perf_counter() - t0
 
 
-def yes_no_split(submission: Path, gold_path: str) -> dict:
+# ---------------------------------------------------------------------------
+# Scoring: F1 with its interval and MLE-bench's score, from {row id: PredictionString}
+
+
+@functools.lru_cache(maxsize=None)
+def gold_of(path: str) -> dict:
+    from solution.metric import load_gold
+    return load_gold(path)
+
+
+@functools.lru_cache(maxsize=None)
+def answers_of(path: str) -> list:
+    from solution.mlebench import read_answers
+    return read_answers(path)
+
+
+def yes_no_split(predictions: dict, gold: dict) -> dict:
     """F1 of the YES and NO short answers: a row counts for YES when predicted YES or YES is valid."""
-    from solution.metric import _figures, load_gold, parse_prediction, read_submission
-    gold, preds = load_gold(gold_path), read_submission(submission)
+    from solution.metric import _figures, parse_prediction
     out = {}
     for label in ("YES", "NO"):
         tp = fp = fn = 0
         for eid, g in gold.items():
-            said = parse_prediction(preds[f"{eid}_short"]) == label
+            said = parse_prediction(predictions[f"{eid}_short"]) == label
             tp, fp, fn = tp + (said and label in g.short), fp + (said and label not in g.short), \
                 fn + (not said and label in g.short)
         out[label.lower()] = _figures(tp, fp, fn)
     return out
 
 
-def score(submission: Path, gold: str) -> dict:
-    out = subprocess.run([PY, "-m", "solution.evaluate", "--submission", str(submission), "--gold", gold, "--json"],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout) | yes_no_split(submission, gold)
+def score_rows(predictions: dict, gold_path: str) -> dict:
+    """`metric.score` (what `solution.evaluate` prints) with the YES / NO split."""
+    from solution.metric import score
+    gold = gold_of(gold_path)
+    return score(predictions, gold) | yes_no_split(predictions, gold)
+
+
+def figures(split: str, predictions: dict, gold_path: str) -> tuple:
+    """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench}, per-document (tp, fp, fn)) of one split."""
+    from solution.intervals import f1_interval
+    from solution.metric import document_counts
+    from solution.mlebench import score_predictions
+    counts = document_counts(predictions, gold_of(gold_path))
+    iv = f1_interval(counts)
+    return {f"{split}_f1_ci": iv["ci"], f"num_{split}_documents": iv["num_documents"],
+            f"{split}_mlebench": score_predictions(predictions, answers_of(gold_path))["score"]}, counts
+
+
+def deltas(ref: dict, row: dict) -> dict:
+    """{test,dev}_f1_delta and _ci: `row` minus `ref` on the same documents (a paired bootstrap)."""
+    from solution.intervals import paired_difference
+    out = {}
+    for split in ("test", "dev"):
+        a, b = ref.get("_counts", {}).get(split), row.get("_counts", {}).get(split)
+        if a is not None and b is not None:
+            d = paired_difference(a, b)
+            out |= {f"{split}_f1_delta": d["delta"], f"{split}_f1_delta_ci": d["ci"]}
+    return out
+
+
+def lexical_delta(lexical: dict, base: dict) -> dict:
+    """{lexical_delta, lexical_delta_ci}: the baseline minus the word-matching answerer on test."""
+    from solution.intervals import paired_difference
+    a, b = lexical.get("_counts", {}).get("test"), base.get("_counts", {}).get("test")
+    if a is None or b is None:
+        return {}
+    d = paired_difference(a, b)
+    return {"lexical_delta": d["delta"], "lexical_delta_ci": d["ci"]}
+
+
+# ---------------------------------------------------------------------------
+# Running the models: each window once per model
 
 
 class CachedRunner:
-    """Each model directory loaded once, its logits kept by batch: post-processing variants re-use them.
+    """Each model directory loaded once, its logits kept by window: post-processing variants re-use them.
 
-    Variants cut the same windows and batch them the same way (post-processing settings never change
-    either), so every batch after the first pass is a cache hit."""
+    A window is known by its token ids (padding aside). A batch whose windows all ran before is a cache
+    hit; one with new windows runs those alone, at the batch's width. The first pass of a model runs its
+    batches whole, as `submission.predict` does (the same logits); a variant's mixed batch takes each
+    old window's logits from the batch it first ran in (the same up to rounding)."""
 
     def __init__(self):
         self.models: dict = {}
 
     def get(self, model_dir) -> tuple:
         """(run, tokenizer, meta) of a model directory, in the precision `submission.predict` picks."""
-        import hashlib
-
         import torch
 
         from solution.inference import model_runner
@@ -135,23 +204,36 @@ class CachedRunner:
             if resolve_precision("auto", "cpu") == "bf16":
                 model = model.to(torch.bfloat16)  # as submission.predict does
             base, cache = model_runner(model, "cpu"), {}
-
-            def run(batch, base=base, cache=cache):
-                ids = batch["input_ids"].numpy()
-                k = hashlib.sha1(ids.tobytes() + repr(ids.shape).encode()).hexdigest()
-                if k not in cache:
-                    cache[k] = base(batch)
-                return cache[k]
-
-            self.models[key] = (run, tokenizer, meta)
+            self.models[key] = (functools.partial(cached_run, base, cache), tokenizer, meta)
         return self.models[key]
+
+
+def cached_run(base, cache: dict, batch: dict) -> tuple:
+    """`base(batch)`'s (start [B, S], end [B, S], type [B, 5]) logits, running only the windows `cache` lacks."""
+    import numpy as np
+
+    ids, lengths = batch["input_ids"].numpy(), batch["attention_mask"].numpy().sum(axis=1)
+    keys = [hashlib.sha1(row[:n].tobytes()).hexdigest() for row, n in zip(ids, lengths)]
+    new = [i for i, k in enumerate(keys) if k not in cache]
+    if new:
+        sub = batch if len(new) == len(keys) else \
+            {k: batch[k][new] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        s, e, t = base(sub)
+        for j, i in enumerate(new):
+            cache[keys[i]] = (s[j, :lengths[i]].copy(), e[j, :lengths[i]].copy(), t[j].copy())
+    start = np.full(ids.shape, -1e4, dtype=np.float32)  # past a window's length: padding, never read
+    end = start.copy()
+    for i, k in enumerate(keys):
+        start[i, :lengths[i]], end[i, :lengths[i]] = cache[k][0], cache[k][1]
+    return start, end, np.stack([cache[k][2] for k in keys])
 
 
 RUNNERS = CachedRunner()
 
 
-def predict(models: list, cfg, path: str, out_csv: Path) -> list:
-    """Predictions of one model, or of several averaged (equal weights), written as a submission CSV."""
+def predict(models: list, cfg, path: str, out_csv: Path) -> tuple:
+    """(document predictions, {row id: PredictionString}, windows run) of one model, or of several
+    averaged (equal weights); the rows are also written as a submission CSV."""
     import csv
 
     from solution.ensemble import weighted_runner
@@ -160,158 +242,413 @@ def predict(models: list, cfg, path: str, out_csv: Path) -> list:
     from solution.windows import Featurizer, WindowConfig
 
     loaded = [RUNNERS.get(m) for m in models]
-    run = weighted_runner([r for r, _, _ in loaded], [1.0 / len(loaded)] * len(loaded))
+    averaged, num_windows = weighted_runner([r for r, _, _ in loaded], [1.0 / len(loaded)] * len(loaded)), [0]
+
+    def counted(batch):
+        num_windows[0] += len(batch["input_ids"])
+        return averaged(batch)
+
     featurizer = Featurizer(loaded[0][1], WindowConfig(**loaded[0][2]["window"]))
-    preds = list(predict_documents(run, featurizer, read_examples(path), cfg))
+    preds = list(predict_documents(counted, featurizer, read_examples(path), cfg))
+    rows = dict(submission_rows(preds))
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
-        writer.writerows(submission_rows(preds))
-    return preds
+        writer.writerows(rows.items())
+    return preds, rows, num_windows[0]
 
 
 def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
-    """Steps 1-3 of the module docstring for one variant; `models` has 1 or 2 directories (the first
+    """Steps 1-3 of the module docstring for one variant; `models` has 1 or more directories (the first
     model's post-processing settings, with `sets` over them, as `submission.predict` does)."""
     from dataclasses import replace
 
-    from solution.metric import load_gold
+    from solution.metric import read_submission
     from solution.postprocess import PostprocessConfig, apply_overrides, score_record
-    from solution.tuning import tune
+    from solution.tuning import predictions_with, tune
 
     d.mkdir(parents=True, exist_ok=True)
     cfg = apply_overrides(PostprocessConfig(**RUNNERS.get(models[0])[2]["postprocess"]), sets)
-    dev_preds = predict(models, cfg, corpus["dev"], d / "dev.csv")
-    dev = score(d / "dev.csv", corpus["dev"])
-    best = tune([score_record(p) for p in dev_preds], load_gold(corpus["dev"]), cfg=cfg)
+    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv")
+    dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
+    records = [score_record(p) for p in dev_preds]
+    best = tune(records, gold_of(corpus["dev"]), cfg=cfg)
+    tuned = replace(cfg, **best["thresholds"])
     (d / "tune.json").write_text(json.dumps({"thresholds": best["thresholds"], "after": best["result"]}) + "\n")
-    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], "dev_untuned": dev,
-           "thresholds": best["thresholds"], "test_f1": None}
+    dev_figures, dev_counts = figures("dev", predictions_with(records, tuned), corpus["dev"])
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
+           "dev_untuned": dev, "thresholds": best["thresholds"], "num_dev_windows": dev_windows, "test_f1": None,
+           "_counts": {"dev": dev_counts}}
     if corpus["test"]:
-        predict(models, replace(cfg, **best["thresholds"]), corpus["test"], d / "test.csv")
-        test = score(d / "test.csv", corpus["test_gold"])
-        row |= {"test_f1": test["micro_f1"], "test": test}
+        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv")
+        test = score_rows(read_submission(d / "test.csv"), corpus["test_gold"])
+        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        row |= {"test_f1": test["micro_f1"], **test_figures, "test": test, "num_test_windows": test_windows}
     split = row.get("test") or dev  # no test gold (real corpus): the split of the untuned dev predictions
-    row |= {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
-    return row
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+
+
+def lexical_row(corpus: dict) -> dict:
+    """The word-matching answerer (`solution.lexical`): thresholds tuned on dev, applied to test."""
+    from dataclasses import replace
+
+    from solution.lexical import lexical_records
+    from solution.postprocess import PostprocessConfig
+    from solution.tuning import predictions_with, tune
+
+    dev_records, default = lexical_records(corpus["dev"]), PostprocessConfig()
+    best = tune(dev_records, gold_of(corpus["dev"]), cfg=default)
+    tuned = replace(default, **best["thresholds"])
+    dev = score_rows(predictions_with(dev_records, default), corpus["dev"])
+    dev_figures, dev_counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
+           "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": {"dev": dev_counts}}
+    if corpus["test"]:
+        test_rows = predictions_with(lexical_records(corpus["test"]), tuned)
+        test = score_rows(test_rows, corpus["test_gold"])
+        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
+    split = row.get("test") or dev
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+
+
+@functools.lru_cache(maxsize=None)
+def file_digest(path: str) -> str:
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path) -> tuple:
-    """Train one model (or reuse a finished one); (model dir, seconds)."""
-    d = out / "models" / f"{name}-seed{seed}"
-    if (d / "model" / "qa_config.json").is_file():
-        return d / "model", 0.0
-    secs = run(["-m", "solution.train", "--config", plan["config"], "--output_dir", str(d), "--seed", str(seed),
-                "--train_file", corpus["train"], "--dev_file", corpus["dev"], "--eval_strategy", "no",
-                "--disable_tqdm", "true", *corpus["train_overrides"], *extra])
-    return d / "model", secs
+    """Train one model, or reuse the one trained from the same command on the same bytes; (model dir, seconds).
+
+    The directory is named by a digest of the command, the config file and the training file, so a
+    model of an earlier plan (other sizes, another corpus) is never taken for this one, nor overwritten."""
+    args = ["--config", plan["config"], "--seed", str(seed), "--train_file", corpus["train"], "--dev_file",
+            corpus["dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *corpus["train_overrides"], *extra]
+    key = hashlib.sha1(json.dumps([args, file_digest(str(ROOT / plan["config"])),
+                                   file_digest(corpus["train"])]).encode()).hexdigest()[:10]
+    d = out / "models" / f"{name}-seed{seed}-{key}"
+    done = d / "benchmark_train.json"
+    if done.is_file() and (d / "model" / "qa_config.json").is_file():
+        return d / "model", json.loads(done.read_text())["train_seconds"]
+    secs = run(["-m", "solution.train", *args, "--output_dir", str(d)])
+    done.write_text(json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
+    return d / "model", round(secs, 1)
 
 
-def attempt(rows: list, base: dict, fn) -> None:
-    """Append base | fn(); a failing step becomes the row's `error` instead of stopping the benchmark."""
+# ---------------------------------------------------------------------------
+# The rows
+
+
+def attempt(base: dict, fn) -> dict:
+    """base | fn(); a failing step becomes the row's `error` instead of stopping the benchmark."""
+    from solution.metric import SubmissionError  # a ValueError: named for the reader
     try:
-        rows.append(base | fn())
-    except (StepFailed, subprocess.CalledProcessError, OSError, ValueError) as e:
-        rows.append(base | {"error": str(e)})
+        return base | fn()
+    except (StepFailed, subprocess.CalledProcessError, OSError, ValueError, SubmissionError) as e:
         print(f"--> {base['technique']} enabled={base['enabled']} seed {base['seed']}: FAILED: {e}", flush=True)
+        return base | {"error": str(e)}
+
+
+def trained(name: str, seed: int, train_extra: list, sets: list, corpus: dict, plan: dict, out: Path) -> dict:
+    """A model of its own, trained then evaluated (its directory kept in the row as `_model`)."""
+    model, secs = train(name, seed, train_extra, corpus, plan, out)
+    return evaluate([model], sets, corpus, out / f"{name}-seed{seed}") | {"train_seconds": secs, "_model": model}
+
+
+def baseline(seed: int, corpus: dict, plan: dict, out: Path, lexical: dict) -> dict:
+    head = {"technique": "baseline", "enabled": False, "seed": seed,
+            "num_train_documents": corpus["num_train_documents"]}
+    row = attempt(head, lambda: trained("baseline", seed, [], [], corpus, plan, out))
+    return row | lexical_delta(lexical, row)
+
+
+def technique_rows(base: dict, techniques: list, corpus: dict, plan: dict, out: Path) -> list:
+    """Each technique's off row (the baseline) and on row, with the on row's paired deltas against it."""
+    rows, seed = [], base["seed"]
+    for name in techniques:
+        train_extra, sets = TECHNIQUES[name]
+        rows.append(base | {"technique": name, "enabled": False})
+        head = {"technique": name, "enabled": True, "seed": seed, "train_overrides": train_extra, "set": sets,
+                "num_train_documents": corpus["num_train_documents"]}
+        if "_model" not in base:
+            rows.append(head | {"error": f"the baseline of seed {seed} failed"})
+            continue
+        if train_extra:
+            row = attempt(head, lambda n=name, t=train_extra, s=sets: trained(n, seed, t, s, corpus, plan, out))
+        else:
+            row = attempt(head, lambda n=name, s=sets: evaluate([base["_model"]], s, corpus, out / f"{n}-seed{seed}"))
+        rows.append(row | deltas(base, row))
+    return rows
+
+
+def ensemble_seeds(seeds: list) -> list:
+    """The first NUM_ENSEMBLE_MEMBERS seeds of `seeds`, then the next unused ones (trained for the ensembles alone)."""
+    members = list(dict.fromkeys(seeds))
+    extra = max(members) + 1
+    while len(members) < NUM_ENSEMBLE_MEMBERS:
+        members, extra = members + [extra], extra + 1
+    return members[:NUM_ENSEMBLE_MEMBERS]
+
+
+def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, lexical: dict) -> list:
+    """Members' rows (off), then the average of the first 2, 3, ... members against the best member on dev."""
+    members = ensemble_seeds(plan["seeds"])
+    base = {s: baselines.get(s) or baseline(s, corpus, plan, out, lexical) for s in members}
+    rows = [base[s] | {"technique": "ensemble", "enabled": False} for s in members]
+    for k in range(2, len(members) + 1):
+        seeds = members[:k]
+        head = {"technique": "ensemble", "enabled": True, "seed": "+".join(map(str, seeds)),
+                "num_train_documents": corpus["num_train_documents"]}
+        if any("_model" not in base[s] for s in seeds):
+            rows.append(head | {"error": "a member's baseline failed"})
+            continue
+        best = max((base[s] for s in seeds), key=lambda r: r["dev_f1_tuned"])  # a tie: the first seed
+        row = attempt(head, lambda seeds=seeds: evaluate([base[s]["_model"] for s in seeds], [], corpus,
+                                                         out / f"ensemble-{'+'.join(map(str, seeds))}"))
+        rows.append(row | {"best_member": best["seed"]} | deltas(best, row))
+    return rows
+
+
+def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
+    """The baseline trained on the first N training pages, for each N of the plan; the largest is `base`."""
+    rows, seed = [], base["seed"]
+    for n in corpus["train_sizes"]:
+        head = {"technique": "learning_curve", "enabled": None, "seed": seed, "num_train_documents": n}
+        if n == corpus["num_train_documents"]:
+            rows.append(base | head)
+        else:
+            rows.append(attempt(head, lambda n=n: trained(f"curve{n}", seed, ["--max_train_examples", str(n)], [],
+                                                          corpus, plan, out)))
+    return rows
 
 
 def benchmark(corpus: dict, plan: dict, out: Path, techniques: list) -> list:
-    rows, baseline = [], {}
+    lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
+                      lambda: lexical_row(corpus))
+    rows, baselines = [lexical], {}
     for seed in plan["seeds"]:
-        model, secs = train("baseline", seed, [], corpus, plan, out)
-        res = []
-        attempt(res, {"technique": "baseline", "enabled": False, "seed": seed},
-                lambda: evaluate([model], [], corpus, out / f"baseline-seed{seed}") | {"train_seconds": round(secs, 1)})
-        baseline[seed] = (model, res[0])
-        for name in techniques:
-            train_extra, sets = TECHNIQUES[name]
-            rows.append(res[0] | {"technique": name, "enabled": False})
-            base = {"technique": name, "enabled": True, "seed": seed, "train_overrides": train_extra, "set": sets}
-            if train_extra:
-                def own_model(name=name, train_extra=train_extra, sets=sets):
-                    m, s = train(name, seed, train_extra, corpus, plan, out)
-                    return evaluate([m], sets, corpus, out / f"{name}-seed{seed}") | {"train_seconds": round(s, 1)}
-                attempt(rows, base, own_model)
-            else:
-                attempt(rows, base, lambda sets=sets, name=name: evaluate([model], sets, corpus, out / f"{name}-seed{seed}"))
-    for seed, (_, r) in baseline.items():
-        rows.append(r | {"technique": "ensemble", "enabled": False})
-    if len(baseline) >= 2:
-        seeds = sorted(baseline)[:2]
-        attempt(rows, {"technique": "ensemble", "enabled": True, "seed": "+".join(map(str, seeds))},
-                lambda: evaluate([baseline[s][0] for s in seeds], [], corpus, out / "ensemble"))
-    return rows
+        baselines[seed] = baseline(seed, corpus, plan, out, lexical)
+        rows += [baselines[seed]] + technique_rows(baselines[seed], techniques, corpus, plan, out)
+    rows += ensemble_rows(baselines, corpus, plan, out, lexical)
+    return rows + curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
+
+
+def public(row: dict) -> dict:
+    """The row as written: without what only this process needs (per-document counts, model paths)."""
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+# ---------------------------------------------------------------------------
+# Table and charts
 
 
 def _f(x) -> str:
     return "-" if x is None else f"{x:.4f}"
 
 
+def _ci(x, ci, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return (f"{x:+.3f}" if signed else f"{x:.3f}") + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if signed and ci else
+                                                     f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _on(r: dict) -> str:
+    return "-" if r["enabled"] is None else "on" if r["enabled"] else "off"
+
+
 def table(rows: list, title: str) -> str:
-    lines = [f"| technique ({title}) | on | seed | dev F1 untuned | dev F1 tuned | test F1 (dev-tuned) "
-             "| long | short | YES | NO |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| technique ({title}) | on | seed | train/dev/test docs | dev F1 untuned | dev F1 tuned [95% CI] "
+             "| test F1 (dev-tuned) [95% CI] | test delta [95% CI] | MLE-bench test | long | short | YES | NO |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        head = f"| {r['technique']} | {_on(r)} | {r['seed']} "
         if "error" in r:
-            lines.append(f"| {r['technique']} | {'on' if r['enabled'] else 'off'} | {r['seed']} "
-                         f"| failed: {r['error'][:80]} |||||||")
+            lines.append(head + f"| failed: {r['error'][:80]} ||||||||||")
             continue
-        lines.append(f"| {r['technique']} | {'on' if r['enabled'] else 'off'} | {r['seed']} | {_f(r['dev_f1_untuned'])} "
-                     f"| {_f(r['dev_f1_tuned'])} | {_f(r['test_f1'])} | {_f(r['long_f1'])} | {_f(r['short_f1'])} "
-                     f"| {_f(r['yes_f1'])} | {_f(r['no_f1'])} |")
+        delta = _ci(r.get("test_f1_delta"), r.get("test_f1_delta_ci"), signed=True)
+        if "test_f1_delta" not in r and "dev_f1_delta" in r:  # no test gold (real corpus): the dev-tuned delta
+            delta = "dev " + _ci(r["dev_f1_delta"], r["dev_f1_delta_ci"], signed=True)
+        if "lexical_delta" in r and r["technique"] == "baseline":
+            delta = "vs lexical " + _ci(r["lexical_delta"], r["lexical_delta_ci"], signed=True)
+        docs = "/".join(str(r.get(k, "-")) for k in ("num_train_documents", "num_dev_documents", "num_test_documents"))
+        lines.append(head + f"| {docs} | {_f(r['dev_f1_untuned'])} | {_ci(r['dev_f1_tuned'], r['dev_f1_ci'])} "
+                     f"| {_ci(r['test_f1'], r.get('test_f1_ci'))} | {delta} | {_f(r.get('test_mlebench'))} "
+                     f"| {_f(r['long_f1'])} | {_f(r['short_f1'])} | {_f(r['yes_f1'])} | {_f(r['no_f1'])} |")
     return "\n".join(lines)
 
 
+def _key(rows: list) -> str:
+    return "test_f1" if any(r.get("test_f1") is not None for r in rows) else "dev_f1_tuned"
+
+
+def _ci_key(key: str) -> str:
+    return "test_f1_ci" if key == "test_f1" else "dev_f1_ci"
+
+
+def chart_groups(rows: list) -> list:
+    """(label, off rows, on rows) of each bar pair: a technique's seeds, or one ensemble against its members."""
+    names = [n for n in dict.fromkeys(r["technique"] for r in rows) if n not in NO_TECHNIQUE]
+    groups = [(n, [r for r in rows if r["technique"] == n and r["enabled"] is False],
+               [r for r in rows if r["technique"] == n and r["enabled"] is True]) for n in names]
+    members = {r["seed"]: r for r in rows if r["technique"] == "ensemble" and r["enabled"] is False}
+    for r in rows:
+        if r["technique"] == "ensemble" and r["enabled"]:
+            seeds = [int(s) for s in str(r["seed"]).split("+")]
+            groups.append((f"ensemble {r['seed']}", [members[s] for s in seeds if s in members], [r]))
+    return groups
+
+
+def _bar(group: list, key: str) -> tuple:
+    """(mean over the rows, [down, up]): the error bar spans the lowest and highest bound of their intervals."""
+    xs = [r for r in group if r.get(key) is not None]
+    if not xs:
+        return float("nan"), [0.0, 0.0]
+    mean = sum(r[key] for r in xs) / len(xs)
+    lo, hi = min(r[_ci_key(key)][0] for r in xs), max(r[_ci_key(key)][1] for r in xs)
+    return mean, [max(mean - lo, 0.0), max(hi - mean, 0.0)]
+
+
+def _lexical_line(ax, rows: list, key: str) -> None:
+    lex = [r for r in rows if r["technique"] == "lexical" and r.get(key) is not None]
+    if lex:
+        lo, hi = lex[0][_ci_key(key)]
+        ax.axhline(lex[0][key], color="grey", linestyle="--", label=f"lexical, no training ({lex[0][key]:.3f})")
+        ax.axhspan(lo, hi, color="grey", alpha=0.12)
+
+
 def chart(rows: list, path: Path, title: str) -> None:
-    """Bars: each technique off and on (mean over seeds), test F1 where there is a test gold, else dev tuned."""
+    """Bars: each technique off and on (mean over seeds; error bars: 95% intervals, widest over seeds),
+    test F1 where there is a test gold, else dev tuned; the lexical answerer as a line."""
     import matplotlib
     matplotlib.use("Agg")  # no display on a training box
     import matplotlib.pyplot as plt
-    key = "test_f1" if any(r.get("test_f1") is not None for r in rows) else "dev_f1_tuned"
-    names = list(dict.fromkeys(r["technique"] for r in rows))
-    fig, ax = plt.subplots(figsize=(1.4 * len(names) + 2, 4))
-    for k, enabled in enumerate((False, True)):
-        means = []
-        for n in names:
-            xs = [r[key] for r in rows if r["technique"] == n and r["enabled"] == enabled and r.get(key) is not None]
-            means.append(sum(xs) / len(xs) if xs else 0.0)
-        ax.bar([i + (k - 0.5) * 0.38 for i in range(len(names))], means, 0.38, label="on" if enabled else "off")
-    ax.set_xticks(range(len(names)), names, rotation=20)
+    key, groups = _key(rows), chart_groups(rows)
+    fig, ax = plt.subplots(figsize=(1.3 * len(groups) + 2, 4.5))
+    for k, side in enumerate(("off", "on")):
+        bars = [_bar(g[1 + k], key) for g in groups]
+        ax.bar([i + (k - 0.5) * 0.38 for i in range(len(groups))], [b[0] for b in bars], 0.38, label=side,
+               yerr=[[b[1][0] for b in bars], [b[1][1] for b in bars]], capsize=3)
+    _lexical_line(ax, rows, key)
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], rotation=25, ha="right")
     ax.set_ylim(0, 1)
-    ax.set_ylabel(key.replace("_", " ") + " (mean over seeds)")
+    ax.set_ylabel(key.replace("_", " ") + " (mean over seeds, 95% CI)")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
+def curve_chart(rows: list, path: Path, title: str) -> None:
+    """F1 against the number of training pages, with 95% intervals; the lexical answerer as a line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    key = _key(rows)
+    points = sorted((r for r in rows if r["technique"] == "learning_curve" and r.get(key) is not None),
+                    key=lambda r: r["num_train_documents"])
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ys = [r[key] for r in points]
+    ax.errorbar([r["num_train_documents"] for r in points], ys, capsize=4, marker="o", label="baseline recipe",
+                yerr=[[y - r[_ci_key(key)][0] for y, r in zip(ys, points)],
+                      [r[_ci_key(key)][1] - y for y, r in zip(ys, points)]])
+    _lexical_line(ax, rows, key)
+    ax.set_xlabel("training pages")
+    ax.set_ylabel(key.replace("_", " ") + " (95% CI)")
+    ax.set_ylim(0, 1)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Corpus and command line
+
+
+def num_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def prepare_corpus(args, plan: dict, out: Path) -> dict:
     if args.corpus == "real":
-        return {"train": str(REAL / "simplified-nq-train-sample.jsonl"), "dev": str(REAL / "simplified-nq-dev-sample.jsonl"),
-                "test": None, "test_gold": None, "train_overrides": plan["train"] + REAL_TRAIN}
-    data = out / "data"
-    cmd = ["-m", "solution.synth", "--profile", "nq", "--out", str(data), "--seed", "0",
-           "--num-train", str(plan["num_train"]), "--num-dev", str(plan["num_dev"]), "--num-test", str(plan["num_test"])]
-    run(cmd + (["--max-words", str(plan["max_words"])] if plan["max_words"] else []))
-    return {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
-            "test": str(data / "simplified-nq-test.jsonl"), "test_gold": str(data / "simplified-nq-test-gold.jsonl"),
-            "train_overrides": plan["train"]}
+        corpus = {"train": str(REAL / "simplified-nq-train-sample.jsonl"),
+                  "dev": str(REAL / "simplified-nq-dev-sample.jsonl"), "test": None, "test_gold": None,
+                  "train_overrides": plan["train"] + REAL_TRAIN}
+    else:
+        data = out / "data"
+        cmd = ["-m", "solution.synth", "--profile", "nq", "--out", str(data), "--seed", "0",
+               "--num-train", str(max(plan["train_sizes"])), "--num-dev", str(plan["num_dev"]),
+               "--num-test", str(plan["num_test"])]
+        run(cmd + (["--max-words", str(plan["max_words"])] if plan["max_words"] else []))
+        corpus = {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
+                  "test": str(data / "simplified-nq-test.jsonl"),
+                  "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
+    n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
+    return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 
 
-def main(argv=None) -> int:
+def int_list(text: str) -> list:
+    """"300,600,900" -> [300, 600, 900]: non-negative integers, at least one."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated non-negative integers, got {text!r}")
+    return values
+
+
+def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", required=True, help="write the rows here (a JSON list); the chart goes next to it (.png)")
+    p.add_argument("--json", required=True, help="write the rows here (a JSON list); the charts go next to it "
+                   "(.png, -curve.png)")
     p.add_argument("--corpus", choices=("nq", "real"), default="nq")
     p.add_argument("--quick", action="store_true", help="tiny random model, a handful of short documents, 1 seed")
     p.add_argument("--out", default=None, help="run directory (default runs/answers/CORPUS, or -quick)")
     p.add_argument("--techniques", default=",".join(TECHNIQUES), help="comma-separated rows of TECHNIQUES to run")
+    p.add_argument("--train-sizes", type=int_list, default=None,
+                   help=f"training pages of the learning curve, the largest the baseline's (default "
+                        f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
+    p.add_argument("--seeds", type=int_list, default=None,
+                   help=f"the techniques' seeds (default {','.join(map(str, FULL['seeds']))}; --quick "
+                        f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
+                        f"{NUM_ENSEMBLE_MEMBERS} members")
     args = p.parse_args(argv)
-    techniques = args.techniques.split(",")
-    unknown = [t for t in techniques if t not in TECHNIQUES]
+    unknown = [t for t in args.techniques.split(",") if t not in TECHNIQUES]
     if unknown:
         p.error(f"unknown technique(s) {unknown}; choose from {sorted(TECHNIQUES)}")
-    plan = QUICK if args.quick else FULL
+    if args.train_sizes is not None and min(args.train_sizes) < 1:
+        p.error(f"--train-sizes: every size must be at least 1 page, got {args.train_sizes}")
+    return args
+
+
+def write_outputs(rows: list, args, label: str) -> Path:
+    for r in rows:
+        r["corpus"] = args.corpus + ("-quick" if args.quick else "")
+        if args.corpus == "real":
+            r["note"] = REAL_NOTE
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([public(r) for r in rows], indent=1) + "\n")
+    print("\n" + table(rows, label))
+    ok = [r for r in rows if "error" not in r]
+    chart(ok, path.with_suffix(".png"), f"answer techniques, {label}")
+    curve_chart(ok, path.with_name(path.stem + "-curve.png"), f"learning curve, {label}")
+    return path
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    plan = dict(QUICK if args.quick else FULL)
+    plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds") if getattr(args, k) is not None}
     out = Path(args.out or f"runs/answers/{args.corpus}" + ("-quick" if args.quick else ""))
     if args.corpus == "real" and not REAL.is_dir():
         print(f"error: {REAL} not found: --corpus real needs the real NQ sample beside the checkout", file=sys.stderr)
@@ -319,23 +656,14 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         corpus = prepare_corpus(args, plan, out)
-        rows = benchmark(corpus, plan, out, techniques)
+        rows = benchmark(corpus, plan, out, args.techniques.split(","))
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    label = "nq profile" if args.corpus == "nq" else REAL_NOTE
-    for r in rows:
-        r["corpus"] = args.corpus + ("-quick" if args.quick else "")
-        if args.corpus == "real":
-            r["note"] = REAL_NOTE
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=1) + "\n")
-    print("\n" + table(rows, label))
-    chart([r for r in rows if "error" not in r], path.with_suffix(".png"), f"answer techniques, {label}")
+    path = write_outputs(rows, args, "nq profile" if args.corpus == "nq" else REAL_NOTE)
     failed = [r for r in rows if "error" in r]
     print(f"\n{len(rows)} rows ({len(failed)} failed) in {time.perf_counter() - t0:.0f}s -> {path}, "
-          f"{path.with_suffix('.png')}")
+          f"{path.with_suffix('.png')}, {path.with_name(path.stem + '-curve.png')}")
     return 1 if failed else 0
 
 

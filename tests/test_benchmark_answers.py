@@ -1,20 +1,32 @@
-"""scripts/benchmark_answers.py: its technique table uses the agreed names; the YES/NO split counts right."""
+"""scripts/benchmark_answers.py: its technique table uses the agreed names; the YES/NO split counts right;
+paired deltas, the window cache, and (slow) a --quick run whose rows carry consistent intervals and deltas."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 
+import numpy as np
+import pytest
+import torch
 from conftest import ROOT, nq_line, write_jsonl
+
+from solution.metric import load_gold, read_submission
 
 spec = importlib.util.spec_from_file_location("benchmark_answers", ROOT / "scripts" / "benchmark_answers.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 
-def test_every_technique_of_issue_13_is_a_row():
-    assert set(bench.TECHNIQUES) | {"ensemble"} == {"top_level", "no_answer_score", "thresholds", "n_best",
-                                                    "max_context", "structure_tokens", "ensemble"}
-    sets = {s.split("=")[0] for _, s_list in bench.TECHNIQUES.values() for s in s_list}
-    assert sets == {"top_level_only", "subtract_type_null", "score_space", "separate_thresholds",
-                    "n_best_aggregation", "max_context"}
+def test_every_technique_of_the_winning_solutions_is_a_row():
+    assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
+                                     "structure_tokens", "max_windows", "max_windows_4"}
+    sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
+    assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
+                                               "separate_thresholds", "n_best_aggregation", "max_context",
+                                               "max_windows_per_document"}
+    assert {"max_windows_per_document=0", "max_windows_per_document=4"} <= sets
+    assert bench.FULL["config"] == "configs/train/nq-profile.yaml" and bench.FULL["train"] == []
 
 
 def test_yes_no_split(tmp_path):
@@ -24,7 +36,119 @@ def test_yes_no_split(tmp_path):
     # YES: right on 1, missed on 2, said wrongly on 3 and 4 -> tp 1, fp 2, fn 1. NO: said YES on 3 -> fn 1.
     sub.write_text("example_id,PredictionString\n" + "".join(
         f"{i}_long,\n{i}_short,{p}\n" for i, p in (("1", "YES"), ("2", ""), ("3", "YES"), ("4", "YES"))))
-    split = bench.yes_no_split(sub, str(gold))
+    split = bench.yes_no_split(read_submission(sub), load_gold(gold))
     assert (split["yes"]["tp"], split["yes"]["fp"], split["yes"]["fn"]) == (1, 2, 1)
     assert (split["no"]["tp"], split["no"]["fp"], split["no"]["fn"]) == (0, 0, 1)
     assert split["yes"]["micro_f1"] == 2 / (2 + 2 + 1)
+
+
+def f1(counts):
+    tp, fp, fn = np.sum(counts, axis=0)
+    return 2 * tp / (2 * tp + fp + fn)
+
+
+def test_deltas_are_the_row_minus_its_reference_on_the_same_documents():
+    base = {"_counts": {"test": [(1, 0, 0), (0, 1, 1), (0, 0, 2), (2, 0, 0)], "dev": [(1, 0, 0), (0, 0, 1)]}}
+    row = {"_counts": {"test": [(1, 0, 0), (1, 0, 1), (0, 1, 1), (2, 0, 0)], "dev": [(1, 0, 0), (1, 0, 0)]}}
+    d = bench.deltas(base, row)
+    assert d["test_f1_delta"] == pytest.approx(f1(row["_counts"]["test"]) - f1(base["_counts"]["test"]))
+    assert d["dev_f1_delta"] == pytest.approx(f1(row["_counts"]["dev"]) - f1(base["_counts"]["dev"]))
+    assert d["test_f1_delta_ci"][0] <= d["test_f1_delta"] <= d["test_f1_delta_ci"][1]
+    lex = bench.lexical_delta({"_counts": {"test": base["_counts"]["test"]}}, row)
+    assert lex["lexical_delta"] == pytest.approx(d["test_f1_delta"])  # the baseline minus the lexical answerer
+    assert bench.deltas(base, {"_counts": {"dev": row["_counts"]["dev"]}}).keys() == {"dev_f1_delta", "dev_f1_delta_ci"}
+    assert bench.lexical_delta({}, row) == {}  # a failed lexical row: no delta, no error
+
+
+def test_ensemble_members_take_the_next_seeds():
+    assert bench.ensemble_seeds([0, 1]) == [0, 1, 2]
+    assert bench.ensemble_seeds([0]) == [0, 1, 2]
+    assert bench.ensemble_seeds([3, 7, 1, 4]) == [3, 7, 1]
+
+
+def test_the_window_cache_runs_each_window_once_and_returns_its_logits():
+    ran = []
+
+    def base(batch):  # logits that depend on the window's ids alone; records what it was asked to run
+        ids = batch["input_ids"].numpy().astype(np.float32)
+        ran.append(len(ids))
+        return ids * 2, ids * 3, ids[:, :5]
+
+    def batch(rows, width=6):
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+    cache = {}
+    a, b, c = [101, 7, 8, 9, 102], [101, 5, 102], [101, 6, 6, 102]
+    bench.cached_run(base, cache, batch([a, b]))
+    s, e, t = bench.cached_run(base, cache, batch([c, b, a], width=5))  # b and a known: c alone runs
+    assert ran == [2, 1]
+    assert s.shape == (3, 5) and t.shape == (3, 5)
+    for i, r in enumerate([c, b, a]):
+        assert s[i, :len(r)].tolist() == [2.0 * x for x in r] and e[i, :len(r)].tolist() == [3.0 * x for x in r]
+    assert bench.cached_run(base, cache, batch([b])) and ran == [2, 1]
+
+
+def test_bad_sizes_and_seeds_are_refused_by_name(capsys):
+    for argv in (["--train-sizes", "300,x"], ["--train-sizes", "0,10"], ["--seeds", ""], ["--techniques", "nope"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--json", "x.json", *argv])
+        assert argv[0].lstrip("-").split("-")[0] in capsys.readouterr().err
+
+
+def _close(a, b):
+    return a == pytest.approx(b, abs=1e-12)
+
+
+def _check_intervals(r):
+    assert r["dev_f1_ci"][0] <= r["dev_f1_tuned"] <= r["dev_f1_ci"][1], r
+    assert r["test_f1_ci"][0] <= r["test_f1"] <= r["test_f1_ci"][1], r
+    assert (r["num_dev_documents"], r["num_test_documents"]) == (6, 6)
+    assert 0.0 <= r["test_mlebench"] <= 1.0 and 0.0 <= r["dev_mlebench"] <= 1.0
+    assert isinstance(r["num_train_documents"], int)
+
+
+def _check_delta(r, ref):
+    assert _close(r["test_f1_delta"], r["test_f1"] - ref["test_f1"]), r
+    assert _close(r["dev_f1_delta"], r["dev_f1_tuned"] - ref["dev_f1_tuned"]), r
+    assert r["test_f1_delta_ci"][0] <= r["test_f1_delta"] <= r["test_f1_delta_ci"][1]
+
+
+@pytest.mark.slow
+def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(tmp_path):
+    out = tmp_path / "answers.json"
+    r = subprocess.run([sys.executable, "scripts/benchmark_answers.py", "--quick", "--json", str(out),
+                        "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert not [x for x in rows if "error" in x or "_counts" in x]
+    for x in rows:
+        _check_intervals(x)
+    lexical = next(x for x in rows if x["technique"] == "lexical")
+    assert lexical["num_train_documents"] == 0
+    base = next(x for x in rows if x["technique"] == "baseline" and x["seed"] == 0)
+    assert _close(base["lexical_delta"], base["test_f1"] - lexical["test_f1"])
+    assert base["lexical_delta_ci"][0] <= base["lexical_delta"] <= base["lexical_delta_ci"][1]
+    on = {x["technique"]: x for x in rows if x["enabled"] is True and x["technique"] in bench.TECHNIQUES}
+    assert set(on) == set(bench.TECHNIQUES)
+    for x in on.values():
+        _check_delta(x, base)
+    # the first pass runs 8 windows a page: all of them are more, 4 are fewer
+    assert on["max_windows"]["num_test_windows"] > base["num_test_windows"] > on["max_windows_4"]["num_test_windows"]
+    members = {x["seed"]: x for x in rows if x["technique"] == "ensemble" and x["enabled"] is False}
+    ensembles = {x["seed"]: x for x in rows if x["technique"] == "ensemble" and x["enabled"]}
+    assert set(members) == {0, 1, 2} and set(ensembles) == {"0+1", "0+1+2"}
+    for name, x in ensembles.items():
+        seeds = [int(s) for s in name.split("+")]
+        best = max((members[s] for s in seeds), key=lambda m: m["dev_f1_tuned"])
+        assert x["best_member"] == best["seed"]
+        _check_delta(x, best)
+    curve = sorted((x for x in rows if x["technique"] == "learning_curve"), key=lambda x: x["num_train_documents"])
+    assert [x["num_train_documents"] for x in curve] == [6, 12] and curve[1]["test_f1"] == base["test_f1"]
+    from solution.mlebench import score_files  # the grader on the CSV the script wrote: the same score
+    gold = tmp_path / "run" / "data" / "simplified-nq-test-gold.jsonl"
+    assert score_files(tmp_path / "run" / "baseline-seed0" / "test.csv", gold)["score"] == base["test_mlebench"]
+    assert out.with_suffix(".png").stat().st_size > 0 and (tmp_path / "answers-curve.png").stat().st_size > 0
