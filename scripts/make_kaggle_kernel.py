@@ -54,6 +54,7 @@ from solution.fsutil import replace_dir  # noqa: E402
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
 CODE = ["solution/__init__.py", "solution/cli.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
         "solution/inference.py", "solution/sampling.py", "solution/ensemble.py", "solution/model.py", "solution/fsutil.py",
+        "solution/memory.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 # The folders the kernel's code is copied from: an --out there would replace the code being packed.
