@@ -553,6 +553,8 @@ class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
     def __init__(self, cfg):
+        # Before the plan: a DeepSpeed JSON's fixed accumulation is checked against the derived one.
+        self.accounting = cfg.derive_accumulation(_world_size())
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)

@@ -489,6 +489,8 @@ class Trainer:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
         cfg, acc = self.cfg, self.accelerator
         check_writable(self.out, "output_dir", create_dir=True)
+        if self.strategy.accounting:  # global_batch_size: the accumulation this world size needs
+            self.log(self.strategy.accounting)
         train_set = self.train_dataset()
         sampler = EpochShuffle(len(train_set), cfg.seed)
         loader = self.data_loader(train_set, sampler)
