@@ -39,7 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.fsutil import atomic_write_text  # noqa: E402
+from solution.fsutil import atomic_write_text, check_writable  # noqa: E402
 from solution.net import free_port  # noqa: E402
 
 # target, signal, during a save
@@ -124,8 +124,9 @@ class Launch:
     """One torchrun of the training (two ranks); the agent in a session of its own."""
 
     def __init__(self, entry: Path, args: list, log: Path, nproc: int):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-               "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"}  # a stopped rank only dies of the SIGKILL after it
+        # The agent's wait for its workers after a signal to it (they save within it). After a worker's
+        # failure torch 2.13 waits a fixed 30 s before it SIGKILLs the others (a stopped rank dies of that).
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0",
                "--master-port", str(free_port()), str(entry), *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT,
@@ -143,13 +144,14 @@ class Launch:
             pass
         return ranks
 
-    def end(self, timeout: float) -> tuple:
-        """Wait for torchrun and every worker it started to be gone; SIGKILL what is left after `timeout`.
-        Returns (torchrun's exit code or None, the pids this had to kill)."""
+    def end(self, timeout: float, tick=lambda: None) -> tuple:
+        """Wait for torchrun and every worker it started to be gone, calling `tick` meanwhile; SIGKILL what
+        is left after `timeout`. Returns (torchrun's exit code or None, the pids this had to kill)."""
         self.workers()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (self.proc.poll() is None or any(map(alive, self.family))):
-            time.sleep(0.2)
+            tick()
+            time.sleep(0.05)
         forced = []
         if self.proc.poll() is None:
             forced.append(self.proc.pid)
@@ -185,13 +187,16 @@ def in_save(out: Path) -> bool:
     return any(out.glob("checkpoint-*.tmp"))
 
 
-def inject(kind: str, launch: Launch, rng: random.Random) -> "str | None":
+def inject(kind: str, launch: Launch, rng: random.Random, metrics: Metrics) -> "str | None":
     """Send the fault; the target's name, or None when the target was already gone."""
     where, sig, _ = KINDS[kind]
     if where == "agent":
         os.kill(launch.proc.pid, sig)
         if sig == signal.SIGSTOP:
-            time.sleep(AGENT_STOP_S)
+            frozen = time.monotonic() + AGENT_STOP_S
+            while time.monotonic() < frozen:  # the workers train on: their records are timed as they come
+                metrics.poll()
+                time.sleep(0.05)
             os.kill(launch.proc.pid, signal.SIGCONT)
         return "agent"
     ranks = launch.workers()
@@ -205,9 +210,8 @@ def inject(kind: str, launch: Launch, rng: random.Random) -> "str | None":
     return f"rank {rank}"
 
 
-def chaos_run(out: Path, faults: int, kinds: list, seed: int, hang_timeout: float, nproc: int) -> dict:
+def chaos_run(out: Path, faults: int, kinds: list, seed: int, hang_timeout: float, nproc: int, steps: int) -> dict:
     rng = random.Random(seed)
-    steps = 4 * faults + 8  # each fault waits for 1-3 steps past the highest reached: room for all of them
     entry = out.parent / "chaos_entry.py"
     entry.write_text(ENTRY)
     args = train_args(out, steps, hang_timeout)
@@ -225,11 +229,11 @@ def chaos_run(out: Path, faults: int, kinds: list, seed: int, hang_timeout: floa
         fault = Fault(kind, "", metrics.high_step())
         launch.workers()  # known before the fault: an agent's death leaves them running on their own
         t_fault = time.monotonic()
-        fault.target = inject(kind, launch, rng) or "gone"
+        fault.target = inject(kind, launch, rng, metrics) or "gone"
         done.append((fault, t_fault))
         if kind == "agent-SIGSTOP":
             continue  # the launcher was only frozen: the same launch goes on
-        fault.launch_exit, fault.forced_kill = launch.end(timeout=180)
+        fault.launch_exit, fault.forced_kill = launch.end(timeout=180, tick=metrics.poll)
         fault.step_reached = metrics.high_step()
         start_count = sum(r.get("event") == "start" for _, r in metrics.poll())
         launch, restarts = Launch(entry, args, log, nproc), restarts + 1
@@ -238,7 +242,7 @@ def chaos_run(out: Path, faults: int, kinds: list, seed: int, hang_timeout: floa
         start = metrics.last_start() or {}
         fault.resumed_from = (start.get("resumed_from") or {}).get("step", 0)
         fault.steps_lost = fault.step_reached - fault.resumed_from
-    code, forced = launch.end(timeout=900)
+    code, forced = launch.end(timeout=900, tick=metrics.poll)  # records timed as they come
     wall = time.monotonic() - t0
     for fault, t_fault in done:
         fault.wall_time_lost_s = recovery_time(metrics, fault, t_fault)
@@ -305,20 +309,31 @@ def parse_args(argv=None):
     p.add_argument("--work-dir", help="where the runs go (default: a new temporary folder, kept)")
     p.add_argument("--hang-timeout", type=float, default=10.0, help="the runs' hang_timeout, seconds")
     p.add_argument("--nproc", type=int, default=2, help="ranks per launch")
+    p.add_argument("--steps", type=int, help="optimizer steps of the run (default 6 x faults + 30); faults left "
+                                             "when it ends are not injected")
     args = p.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds or args.faults < 1:
-        p.error(f"--kinds: unknown {unknown}, expected some of {', '.join(KINDS)}" if unknown or not kinds
-                else "--faults must be >= 1")
+    if unknown or not kinds:
+        p.error(f"--kinds: unknown {unknown}, expected some of {', '.join(KINDS)}")
+    if args.faults < 1 or (args.steps is not None and args.steps < 2):
+        p.error("--faults must be >= 1 and --steps >= 2")
     return args, kinds
 
 
 def main(argv=None) -> int:
     args, kinds = parse_args(argv)
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="chaos-"))
-    work.mkdir(parents=True, exist_ok=True)
-    report = chaos_run(work / "chaos", args.faults, kinds, args.seed, args.hang_timeout, args.nproc)
+    try:  # before the runs, not after ten minutes of them
+        if args.json:
+            check_writable(args.json, "--json")
+        work = check_writable(args.work_dir or tempfile.mkdtemp(prefix="chaos-"), "--work-dir", create_dir=True)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    # Each fault waits for 1-3 steps past the highest reached, and the run trains on (about 5 steps a
+    # second) while a stopped agent is frozen: room for all of them.
+    steps = args.steps or 6 * args.faults + 30
+    report = chaos_run(work / "chaos", args.faults, kinds, args.seed, args.hang_timeout, args.nproc, steps)
     report["reference_wall_s"] = reference_run(work / "reference", report["num_steps"], args.hang_timeout,
                                                args.nproc)
     report = {**summarise(report), **compare(work / "chaos", work / "reference"), **report,

@@ -834,6 +834,15 @@ def die_with_launcher(sig: int = signal.SIGTERM) -> None:
         os.kill(os.getpid(), sig)
 
 
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for a rank that is gone
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether a collective failed because another rank's process is gone (killed, its node lost): under
+    an elastic launcher the usual way a survivor learns of it."""
+    return isinstance(error, RuntimeError) and any(words in str(error) for words in PEER_LOST)
+
+
 def launcher_rank() -> int:
     """This process's global rank as the launcher set it (0 without a launcher), readable before any
     process group exists."""

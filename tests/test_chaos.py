@@ -48,7 +48,8 @@ def test_the_oracle_tells_one_ulp_and_one_loss_apart(tmp_path):
 @pytest.mark.slow
 def test_three_faults_end_bit_identical_to_the_uninterrupted_run(tmp_path):
     report_path = tmp_path / "chaos.json"
-    proc = subprocess.run([sys.executable, "scripts/chaos.py", "--faults", "3", "--seed", "1", "--json", str(report_path),
+    proc = subprocess.run([sys.executable, "scripts/chaos.py", "--faults", "3", "--steps", "20", "--seed", "1",
+                           "--json", str(report_path),
                            "--kinds", "rank-SIGKILL,agent-SIGKILL-in-save,rank-SIGTERM-in-save",
                            "--work-dir", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True,
                           timeout=400)

@@ -102,6 +102,8 @@ def test_a_lost_agent_shrinks_the_run_to_one_process_and_a_new_one_grows_it_back
     resumed = [s["resumed_from"]["step"] for s in starts(out)[1:3]]
     assert 0 < resumed[0] < resumed[1] < STEPS, resumed
     # What the survivor's log says at each change: the failed worker restarted, the newcomer admitted.
+    # The survivor's worker learns of the loss in a collective and says so in one line, not a traceback.
+    assert "another rank is gone (killed, or its node lost): " in log and "Traceback" not in log, log[-4000:]
     assert "Worker group FAILED. 3/3 attempts left; will restart worker group" in log
     assert "global_batch_size 8 at world size 1: 2 per device x 4 accumulation steps" in log
     assert "Detected 1 new nodes from group_rank=0; will restart worker group" in log
