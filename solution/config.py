@@ -102,6 +102,11 @@ class TrainConfig:
     """Windows per forward pass when scoring dev."""
     gradient_accumulation_steps: int = 1
     """Micro-steps summed into one optimizer step."""
+    global_batch_size: Optional[int] = None
+    """Fix the global batch instead: gradient_accumulation_steps is then derived at start-up as
+    global_batch_size / (per_device_train_batch_size x world size), which must divide (DeepSpeed's elasticity
+    config does the same). What an elastic run needs (torchrun --nnodes 1:2): each restart at another world
+    size keeps the step, the schedule and the checkpoints' resume key. Leave gradient_accumulation_steps at 1."""
     learning_rate: float = 5e-5
     """Peak learning rate, reached at the end of warmup."""
     weight_decay: float = 0.01
@@ -210,6 +215,7 @@ class TrainConfig:
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),
             (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", ">= 1"),
+            (self.global_batch_size is None or self.global_batch_size >= 1, "global_batch_size", ">= 1 or null"),
             (self.learning_rate > 0, "learning_rate", "> 0"),
             (self.weight_decay >= 0, "weight_decay", ">= 0"),
             (self.warmup_ratio is None or 0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1) or null"),
@@ -228,6 +234,10 @@ class TrainConfig:
                 raise ValueError(f"config: {name} must be {expected}, got {getattr(self, name)!r}")
         _check_finite(self)
         self._resolve_aliases()
+        if self.global_batch_size is not None and self.gradient_accumulation_steps != 1:
+            raise ValueError(f"config: global_batch_size ({self.global_batch_size}) and gradient_accumulation_steps "
+                             f"({self.gradient_accumulation_steps}) are both set; give one (global_batch_size "
+                             "derives the accumulation from the world size)")
 
     def _resolve_aliases(self) -> None:
         """TrainingArguments spellings: one value wins only when the two agree; a contradiction is an error."""
@@ -243,6 +253,21 @@ class TrainConfig:
                                      "give one of them")
                 self.mixed_precision = flag
         self.report_to = _trackers(self.report_to)
+
+    def derive_accumulation(self, world_size: int) -> Optional[str]:
+        """With global_batch_size: set gradient_accumulation_steps for this world size and say so in one line
+        (None without it). A world size whose per-device batches cannot make up the global batch is refused."""
+        if self.global_batch_size is None:
+            return None
+        per_step = self.per_device_train_batch_size * world_size
+        if self.global_batch_size % per_step:
+            raise ValueError(f"config: global_batch_size {self.global_batch_size} is not a multiple of "
+                             f"per_device_train_batch_size {self.per_device_train_batch_size} x world size "
+                             f"{world_size} ({per_step}); choose a per-device batch that divides it at every "
+                             "world size the run may take")
+        self.gradient_accumulation_steps = self.global_batch_size // per_step
+        return (f"global_batch_size {self.global_batch_size} at world size {world_size}: "
+                f"{self.per_device_train_batch_size} per device x {self.gradient_accumulation_steps} accumulation steps")
 
     def num_warmup_steps(self, num_total_steps: int) -> int:
         """Warmup in optimizer steps: warmup_steps (steps, or a ratio below 1), else warmup_ratio, else 0.1."""

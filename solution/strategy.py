@@ -553,6 +553,8 @@ class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
     def __init__(self, cfg):
+        # Before the plan: a DeepSpeed JSON's fixed accumulation is checked against the derived one.
+        self.accounting = cfg.derive_accumulation(_world_size())
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
@@ -830,6 +832,15 @@ def die_with_launcher(sig: int = signal.SIGTERM) -> None:
         return  # refused (a sandbox without prctl): the rank runs as before
     if os.getppid() != launcher:  # it died before the request took effect: nobody would send the signal
         os.kill(os.getpid(), sig)
+
+
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for a rank that is gone
+
+
+def lost_peer(error: BaseException) -> bool:
+    """Whether a collective failed because another rank's process is gone (killed, its node lost): under
+    an elastic launcher the usual way a survivor learns of it."""
+    return isinstance(error, RuntimeError) and any(words in str(error) for words in PEER_LOST)
 
 
 def launcher_rank() -> int:

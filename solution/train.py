@@ -10,7 +10,7 @@ strategy comes from `solution.strategy`, never from this file. Writes to
                   `stopped` record naming the signal and the checkpoint)
   model/          the consolidated model directory that `submission/` loads
 
-Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (the loss or
+Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (another rank gone, the loss or
 gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
 after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`);
 4 a hang: a rank made no progress for hang_timeout seconds (solution.watchdog; continue with `--resume auto`);
@@ -489,6 +489,8 @@ class Trainer:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
         cfg, acc = self.cfg, self.accelerator
         check_writable(self.out, "output_dir", create_dir=True)
+        if self.strategy.accounting:  # global_batch_size: the accumulation this world size needs
+            self.log(self.strategy.accounting)
         train_set = self.train_dataset()
         sampler = EpochShuffle(len(train_set), cfg.seed)
         loader = self.data_loader(train_set, sampler)
@@ -824,6 +826,14 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        if not strategy.lost_peer(e):
+            raise
+        # Every survivor says it (rank 0 may be the one that is gone); the launcher restarts them all.
+        print(f"error: rank {strategy.launcher_rank()}: another rank is gone (killed, or its node lost): "
+              f"{str(e).splitlines()[0]}; exiting 1 so that the launcher can restart the run "
+              "(--resume auto continues from latest)", file=sys.stderr)
+        return EXIT_FAULT
     except (TrainingStopped, StoppedBySignal, CheckpointFailed) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if strategy.launcher_rank() == 0:  # one line, not one per rank

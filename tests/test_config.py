@@ -291,3 +291,21 @@ def test_resolved_config_reloads(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(cfg.to_yaml())
     assert load_config(str(path)) == cfg
+
+
+def test_global_batch_size_derives_the_accumulation_for_each_world_size():
+    """An elastic run keeps its global batch (what a step and a checkpoint mean) at whatever world size a
+    restart gives it: the accumulation is recomputed, as DeepSpeed's elasticity config does."""
+    for world, accumulation in ((1, 4), (2, 2), (4, 1)):
+        cfg = load_config(None, ["--per_device_train_batch_size", "2", "--global_batch_size", "8"])
+        line = cfg.derive_accumulation(world)
+        assert cfg.gradient_accumulation_steps == accumulation
+        assert line == f"global_batch_size 8 at world size {world}: 2 per device x {accumulation} accumulation steps"
+    cfg = load_config(None, ["--per_device_train_batch_size", "2", "--global_batch_size", "8"])
+    with pytest.raises(ValueError, match=r"global_batch_size 8 is not a multiple of per_device_train_batch_size 2 "
+                                         r"x world size 3 \(6\)"):
+        cfg.derive_accumulation(3)
+    with pytest.raises(ValueError, match="global_batch_size .8. and gradient_accumulation_steps .2. are both set"):
+        load_config(None, ["--global_batch_size", "8", "--gradient_accumulation_steps", "2"])
+    plain = load_config(None, ["--gradient_accumulation_steps", "2"])
+    assert plain.derive_accumulation(4) is None and plain.gradient_accumulation_steps == 2
