@@ -314,11 +314,10 @@ def lexical_row(corpus: dict) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def file_digest(path: str) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """A file's sha256, once per file a run (the training file is hashed for every model trained on it)."""
+    from solution.fsutil import file_digest as digest
+
+    return digest(path)
 
 
 def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path) -> tuple:

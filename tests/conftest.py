@@ -79,6 +79,17 @@ ONE_STEP_RUN = ["-m", "solution.train", "--config", "configs/train/tiny.yaml", "
                 "--max_steps", "1", "--save_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 
 
+def train_one_process(out: Path, run: list, env: dict, *extra) -> Path:
+    """An uninterrupted one-process training run (the reference a distributed or interrupted run must match)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "solution.train", *run, *extra, "--output_dir", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
 def run_one_step(out: Path, strategy: str, *extra):
     """`ONE_STEP_RUN` under `strategy` ('zero2' or 'fsdp') into `out`, `extra` arguments added."""
     import os

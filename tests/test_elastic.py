@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, train_one_process
 from test_preemption import kill_tree, records, weights
 from test_strategies import COMMON
 
@@ -71,9 +71,7 @@ def training_at(out: Path, world: int, min_steps: int) -> bool:
 def reference(tmp_path_factory) -> tuple:
     """One uninterrupted process at batch 8: (loss by step, final weights)."""
     out = tmp_path_factory.mktemp("single")
-    proc = subprocess.run([sys.executable, "-m", "solution.train", *RUN, "--per_device_train_batch_size", "8",
-                           "--output_dir", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_one_process(out, RUN, ENV, "--per_device_train_batch_size", "8")
     return {r["step"]: r["loss"] for r in records(out) if "loss" in r}, weights(out)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, train_one_process
 from safetensors.torch import load_file
 from test_strategies import COMMON, TWO_RANKS, launch
 
@@ -115,9 +115,7 @@ def assert_stopped_at_one_checkpoint(out: Path, stderr: str, sig: str) -> int:
 def reference(tmp_path_factory) -> dict:
     """One uninterrupted process at global batch 8, STEPS steps."""
     out = tmp_path_factory.mktemp("single")
-    proc = subprocess.run([sys.executable, "-m", "solution.train", *RUN, "--per_device_train_batch_size", "8",
-                           "--output_dir", str(out)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_one_process(out, RUN, ENV, "--per_device_train_batch_size", "8")
     return weights(out)
 
 
