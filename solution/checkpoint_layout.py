@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from solution.fsutil import atomic_write_text, file_digest
+
 DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
 FSDP_DIR = "pytorch_model_fsdp_0"
 
@@ -285,30 +287,12 @@ def _listed_files(ckpt: Path) -> list:
     return sorted(found)
 
 
-def _sha256(path: Path, from_storage: bool = False) -> str:
-    """sha256 of a file; `from_storage`: flushed to the device and dropped from the page cache first, so
-    the bytes hashed are the ones the storage gives back, not the copy the writer left in memory."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if from_storage:
-            os.fsync(f.fileno())
-            if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_manifest(ckpt: Path) -> Path:
     """ckpt/manifest.json: every file's size and sha256, written last (to a temporary name, then renamed),
     so a checkpoint whose manifest is there was complete when it was written."""
     import json
 
-    from solution.fsutil import atomic_write_text
-
-    files = {rel: {"size": (Path(ckpt) / rel).stat().st_size, "sha256": _sha256(Path(ckpt) / rel)}
+    files = {rel: {"size": (Path(ckpt) / rel).stat().st_size, "sha256": file_digest(Path(ckpt) / rel)}
              for rel in _listed_files(ckpt)}
     return atomic_write_text(Path(ckpt) / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "files": files},
                                                                 indent=1) + "\n")
@@ -318,7 +302,7 @@ def verify_manifest(ckpt: Path, from_storage: bool = False) -> bool:
     """Check every file the manifest lists: there, of its size, of its sha256. False: no manifest (a
     checkpoint from before manifests); True: it verifies; a ValueError naming the first file that
     differs, or a file that no manifest lists (something added to the checkpoint since). `from_storage`:
-    see `_sha256` (the check right after a save)."""
+    see `fsutil.file_digest` (the check right after a save)."""
     import json
 
     path = Path(ckpt) / MANIFEST
@@ -338,7 +322,7 @@ def verify_manifest(ckpt: Path, from_storage: bool = False) -> bool:
             raise ValueError(f"{file}: listed in {MANIFEST} but missing")
         if file.stat().st_size != size:
             raise ValueError(f"{file}: {file.stat().st_size} bytes, but {MANIFEST} says {size} (truncated or rewritten)")
-        if _sha256(file, from_storage) != digest:
+        if file_digest(file, from_storage) != digest:
             raise ValueError(f"{file}: sha256 differs from {MANIFEST} (its bytes changed since it was written)")
     unlisted = sorted(set(_listed_files(ckpt)) - set(listed))
     if unlisted:

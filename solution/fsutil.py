@@ -223,12 +223,18 @@ def replace_dir(tmp: PathLike, final: PathLike) -> Path:
     return final
 
 
-def file_digest(path: PathLike) -> str:
-    """sha256 of a file's bytes, read in 16 MiB blocks (model weights: a file's identity, not its name)."""
+def file_digest(path: PathLike, from_storage: bool = False) -> str:
+    """sha256 of a file's bytes, read in 16 MiB blocks (model weights: a file's identity, not its name).
+    `from_storage`: flushed to the device and dropped from the page cache first, so the bytes hashed are
+    the ones the storage gives back, not the copy the writer left in memory."""
     import hashlib
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
+        if from_storage:
+            os.fsync(f.fileno())
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         for block in iter(lambda: f.read(1 << 24), b""):
             h.update(block)
     return h.hexdigest()
