@@ -223,11 +223,14 @@ def _valid_answers(row_id: str, gold: dict, source: Optional[str]) -> tuple:
 def _figures(c: Counter) -> dict:
     rows = c["tp"] + c["fp"] + c["fn"] + c["tn"]
     correct = c["tp"] + c["tn"]
-    # f1_score(average="micro") on binary labels: (1 + beta^2) tp_sum / (beta^2 true_sum + pred_sum),
-    # with both sums over the two labels equal to the number of rows.
-    score = 2.0 * correct / (float(rows) + float(rows)) if rows else 0.0
-    return {"score": score, "correct": correct, "rows": rows,
+    return {"score": score_of(correct, rows), "correct": correct, "rows": rows,
             "tp": c["tp"], "fp": c["fp"], "fn": c["fn"], "tn": c["tn"]}
+
+
+def score_of(correct: int, rows: int) -> float:
+    """MLE-bench's score of `correct` right rows out of `rows`: f1_score(average="micro") on binary labels is
+    (1 + beta^2) tp_sum / (beta^2 true_sum + pred_sum), both sums over the two labels equal to the rows."""
+    return 2.0 * correct / (float(rows) + float(rows)) if rows else 0.0
 
 
 def _some(items: list) -> str:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solution import mlebench
 from solution.fsutil import atomic_write_text
 from solution.metric import parse_prediction, score
 from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
@@ -108,12 +109,7 @@ def objective(result: dict, metric: str = "kaggle") -> float:
     if metric == "kaggle":
         return result["micro_f1"]
     rows = 2 * result["num_examples"]
-    return mlebench_from_counts(rows - result["fp"] - result["fn"], rows)
-
-
-def mlebench_from_counts(correct: int, rows: int) -> float:
-    """MLE-bench's score of `correct` right rows out of `rows` (its f1_score arithmetic, as `mlebench.grade`)."""
-    return 2.0 * correct / (float(rows) + float(rows)) if rows else 0.0
+    return mlebench.score_of(rows - result["fp"] - result["fn"], rows)
 
 
 def _with_objective(result: dict, metric: str) -> dict:
