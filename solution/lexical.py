@@ -4,12 +4,12 @@ What a trained model has to beat. For each document, every top-level candidate i
 segments (sentences, list items, table rows); a segment's score is the share of the question's
 content words (`sampling.content_words`: stop words aside) it holds, each weighed by its inverse
 document frequency over the file's pages and the words of the page's title aside. Only a segment
-that names the page's subject (a title word) counts: the same fact stated about another subject
-shares every other word. The best segment's top-level candidate is the long answer. A question
-that opens with a verb ("is ...", "was ...") is a YES/NO question: YES when the segment holds
-every content word, else NO. Otherwise the short answer is the longest run of the segment's words
-that are not the question's and look like a
-name or a number (capitalised or holding a digit); without one, the answer is long only.
+that names the page's subject (a title word) counts, or a row of a table (a row names what it
+states, not whose: the same fact stated about another subject shares every other word, and is put
+in a sentence). A header row states nothing. The best segment's top-level candidate is the long
+answer. A question that opens with a verb ("is ...", "was ...") is a YES/NO question: YES when the
+segment holds every content word, else NO. Otherwise the short answer is a row's last cell, or a
+sentence's last run of value words (`value_run`); without one, the answer is long only.
 
 The output is the same score record `submission.predict --scores-out` writes
 (`postprocess.score_record`), so `solution.tuning` tunes its two thresholds on dev and
@@ -31,7 +31,8 @@ from solution.nq import is_text_token, read_examples
 from solution.sampling import STOP_WORDS, content_words
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
-SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "</Td>", "</Th>", "<Tr>", "<Li>", "<Td>", "<Th>"})
+SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
+CELL_TAGS = frozenset({"<Td>", "</Td>", "<Th>", "</Th>"})
 
 
 def segments(tokens: list, start: int, end: int):
@@ -39,6 +40,8 @@ def segments(tokens: list, start: int, end: int):
     seg = []
     for i in range(start, end):
         tok = tokens[i]
+        if tok in CELL_TAGS:
+            continue  # a table row is one segment: its label cell names what its value cell states
         if tok in SEGMENT_ENDS or (not is_text_token(tok) and tok.startswith("</")):
             if seg:
                 yield seg
@@ -50,19 +53,49 @@ def segments(tokens: list, start: int, end: int):
 
 
 def value_run(tokens: list, seg: list, question: frozenset) -> tuple:
-    """(start, end) NQ tokens of the longest run of name- or number-like words of `seg` that are not
-    the question's; (-1, -1) without one."""
-    best, run = (-1, -1), []
-    for i in seg + [None]:
-        word = tokens[i] if i is not None else ""
-        looks = word[:1].isupper() or any(c.isdigit() for c in word)
-        if i is not None and looks and word.lower() not in question and word.lower() not in STOP_WORDS:
-            run.append(i)
+    """(start, end) NQ tokens of the short answer a segment states; (-1, -1) without one.
+
+    A table row states its value in its last cell (the first names what it is): that cell's words.
+    A sentence states it in its last run of value words (`_value_word`): facts are put as
+    "<subject> ... is <value> .", and a value names something (a capitalised word or a number);
+    a sentence whose last run does not is answered with its long answer only."""
+    cells = [j for j, i in enumerate(seg) if tokens[i - 1] == "<Td>"]
+    if cells and cells[-1] > 0:
+        return seg[cells[-1]], seg[-1] + 1
+    runs = []
+    for k, i in enumerate(seg):
+        if not _value_word(tokens[i], question, first=k == 0):
             continue
-        if run and run[-1] - run[0] + 1 > best[1] - best[0]:
-            best = (run[0], run[-1] + 1)
-        run = []
-    return best
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    if not runs:
+        return -1, -1
+    start, end = runs[-1]
+    if not any(tokens[i][:1].isupper() or any(c.isdigit() for c in tokens[i]) for i in range(start, end)):
+        return -1, -1
+    return start, end
+
+
+def _value_word(word: str, question: frozenset, first: bool) -> bool:
+    """A word that can be part of a stated value: not a stop word, and not one of the question's unless
+    capitalised inside the sentence ("Lake" of "Lake Grukva" answering "what is the largest lake")."""
+    low = word.lower()
+    if low in STOP_WORDS or not any(c.isalnum() for c in word):
+        return False
+    return low not in question or (word[:1].isupper() and not first)
+
+
+def tokens_row(tokens: list, seg: list) -> bool:
+    """Whether a segment is a table row's cells (a row of the page's own table: the neighbour's facts
+    are stated in sentences that name it)."""
+    return tokens[seg[0] - 1] in CELL_TAGS
+
+
+def header_row(tokens: list, seg: list) -> bool:
+    """A table row of header cells only (column names): it states no value."""
+    return tokens_row(tokens, seg) and not any(tokens[i - 1] == "<Td>" for i in seg)
 
 
 def page_title(tokens: list) -> frozenset:
@@ -87,7 +120,8 @@ def answer(example, idf=None) -> dict:
             continue
         for seg in segments(toks, cand.start_token, cand.end_token):
             words = {toks[i].lower() for i in seg}
-            if title and not title & words:
+            in_row = tokens_row(toks, seg)
+            if (title and not title & words and not in_row) or header_row(toks, seg):
                 continue  # a sentence about another subject, however many of the words it shares
             share = sum(weight[w] for w in asked & words) / total if total else 0.0
             if share > best[0]:

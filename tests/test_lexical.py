@@ -33,3 +33,28 @@ def test_yes_no_questions_and_a_fact_the_page_does_not_state():
     assert record("is ostel the capital of drakia")["raw_short"] == "NO"
     missing = record("what is the national anthem of drakia")
     assert missing["score"] < 1.0 and missing["answer_type"] != "SHORT"
+
+
+TABLE_PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <Table> <Tr> <Th> Name </Th> <Th> Area </Th> </Tr> "
+              "<Tr> <Td> Ostel </Td> <Td> 1,200 </Td> </Tr> </Table> "
+              "<Table> <Tr> <Th> Total area </Th> <Td> 215,842 square kilometres </Td> </Tr> </Table> "
+              "<P> The largest lake in Vemoria is Lake Sorel . The largest lake in Drakia is Lake Grukva . </P>")
+
+
+def table_record(question: str) -> tuple:
+    r = answer(parse_example(json.dumps(nq_line(question=question, document=TABLE_PAGE))))
+    start, end = map(int, r["raw_short"].split(":"))
+    return r, " ".join(TABLE_PAGE.split(" ")[start:end])
+
+
+def test_a_table_row_answers_with_its_value_cell_and_a_header_row_with_nothing():
+    # The row names no subject (the table is the page's own), its first cell names what it states;
+    # the column header "Area" shares the question's word but states no value.
+    r, short = table_record("what is the total area of drakia")
+    assert short == "215,842 square kilometres"
+    assert TABLE_PAGE.split(" ")[int(r["raw_long"].split(":")[0])] == "<Table>"
+    assert r["raw_long"] != f"{TABLE_PAGE.split(' ').index('<Table>')}:{TABLE_PAGE.split(' ').index('</Table>') + 1}"
+
+
+def test_a_value_keeps_its_capitalised_question_word():
+    assert table_record("what is the largest lake in drakia")[1] == "Lake Grukva"
