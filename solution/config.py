@@ -233,6 +233,11 @@ class TrainConfig:
             if not ok:
                 raise ValueError(f"config: {name} must be {expected}, got {getattr(self, name)!r}")
         _check_finite(self)
+        if self.window.long_overrun_labels and not self.postprocess.long_overrun:
+            # Labels cut at a window's end teach an end that only long_overrun scores.
+            raise ValueError("config: long_overrun_labels is true but long_overrun is false; a model trained to "
+                             "end an overrunning long answer at the window's last piece is scored that way only "
+                             "with long_overrun: true (postprocess section)")
         self._resolve_aliases()
         if self.global_batch_size is not None and self.gradient_accumulation_steps != 1:
             raise ValueError(f"config: global_batch_size ({self.global_batch_size}) and gradient_accumulation_steps "

@@ -96,6 +96,9 @@ def recovered_answers(example, windows) -> tuple:
             idx = containing_candidate(cands, s, e + 1)
         else:
             match = np.nonzero((cands[:, 3] == s) & (cands[:, 4] == e))[0] if len(cands) else []
+            if not len(match) and len(cands) and e == int(w.nq_token_index.max()):
+                # A label cut at the window's end (`long_overrun_labels`): the candidate starting there.
+                match = np.nonzero((cands[:, 3] == s) & (cands[:, 4] > e))[0]
             idx = int(match[0]) if len(match) else -1
         if idx >= 0:
             long = (int(cands[idx, 0]), int(cands[idx, 1]))
@@ -116,7 +119,9 @@ def _text_mismatch(featurizer: Featurizer, example, span, labelled: list) -> Opt
     TEXT_EDGE_WORDS words."""
     if not labelled:
         return None
-    words = [t for t in example.document_text.split(" ")[span.start_token:span.end_token] if not is_html_token(t)]
+    toks = example.document_text.split(" ")
+    text_at = [i for i in range(span.start_token, min(span.end_token, len(toks))) if not is_html_token(toks[i])]
+    words = [toks[i] for i in text_at]
     whole = len(words) <= 2 * TEXT_EDGE_WORDS
     parts = [words] if whole else [words[:TEXT_EDGE_WORDS], words[-TEXT_EDGE_WORDS:]]
     enc = featurizer.tokenizer(parts, is_split_into_words=True, add_special_tokens=False,
@@ -125,7 +130,9 @@ def _text_mismatch(featurizer: Featurizer, example, span, labelled: list) -> Opt
     for w in labelled:
         ids = w.input_ids[w.start_position:w.end_position + 1]
         have = ids[~np.isin(ids, featurizer.structure_ids)]  # structure tokens are not answer text
-        if whole:
+        if text_at and int(w.nq_token_index[w.end_position]) < text_at[-1]:
+            ok = np.array_equal(have[:len(head)], head[:len(have)])  # cut at the window's end: a prefix
+        elif whole:
             ok = np.array_equal(have, head)
         else:
             ok = (np.array_equal(have[:len(head)], head) and len(have) >= len(tail)

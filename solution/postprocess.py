@@ -117,6 +117,10 @@ class PostprocessConfig:
     max_context: bool = False
     """A piece in several overlapping windows starts spans only in the window where it has the most
     context on both sides (BERT's token_is_max_context; 2nd place)."""
+    long_overrun: bool = False
+    """A candidate that no window holds whole is scored in each window where it starts, from its first
+    text piece to the window's last piece: how a model trained with `window.long_overrun_labels` marks
+    a long answer longer than a window (without it such a candidate cannot be chosen)."""
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -290,6 +294,9 @@ def score_document(example_id: str, candidates: np.ndarray, start_logits: np.nda
         eligible = candidates[:, 2] == 1
     cand_scores, cand_windows = _candidate_scores(candidates, eligible, start_val, end_val, null,
                                                   nq_token_index, start_ok, cfg.score_space)
+    if cfg.long_overrun:
+        _overrun_scores(candidates, eligible & ~np.isfinite(cand_scores), start_val, end_val, null,
+                        nq_token_index, start_ok, cfg.score_space, cand_scores, cand_windows)
     if not len(span_scores) and not np.isfinite(cand_scores).any():
         return empty
     short_score = span_scores[0] if len(span_scores) else -np.inf
@@ -387,6 +394,30 @@ def _candidate_scores(candidates, eligible, start_val, end_val, null, nq_token_i
         best[idx[better]] = scores[better]
         where[idx[better]] = w
     return best, where
+
+
+def _overrun_scores(candidates, eligible, start_val, end_val, null, nq_token_index, start_ok, space,
+                    best: np.ndarray, where: np.ndarray) -> None:
+    """Scores (into `best`, `where`) the `eligible` candidates that start in a window and end after it:
+    start at the first text piece, end at the window's last piece, their best over such windows."""
+    if not len(candidates) or not eligible.any():
+        return
+    first_text, last_text = candidates[:, 3], candidates[:, 4]
+    for w in range(start_val.shape[0]):
+        doc_pos = np.nonzero(nq_token_index[w] >= 0)[0]
+        if len(doc_pos) == 0:
+            continue
+        d0, d1 = doc_pos[0], doc_pos[-1]
+        nq = nq_token_index[w, d0:d1 + 1]
+        ps = np.minimum(np.searchsorted(nq, first_text, side="left"), len(nq) - 1)
+        starts = eligible & (first_text >= 0) & (nq[ps] == first_text) & (last_text > nq[-1]) & start_ok[w, d0 + ps]
+        idx = np.nonzero(starts)[0]
+        if not len(idx):
+            continue
+        scores = _combine(start_val[w, d0 + ps[idx]], np.full(len(idx), end_val[w, d1]), space) - null[w]
+        better = scores > best[idx]
+        best[idx[better]] = scores[better]
+        where[idx[better]] = w
 
 
 def _best_candidate(cand_scores, cand_windows) -> int:

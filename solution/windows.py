@@ -69,6 +69,11 @@ class WindowConfig:
     (added to the tokenizer as special tokens, see `add_structure_tokens`)."""
     nested_to_top_level: bool = False
     """Training labels: a gold long answer that is a nested candidate is labelled as its top-level container."""
+    long_overrun_labels: bool = False
+    """Training labels: a long answer (LONG, YES, NO) that no window holds whole is labelled, in each window
+    where it starts, from its first piece to the window's last document piece; otherwise it cannot be
+    labelled at all (a paragraph longer than a window). Post-processing must score candidates the same
+    way (`postprocess.long_overrun`)."""
 
     def __post_init__(self):
         if self.max_question_length < 1:
@@ -196,6 +201,8 @@ class Featurizer:
             starts.append(starts[-1] + step)
 
         target = answer_target(example, doc, cfg.nested_to_top_level) if with_labels else None
+        overrun = (target is not None and cfg.long_overrun_labels and target[0] != TYPE_ID["SHORT"]
+                   and not any(s <= target[1] and target[2] < min(s + capacity, n) for s in starts))
         head = np.concatenate([[self.tokenizer.cls_token_id], question_ids, [self.tokenizer.sep_token_id]])
         offset = len(head)  # position of the first document piece in every window
         out = []
@@ -209,8 +216,8 @@ class Featurizer:
             win = Window(example.example_id, w, ids, types, nq_idx, doc_start=s)
             if target is not None:
                 type_id, p0, p1 = target
-                if s <= p0 and p1 < e:
-                    win.start_position, win.end_position = p0 - s + offset, p1 - s + offset
+                if s <= p0 and (p1 < e or (overrun and p0 < e)):
+                    win.start_position, win.end_position = p0 - s + offset, min(p1, e - 1) - s + offset
                     win.answer_type = type_id
             out.append(win)
         return out

@@ -309,3 +309,12 @@ def test_global_batch_size_derives_the_accumulation_for_each_world_size():
         load_config(None, ["--global_batch_size", "8", "--gradient_accumulation_steps", "2"])
     plain = load_config(None, ["--gradient_accumulation_steps", "2"])
     assert plain.derive_accumulation(4) is None and plain.gradient_accumulation_steps == 2
+
+
+def test_overrun_labels_need_overrun_scoring():
+    from solution.postprocess import PostprocessConfig
+    from solution.windows import WindowConfig
+
+    with pytest.raises(ValueError, match="long_overrun_labels is true but long_overrun is false"):
+        TrainConfig(window=WindowConfig(long_overrun_labels=True))
+    TrainConfig(window=WindowConfig(long_overrun_labels=True), postprocess=PostprocessConfig(long_overrun=True))

@@ -349,3 +349,50 @@ def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_p
     ids = torch.from_numpy(w.input_ids[None].astype(np.int64))
     logits = loaded(input_ids=ids, attention_mask=torch.ones_like(ids))["start_logits"]
     assert torch.isfinite(logits).all()
+
+
+def test_a_long_answer_longer_than_a_window_is_labelled_from_its_start_to_the_window_end(tokenizer):
+    # 300 words never fit a 64-piece window: without the setting no window is labelled (above);
+    # with it, every window where the paragraph starts marks its first piece and the window's last.
+    doc = "T <H1> T </H1> <P> intro words here . </P> <P> " + " ".join(f"w{i}" for i in range(300)) + " </P>"
+    first = doc.split(" ").index("w0")
+    ex, windows = featurize(tokenizer, nq_line(document=doc, long=1), long_overrun_labels=True)
+    labelled = [w for w in windows if w.answer_type == TYPE_ID["LONG"]]
+    assert labelled
+    for w in labelled:
+        assert w.nq_token_index[w.start_position] == first
+        assert w.end_position == int(np.nonzero(w.nq_token_index >= 0)[0][-1])
+    assert recovered_answers(ex, windows)[1] == (ex.candidates[1].start_token, ex.candidates[1].end_token)
+    summary = _Summary()
+    summary.add(ex, windows, windows, True, Featurizer(tokenizer, WindowConfig(
+        max_seq_length=64, doc_stride=8, max_question_length=16, long_overrun_labels=True)))
+    assert summary.counts["recovered_long"] == 1, summary.misses
+
+
+def test_overrun_labels_leave_answers_that_fit_alone(tokenizer):
+    doc = long_document()
+    s = doc.split().index("Ann")
+    for kwargs in ({"long": 7, "shorts": [(s, s + 2)]}, {"long": 7}):
+        plain = featurize(tokenizer, nq_line(document=doc, **kwargs), max_seq_length=96)[1]
+        overrun = featurize(tokenizer, nq_line(document=doc, **kwargs), max_seq_length=96, long_overrun_labels=True)[1]
+        assert any(w.answer_type != TYPE_ID["UNKNOWN"] for w in plain)
+        assert [(w.answer_type, w.start_position, w.end_position) for w in plain] == \
+            [(w.answer_type, w.start_position, w.end_position) for w in overrun]
+
+
+def test_long_overrun_scores_a_candidate_no_window_holds_whole():
+    # One window holding NQ tokens 7..15 of a paragraph whose text runs to token 30: the start at
+    # its first piece and the end at the window's last piece score it only with long_overrun (a short
+    # span of at most 4 pieces from the same start scores 8 and gives the same container).
+    cands = np.array([[6, 32, 1, 7, 30]])
+    nq = [-1, -1, -1] + list(range(7, 16))
+    arrays = _logits(nq, 3, 11, type_hot=4)
+    p = postprocess_document("1", cands, *arrays, PostprocessConfig(max_answer_length=4))
+    assert (p.long, p.score) == ("6:32", 8.0)
+    p = postprocess_document("1", cands, *arrays, PostprocessConfig(max_answer_length=4, long_overrun=True))
+    assert (p.long, p.score) == ("6:32", 16.0)
+    # A candidate some window holds whole keeps its ordinary score.
+    whole = np.array([[6, 16, 1, 7, 14]])
+    p = postprocess_document("1", whole, *_logits(nq, 3, 10, type_hot=4),
+                             PostprocessConfig(max_answer_length=4, long_overrun=True))
+    assert (p.long, p.answer_type, p.score) == ("6:16", "LONG", 16.0)
