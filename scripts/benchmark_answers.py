@@ -4,13 +4,15 @@
     python scripts/benchmark_answers.py --corpus real --json docs/benchmarks/answers-real.json
     python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, ~2 minutes
 
-Trains the nq-profile recipe (configs/train/nq-profile.yaml: MiniLM, 384-piece windows, a first pass
-of the 8 windows sharing most of the question's words, trained on those same windows) on `solution.synth
---profile nq` (seed 0: the largest of `--train-sizes` training pages, 400 dev, 400 test), with the
-seeds of `--seeds` (0 and 1), one model after the other (never two at once: they would share the
-cores). Each technique is one row of TECHNIQUES: the training overrides it needs (a model of its own
-per seed) and the `submission.predict --set KEY=VALUE` post-processing overrides it needs (the
-baseline model, no retraining). Every variant is scored the same way, through the same functions
+Trains the nq-profile recipe in its two stages, with the seeds of `--seeds` (0 and 1), one model after
+the other (never two at once: they would share the cores): stage 1 is the demo's training
+(configs/train/demo.yaml) on easy pages (`solution.synth`, seed 0), once per seed; stage 2 is
+configs/train/nq-profile.yaml (MiniLM, 192-piece windows, a first pass of the 8 windows sharing most
+of the question's words, trained on 6 of them) from stage 1's model, on `solution.synth --profile nq`
+(seed 0: the largest of `--train-sizes` training pages, 400 dev, 400 test). Each technique is one row
+of TECHNIQUES: the training overrides it needs (a stage 2 of its own per seed) and the
+`submission.predict --set KEY=VALUE` post-processing overrides it needs (the baseline model, no
+retraining). A model's `train_seconds` counts both stages. Every variant is scored the same way, through the same functions
 `submission.predict` and `solution.evaluate --tune` use, in this process:
 
 1. predict dev and score it: dev micro-F1 untuned;
@@ -76,15 +78,20 @@ TECHNIQUES = {
 }
 NO_TECHNIQUE = ("baseline", "lexical", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
 
-# The recipe as it is (no overrides). ~27 windows of 384 pieces a page, of which the first pass runs 8:
-# 800 dev and test pages are ~6,400 windows a model; max_windows=0 runs the other ~15,000 once per seed.
-FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [300, 600, 900],
-        "num_dev": 400, "num_test": 400, "max_words": None, "train": []}
+# The recipe as it is (no overrides): stage 1 is the demo's training on easy pages (`warm_start`: its
+# config, and the `solution.synth` options of its corpus), stage 2 the nq-profile config from its model.
+# ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
+# windows a model; max_windows=0 runs the other ~43,000 once per seed.
+FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [250, 500, 1000],
+        "num_dev": 400, "num_test": 400, "max_words": None, "train": [],
+        "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
-# max_windows rows change something.
+# max_windows rows change something, and a tiny stage 1 so that the warm start runs.
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
          "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
-                                      "--max_windows_per_document", "8"]}
+                                      "--max_windows_per_document", "8"],
+         "warm_start": {"config": "configs/train/tiny.yaml",
+                        "synth": ["--num-train", "12", "--num-dev", "4", "--num-test", "4"]}}
 REAL_TRAIN = ["--max_seq_length", "384", "--doc_stride", "128", "--max_question_length", "64",
               "--num_train_epochs", "6", "--max_dev_examples", "null"]
 NUM_ENSEMBLE_MEMBERS = 3  # ensembles of the first 2 and the first 3 of these seeds
@@ -320,22 +327,47 @@ def file_digest(path: str) -> str:
     return digest(path)
 
 
-def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path) -> tuple:
-    """Train one model, or reuse the one trained from the same command on the same bytes; (model dir, seconds).
+def precision_args() -> list:
+    """float32 where the CPU has no native bf16: emulated bf16 trains ~14x slower (as `make demo` does)."""
+    from solution.memory import cpu_native_bf16
+    return [] if cpu_native_bf16() else ["--mixed_precision", "no"]
+
+
+def train_run(name: str, args: list, config: str, train_file: str, out: Path) -> tuple:
+    """`solution.train ARGS`, or the model trained from the same command on the same bytes; (model dir, seconds).
 
     The directory is named by a digest of the command, the config file and the training file, so a
     model of an earlier plan (other sizes, another corpus) is never taken for this one, nor overwritten."""
-    args = ["--config", plan["config"], "--seed", str(seed), "--train_file", corpus["train"], "--dev_file",
-            corpus["dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *corpus["train_overrides"], *extra]
-    key = hashlib.sha1(json.dumps([args, file_digest(str(ROOT / plan["config"])),
-                                   file_digest(corpus["train"])]).encode()).hexdigest()[:10]
-    d = out / "models" / f"{name}-seed{seed}-{key}"
+    key = hashlib.sha1(json.dumps([args, file_digest(str(ROOT / config)), file_digest(train_file)]).encode()).hexdigest()[:10]
+    d = out / "models" / f"{name}-{key}"
     done = d / "benchmark_train.json"
     if done.is_file() and (d / "model" / "qa_config.json").is_file():
         return d / "model", json.loads(done.read_text())["train_seconds"]
     secs = run(["-m", "solution.train", *args, "--output_dir", str(d)])
     done.write_text(json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
     return d / "model", round(secs, 1)
+
+
+def warm_start(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:
+    """Stage 1 of the recipe for this seed (trained once, shared by every stage 2 of the seed): the
+    arguments that start stage 2 from its model, and its training seconds. ([], 0) without one."""
+    ws = plan.get("warm_start")
+    if not ws:
+        return [], 0.0
+    args = ["--config", ws["config"], "--seed", str(seed), "--train_file", corpus["warm_train"], "--dev_file",
+            corpus["warm_dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *precision_args()]
+    model, secs = train_run(f"warm-seed{seed}", args, ws["config"], corpus["warm_train"], out)
+    return ["--model_name_or_path", str(model), "--pretrained", "true"], secs
+
+
+def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path) -> tuple:
+    """Train one model (stage 2 from the seed's stage 1, if the plan has one); (model dir, seconds of both stages)."""
+    warm, warm_secs = warm_start(seed, corpus, plan, out)
+    args = ["--config", plan["config"], "--seed", str(seed), "--train_file", corpus["train"], "--dev_file",
+            corpus["dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *precision_args(),
+            *corpus["train_overrides"], *warm, *extra]
+    model, secs = train_run(f"{name}-seed{seed}", args, plan["config"], corpus["train"], out)
+    return model, round(secs + warm_secs, 1)
 
 
 # ---------------------------------------------------------------------------
@@ -590,6 +622,10 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
         corpus = {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
                   "test": str(data / "simplified-nq-test.jsonl"),
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
+    if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
+        easy = out / "data-easy"
+        run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
+        corpus |= {"warm_train": str(easy / "simplified-nq-train.jsonl"), "warm_dev": str(easy / "simplified-nq-dev.jsonl")}
     n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
     return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 

@@ -152,3 +152,12 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     gold = tmp_path / "run" / "data" / "simplified-nq-test-gold.jsonl"
     assert score_files(tmp_path / "run" / "baseline-seed0" / "test.csv", gold)["score"] == base["test_mlebench"]
     assert out.with_suffix(".png").stat().st_size > 0 and (tmp_path / "answers-curve.png").stat().st_size > 0
+    # Stage 1 trained once per seed, and every stage 2 of a seed starts from its model.
+    models = tmp_path / "run" / "models"
+    warm = {p.name.split("-")[1]: p for p in models.iterdir() if p.name.startswith("warm-seed")}
+    assert set(warm) == {"seed0", "seed1", "seed2"}
+    for p in models.iterdir():
+        if not p.name.startswith("warm-"):
+            command = json.loads((p / "benchmark_train.json").read_text())["command"]
+            seed = command[command.index("--seed") + 1]
+            assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
