@@ -115,6 +115,18 @@ class QAModel(nn.Module):
         return out
 
 
+def init_structure_embeddings(model: QAModel, tokenizer, tokens: list) -> None:
+    """Start each new structure token's embedding row (`[Paragraph=3]`) at the mean of its words' rows
+    ("paragraph", "3"): the encoder first reads it as those words, where a row drawn around the mean of
+    the whole vocabulary means nothing and has to be learnt from the few windows that hold it."""
+    rows = model.backbone.get_input_embeddings().weight
+    with torch.no_grad():
+        for token in tokens:
+            kind, n = token.strip("[]").split("=")
+            ids = tokenizer(f"{kind.lower()} {n}", add_special_tokens=False)["input_ids"]
+            rows[tokenizer.convert_tokens_to_ids(token)] = rows[ids].mean(dim=0)
+
+
 def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     from transformers import AutoConfig
 

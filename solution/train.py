@@ -42,10 +42,17 @@ from solution.fsutil import check_writable, disk_full_message, exclusive_lock, r
 from solution.inference import collate, model_runner, predict_documents
 from solution.memory import probe_memory, retain_freed_memory
 from solution.metric import format_report, load_gold, score
-from solution.model import architecture, build_model, load_tokenizer, save_model_dir, save_model_meta
+from solution.model import (
+    architecture,
+    build_model,
+    init_structure_embeddings,
+    load_tokenizer,
+    save_model_dir,
+    save_model_meta,
+)
 from solution.nq import ReadStats, read_examples
 from solution.watchdog import Progress, Watchdog, collective_timeout
-from solution.windows import Featurizer, add_structure_tokens
+from solution.windows import Featurizer, add_structure_tokens, structure_vocabulary
 
 
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
@@ -351,8 +358,11 @@ class Trainer:
         self.is_main = self.accelerator.is_main_process
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
+        known = len(self.tokenizer)
         if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows
             self.model.backbone.resize_token_embeddings(len(self.tokenizer))
+            added = [t for t in structure_vocabulary(cfg.window) if self.tokenizer.convert_tokens_to_ids(t) >= known]
+            init_structure_embeddings(self.model, self.tokenizer, added)
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them

