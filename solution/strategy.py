@@ -780,6 +780,21 @@ class Strategy:
         state = inner.state_dict()
         inner.load_state_dict({**state, "state": {i: full[n] for i, n in enumerate(names)}})
 
+    def checkpoint_group(self, index: int):
+        """A gloo process group of its own for the `index`-th distributed-checkpoint write of an asynchronous
+        save (None in one process without a group). FSDP2: torch's async_save runs DCP's collectives in a
+        background thread; on the training's group they could pair with the loop's all-reduces, and two
+        writes in flight at once (the model's, the optimizer's) each need their own. Made once, by every
+        rank in the same order (new_group is itself a collective)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        groups = self.__dict__.setdefault("_checkpoint_groups", [])
+        while len(groups) <= index:
+            groups.append(dist.new_group(backend="gloo"))
+        return groups[index]
+
     def close(self, barrier: bool = True) -> None:
         """Shut down in order; once, whatever way training ends (see `shutdown`).
 
