@@ -302,6 +302,34 @@ FAILED_MARK = ".failed-rank-{}"  # ... or its write failed; the file holds the e
 MARK_POLL_S = 0.05
 
 
+def cpu_copy(obj, storages: dict):
+    """`obj` with every tensor copied into CPU memory of its own, its structure (dicts, lists, tuples) rebuilt
+    around them and anything else deep-copied. Tensors that share a storage share the copy of it (`storages`,
+    by address and size), so torch.save writes the bytes it writes for `obj`; a parameter stays a parameter.
+    Not copy.deepcopy: it refuses tensors that are not graph leaves (DeepSpeed's flat partitions are views)."""
+    if isinstance(obj, torch.Tensor) and type(obj) in (torch.Tensor, torch.nn.Parameter):
+        source = obj.untyped_storage()
+        key = (source.data_ptr(), source.nbytes())
+        storage = storages.get(key) if source.nbytes() else None
+        if storage is None:
+            storage = storages[key] = source.cpu().clone() if source.device.type == "cpu" else source.cpu()
+        copied = torch.empty(0, dtype=obj.dtype).set_(storage, obj.storage_offset(), obj.size(), obj.stride())
+        if isinstance(obj, torch.nn.Parameter):
+            return torch.nn.Parameter(copied, requires_grad=obj.requires_grad)
+        return copied.requires_grad_(obj.requires_grad)
+    if isinstance(obj, dict):
+        copied = copy.copy(obj)  # its own type (OrderedDict), its attributes (a state dict's _metadata)
+        for key, value in obj.items():
+            copied[key] = cpu_copy(value, storages)
+        return copied
+    if isinstance(obj, list):
+        return [cpu_copy(value, storages) for value in obj]
+    if isinstance(obj, tuple):
+        values = [cpu_copy(value, storages) for value in obj]
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
+    return copy.deepcopy(obj)
+
+
 class DeferredWrites:
     """While open, what Accelerate's save_state writes into `tmp` from this thread is copied at once and
     written later (`jobs`, `futures`), whatever the engine: torch.save and safetensors' save_file (plain
@@ -341,7 +369,7 @@ class DeferredWrites:
         def deferred(obj, f, *args, **kwargs):
             if not self._mine(f):
                 return write(obj, f, *args, **kwargs)
-            copied = copy.deepcopy(obj)  # the live tensors move on with the next optimizer step
+            copied = cpu_copy(obj, {})  # the live tensors move on with the next optimizer step
             self.jobs.append(lambda: write(copied, f, *args, **kwargs))
         return deferred
 
