@@ -155,3 +155,42 @@ def test_a_stop_waits_for_the_write_before_it_returns(tmp_path, monkeypatch):
     threading.Timer(0.5, gate.release.set).start()
     assert ck.save_now(4, 0, 4) == tmp_path / "checkpoint-4"
     assert (tmp_path / LATEST).read_text() == "checkpoint-4\n" and ck.pending is None
+
+
+# -- two ranks, every engine ------------------------------------------------------------------------------
+SAVES = ["--max_steps", "6", "--save_steps", "2"]
+
+
+def events(out: Path) -> list:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def files_of(ckpt: Path) -> list:
+    return sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3", "fsdp"])
+def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strategy, tmp_path):
+    """Two ranks, a checkpoint every 2 steps, each write held back 1.5 s (training goes on meanwhile):
+    every checkpoint has the synchronous run's files and weights, the loop ran on during the write, and a
+    run resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
+    from test_strategies import launch
+
+    from solution.checkpoint_layout import full_state_dict
+
+    sync = launch(strategy, "torchrun", tmp_path / "sync", extra=SAVES)
+    background = launch(strategy, "torchrun", tmp_path / "async", extra=[*SAVES, "--async_save", "true"],
+                        fault="slow-checkpoint-writes-1.5")
+    for step in (2, 4, 6):
+        mine, theirs = tmp_path / "async" / f"checkpoint-{step}", tmp_path / "sync" / f"checkpoint-{step}"
+        assert files_of(mine) == files_of(theirs)
+        got, want = full_state_dict(mine), full_state_dict(theirs)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), step
+    assert (tmp_path / "async" / LATEST).read_text() == "checkpoint-6\n"
+    order = [(r.get("event"), r["step"]) for r in events(tmp_path / "async") if "step" in r]
+    assert order.index((None, 3)) < order.index(("checkpoint_written", 2))  # step 3 ran while it wrote
+    resumed = launch(strategy, "torchrun", tmp_path / "async",
+                     extra=[*SAVES, "--resume", str(tmp_path / "async" / "checkpoint-2")])
+    assert [resumed["steps"][s]["loss"] for s in (3, 4, 5, 6)] == [sync["steps"][s]["loss"] for s in (3, 4, 5, 6)]
+    assert all(torch.equal(resumed["weights"][k], w) for k, w in background["weights"].items())
