@@ -159,6 +159,7 @@ def test_a_stop_waits_for_the_write_before_it_returns(tmp_path, monkeypatch):
 
 # -- two ranks, every engine ------------------------------------------------------------------------------
 SAVES = ["--max_steps", "6", "--save_steps", "2"]
+LAUNCH_TIMEOUT_S = 900  # FSDP's and ZeRO-3's launches outlasted 300 s on two cores another job kept busy
 
 
 def events(out: Path) -> list:
@@ -179,9 +180,9 @@ def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strateg
 
     from solution.checkpoint_layout import full_state_dict
 
-    sync = launch(strategy, "torchrun", tmp_path / "sync", extra=SAVES)
+    sync = launch(strategy, "torchrun", tmp_path / "sync", extra=SAVES, timeout=LAUNCH_TIMEOUT_S)
     background = launch(strategy, "torchrun", tmp_path / "async", extra=[*SAVES, "--async_save", "true"],
-                        fault="slow-checkpoint-writes-1.5")
+                        fault="slow-checkpoint-writes-1.5", timeout=LAUNCH_TIMEOUT_S)
     for step in (2, 4, 6):
         mine, theirs = tmp_path / "async" / f"checkpoint-{step}", tmp_path / "sync" / f"checkpoint-{step}"
         assert files_of(mine) == files_of(theirs)
@@ -191,6 +192,6 @@ def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strateg
     order = [(r.get("event"), r["step"]) for r in events(tmp_path / "async") if "step" in r]
     assert order.index((None, 3)) < order.index(("checkpoint_written", 2))  # step 3 ran while it wrote
     resumed = launch(strategy, "torchrun", tmp_path / "async",
-                     extra=[*SAVES, "--resume", str(tmp_path / "async" / "checkpoint-2")])
+                     extra=[*SAVES, "--resume", str(tmp_path / "async" / "checkpoint-2")], timeout=LAUNCH_TIMEOUT_S)
     assert [resumed["steps"][s]["loss"] for s in (3, 4, 5, 6)] == [sync["steps"][s]["loss"] for s in (3, 4, 5, 6)]
     assert all(torch.equal(resumed["weights"][k], w) for k, w in background["weights"].items())
