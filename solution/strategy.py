@@ -560,6 +560,7 @@ class Strategy:
         _check_machine(cfg, self.plan, self.cuda)
         check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
+        self._checkpoint_groups: list = []  # gloo groups of asynchronous DCP writes (checkpoint_group)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
             nccl_watchdog_env(cfg.output_dir)
@@ -790,10 +791,9 @@ class Strategy:
 
         if not (dist.is_available() and dist.is_initialized()):
             return None
-        groups = self.__dict__.setdefault("_checkpoint_groups", [])
-        while len(groups) <= index:
-            groups.append(dist.new_group(backend="gloo"))
-        return groups[index]
+        while len(self._checkpoint_groups) <= index:
+            self._checkpoint_groups.append(dist.new_group(backend="gloo"))
+        return self._checkpoint_groups[index]
 
     def close(self, barrier: bool = True) -> None:
         """Shut down in order; once, whatever way training ends (see `shutdown`).
