@@ -16,10 +16,15 @@ solution.consolidate reads too. Nothing here imports accelerate or deepspeed at 
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import os
 import shutil
+import threading
 import time
 from dataclasses import MISSING, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional, get_type_hints
 
@@ -36,7 +41,7 @@ from solution.checkpoint_layout import (
     write_manifest,
 )
 from solution.config import optimizer_family, read_settings_file
-from solution.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
+from solution.fsutil import atomic_write_text, disk_full_message, out_of_space, publish_dir, removed_if_disk_full
 from solution.model import json_type_ok
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
@@ -291,6 +296,170 @@ class CheckpointUnwritable(CheckpointFailed):
     """The storage refused the save (permissions, a read-only filesystem, a quota, an I/O error)."""
 
 
+# -- asynchronous saves: copies taken at the step, bytes written by a thread -------------------------------
+WRITTEN_MARK = ".written-rank-{}"  # in checkpoint-N.tmp: rank R's files are complete (removed before the manifest)
+FAILED_MARK = ".failed-rank-{}"  # ... or its write failed; the file holds the error's line
+MARK_POLL_S = 0.05
+
+
+def cpu_copy(obj, storages: dict):
+    """`obj` with every tensor copied into CPU memory of its own, its structure (dicts, lists, tuples) rebuilt
+    around them and anything else deep-copied. Tensors that share a storage share the copy of it (`storages`,
+    by address and size), so torch.save writes the bytes it writes for `obj`; a parameter stays a parameter.
+    Not copy.deepcopy: it refuses tensors that are not graph leaves (DeepSpeed's flat partitions are views)."""
+    if isinstance(obj, torch.Tensor) and type(obj) in (torch.Tensor, torch.nn.Parameter):
+        source = obj.untyped_storage()
+        key = (source.data_ptr(), source.nbytes())
+        storage = storages.get(key) if source.nbytes() else None
+        if storage is None:
+            storage = storages[key] = source.cpu().clone() if source.device.type == "cpu" else source.cpu()
+        copied = torch.empty(0, dtype=obj.dtype).set_(storage, obj.storage_offset(), obj.size(), obj.stride())
+        if isinstance(obj, torch.nn.Parameter):
+            return torch.nn.Parameter(copied, requires_grad=obj.requires_grad)
+        return copied.requires_grad_(obj.requires_grad)
+    if isinstance(obj, dict):
+        copied = copy.copy(obj)  # its own type (OrderedDict), its attributes (a state dict's _metadata)
+        for key, value in obj.items():
+            copied[key] = cpu_copy(value, storages)
+        return copied
+    if isinstance(obj, list):
+        return [cpu_copy(value, storages) for value in obj]
+    if isinstance(obj, tuple):
+        values = [cpu_copy(value, storages) for value in obj]
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
+    return copy.deepcopy(obj)
+
+
+class DeferredWrites:
+    """While open, what Accelerate's save_state writes into `tmp` from this thread is copied at once and
+    written later (`jobs`, `futures`), whatever the engine: torch.save and safetensors' save_file (plain
+    weights, optimizer.bin, DeepSpeed's model and ZeRO files, RNG states) get a deep copy of their object
+    (tensors copied; views of one storage stay views of one copy, so the bytes are those a direct save
+    writes); FSDP2's torch.distributed.checkpoint.save becomes its async_save, which stages a CPU copy
+    itself, on a gloo group of its own (`group(index)`). Writes elsewhere, or from another thread (DCP's
+    own writer calls torch.save on streams), pass through unchanged."""
+
+    def __init__(self, tmp: Path, group: Callable[[int], object]):
+        self.tmp, self.group = os.path.abspath(tmp), group
+        self.jobs: list = []  # callables, run in order by the writer thread
+        self.futures: list = []  # DCP's async_save results
+        self._owner = threading.get_ident()
+        self._patched: list = []
+
+    def __enter__(self) -> "DeferredWrites":
+        import accelerate.utils.other as accelerate_io
+        import torch.distributed.checkpoint as dcp
+
+        for module, name, wrap in ((torch, "save", self._deferred), (accelerate_io, "safe_save_file", self._deferred),
+                                   (dcp, "save", self._dcp_async)):
+            original = getattr(module, name)
+            self._patched.append((module, name, original))
+            setattr(module, name, wrap(original))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, name, original in reversed(self._patched):
+            setattr(module, name, original)
+
+    def _mine(self, path) -> bool:
+        return (threading.get_ident() == self._owner and isinstance(path, (str, os.PathLike))
+                and os.path.abspath(path).startswith(self.tmp + os.sep))
+
+    def _deferred(self, write: Callable) -> Callable:
+        def deferred(obj, f, *args, **kwargs):
+            if not self._mine(f):
+                return write(obj, f, *args, **kwargs)
+            copied = cpu_copy(obj, {})  # the live tensors move on with the next optimizer step
+            self.jobs.append(lambda: write(copied, f, *args, **kwargs))
+        return deferred
+
+    def _dcp_async(self, save: Callable) -> Callable:
+        def deferred(state_dict, *, storage_writer=None, checkpoint_id=None, **kwargs):
+            where = checkpoint_id or getattr(storage_writer, "path", None)
+            if where is None or not self._mine(where):
+                return save(state_dict, storage_writer=storage_writer, checkpoint_id=checkpoint_id, **kwargs)
+            from torch.distributed.checkpoint import async_save
+
+            kwargs["process_group"] = self.group(len(self.futures))
+            result = async_save(state_dict, storage_writer=storage_writer, checkpoint_id=checkpoint_id, **kwargs)
+            self.futures.append(getattr(result, "upload_completion", result))
+        return deferred
+
+
+class BackgroundSave:
+    """One checkpoint written by a thread: this rank's deferred writes, then a mark in `tmp` saying so (or
+    why not); on the main process (`publish` given) it then waits for every rank's mark and publishes. No
+    collective runs in the thread: the marks are files, on the storage every rank shares."""
+
+    def __init__(self, step: int, writes: DeferredWrites, tmp: Path, rank: int, num_ranks: int,
+                 publish: Optional[Callable[[], None]], log: Callable[[str], None]):
+        self.step, self.writes, self.tmp, self.rank, self.num_ranks = step, writes, Path(tmp), rank, num_ranks
+        self.publish, self.log = publish, log
+        self.error: Optional[BaseException] = None
+        self.seconds = 0.0  # from the start of the write to the end of the thread's work
+        self.written = threading.Event()  # this rank's files are done (or failed)
+        self.cancelled = threading.Event()  # another rank failed: the main process stops waiting for it
+        self.thread = threading.Thread(target=self._run, name=f"checkpoint-{step}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._write_mine()
+            self.written.set()
+            if self.publish is not None:
+                self._wait_for_every_rank()
+                self.publish()
+                self.log(f"checkpoint: {self.tmp.with_suffix('')} (written in the background)")
+        except BaseException as e:  # kept for Checkpointer.wait(), which raises it on every rank
+            self.error = e
+        finally:
+            self.written.set()
+            self.seconds = time.perf_counter() - started
+
+    def _write_mine(self) -> None:
+        try:
+            for job in self.writes.jobs:
+                job()
+            for future in self.writes.futures:
+                future.result()
+        except BaseException as e:
+            with contextlib.suppress(OSError):  # a full disk may refuse the mark too: wait() still learns of it
+                (self.tmp / FAILED_MARK.format(self.rank)).write_text(f"{type(e).__name__}: {e}"[:2000])
+            raise
+        (self.tmp / WRITTEN_MARK.format(self.rank)).write_text("")
+
+    def _wait_for_every_rank(self) -> None:
+        """Every rank's mark (then removed: the manifest lists the checkpoint's files only); a failed rank's
+        error raised here, naming it."""
+        while not self.cancelled.is_set():
+            for rank in range(self.num_ranks):
+                failed = self.tmp / FAILED_MARK.format(rank)
+                if failed.is_file():
+                    raise RuntimeError(f"rank {rank}: {failed.read_text()}")
+            marks = [self.tmp / WRITTEN_MARK.format(rank) for rank in range(self.num_ranks)]
+            if all(mark.is_file() for mark in marks):
+                for mark in marks:
+                    mark.unlink()
+                return
+            time.sleep(MARK_POLL_S)
+        raise CheckpointFailed(f"checkpoint-{self.step}: another rank's write failed")
+
+    def failure(self, last_good: Callable[[], str]) -> Optional[tuple]:
+        """(the CheckpointFailed class, its line) when this rank's thread failed; None when it did not."""
+        e = self.error
+        if e is None:
+            return None
+        if isinstance(e, CheckpointFailed):
+            return type(e), str(e)
+        if out_of_space(e, self.tmp):
+            return CheckpointDiskFull, f"{disk_full_message(self.tmp)}; {last_good()}"
+        what = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+        where = getattr(e, "filename", None) or self.tmp
+        return CheckpointUnwritable, (f"{where}: the background write of checkpoint-{self.step} failed ({what}); "
+                                      f"{last_good()}")
+
+
 MIN_KEPT = 2  # pruning keeps at least this many: a checkpoint that fails its manifest needs one to fall back to
 
 
@@ -302,12 +471,16 @@ class Checkpointer:
 
     def __init__(self, accelerator, output_dir: Path, scheduler, fingerprint: dict,
                  save_due: Callable[[int, bool], bool], save_total_limit: Optional[int] = None,
-                 write_meta: Callable[[Path], None] = lambda tmp: None, log: Callable[[str], None] = print):
+                 write_meta: Callable[[Path], None] = lambda tmp: None, log: Callable[[str], None] = print,
+                 async_save: bool = False, checkpoint_group: Callable[[int], object] = lambda index: None,
+                 record: Callable[[dict], None] = lambda entry: None):
         self.accelerator, self.out, self.scheduler = accelerator, Path(output_dir), scheduler
         self.fingerprint, self.save_due, self.save_total_limit = fingerprint, save_due, save_total_limit
         self.write_meta, self.log = write_meta, log
+        self.async_save, self.checkpoint_group, self.record = async_save, checkpoint_group, record
         self.saved_step: Optional[int] = None  # the step of the last checkpoint this run wrote
         self.parent: Optional[dict] = None  # the checkpoint the next save continues (TrainerState.parent)
+        self.pending: Optional[BackgroundSave] = None  # an asynchronous save still being written
 
     @property
     def is_main(self) -> bool:
@@ -324,24 +497,33 @@ class Checkpointer:
         return self.save(step, epoch, batches_into_epoch)
 
     def save_now(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
-        """This step's checkpoint, written unless it was just written (a stop request after a due save)."""
-        if self.saved_step == step:
-            return self.out / checkpoint_name(step)
-        return self.save(step, epoch, batches_into_epoch)
+        """This step's checkpoint, written unless it was just written (a stop request after a due save), and
+        complete on return: a stop waits for an asynchronous write before the process exits."""
+        path = self.out / checkpoint_name(step) if self.saved_step == step else self.save(step, epoch, batches_into_epoch)
+        self.wait()
+        return path
 
     def save(self, step: int, epoch: int, batches_into_epoch: int) -> Path:
         """Write checkpoint-N; a full disk removes the half-written `.tmp` and leaves `latest` as it was, as
-        does any other refusal of the storage (one line naming the path and the error)."""
+        does any other refusal of the storage (one line naming the path and the error). With async_save the
+        files are written in the background, and checkpoint-N is complete only after `wait()`."""
+        self.wait()  # the previous asynchronous save first: its failure stops the run here
         tmp = self.out / f"{checkpoint_name(step)}.tmp"
+        started = time.perf_counter()
         try:
             with removed_if_disk_full(tmp, lambda: CheckpointDiskFull(f"{disk_full_message(tmp)}; {self.last_good()}")):
                 path = self._write(step, epoch, batches_into_epoch, tmp)  # `latest`'s temporary file: fsutil removes it
         except OSError as e:
-            where = e.filename or tmp
-            raise CheckpointUnwritable(f"{where}: cannot write checkpoint-{step} ({e.strerror or e}); "
-                                       f"{self.last_good()}") from None
+            raise self._unwritable(step, e, tmp) from None
         self.saved_step = step
+        self.record({"event": "checkpoint", "step": step, "async": self.async_save,
+                     "blocked_s": time.perf_counter() - started})
         return path
+
+    def _unwritable(self, step: int, error: OSError, tmp: Path) -> CheckpointUnwritable:
+        where = error.filename or tmp
+        return CheckpointUnwritable(f"{where}: cannot write checkpoint-{step} ({error.strerror or error}); "
+                                    f"{self.last_good()}")
 
     def _write(self, step: int, epoch: int, batches_into_epoch: int, tmp: Path) -> Path:
         acc = self.accelerator
@@ -349,12 +531,14 @@ class Checkpointer:
         if self.is_main and tmp.exists():
             shutil.rmtree(tmp)
         acc.wait_for_everyone()
+        if self.async_save:
+            return self._write_in_background(step, epoch, batches_into_epoch, tmp, final)
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
         failure = None
         if self.is_main:
             try:
-                self._publish(step, epoch, batches_into_epoch, tmp, final)
+                self._publish(self._stage(step, epoch, batches_into_epoch, tmp), tmp, final)
             except CheckpointCorrupt as e:
                 failure = str(e)
         failure = self._agree(failure)  # every rank stops on it, none waits for the main one in a collective
@@ -363,14 +547,66 @@ class Checkpointer:
         self.log(f"checkpoint: {final}")
         return final
 
-    def _publish(self, step: int, epoch: int, batches_into_epoch: int, tmp: Path, final: Path) -> None:
-        """The main process: trainer state and model_meta/, the manifest last, the rename, the manifest
-        checked against what the storage gives back, and only then `latest` and pruning."""
+    def _write_in_background(self, step: int, epoch: int, batches_into_epoch: int, tmp: Path, final: Path) -> Path:
+        """save_state with its writes deferred (copies of the state taken now), trainer state and model_meta/
+        written now (they describe this step), the rest in a thread: this rank's files, then on the main
+        process the wait for every rank's and `_publish`."""
+        with DeferredWrites(tmp, self.checkpoint_group) as writes:
+            self.accelerator.save_state(str(tmp))
+        publish = None
+        if self.is_main:
+            state = self._stage(step, epoch, batches_into_epoch, tmp)
+            publish = partial(self._publish, state, tmp, final)
+        self.pending = BackgroundSave(step, writes, tmp, self.accelerator.process_index,
+                                      self.accelerator.num_processes, publish, self.log)
+        return final
+
+    def wait(self) -> None:
+        """Wait for an asynchronous save in progress (every rank calls it at the same point: a collective).
+        When any rank's write or the publication failed, every rank raises CheckpointFailed here; a full disk
+        removes the `.tmp`. `latest` names the new checkpoint only when it returns without error."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        started = time.perf_counter()
+        pending.written.wait()  # this rank's files; then every rank learns whether any rank's write failed
+        failure = self._first_failure(pending.failure(self.last_good))
+        if failure is None:
+            pending.thread.join()  # the main process publishes (the others' threads are done)
+            failure = self._first_failure(pending.failure(self.last_good))
+        else:
+            pending.cancelled.set()
+            pending.thread.join()
+        self.record({"event": "checkpoint_written", "step": pending.step, "write_s": pending.seconds,
+                     "wait_s": time.perf_counter() - started})
+        if failure is None:
+            return
+        kind, message = failure
+        if self.is_main and kind is CheckpointDiskFull:
+            shutil.rmtree(pending.tmp, ignore_errors=True)
+        raise kind(message)
+
+    def _first_failure(self, mine: Optional[tuple]) -> Optional[tuple]:
+        """The first rank's failure (an exception class and its line) among every rank's; on every rank."""
+        if self.accelerator.num_processes == 1:
+            return mine
+        from accelerate.utils import gather_object
+
+        return next((f for f in gather_object([mine]) if f is not None), None)
+
+    def _stage(self, step: int, epoch: int, batches_into_epoch: int, tmp: Path) -> "TrainerState":
+        """The main process, at the step saved: model_meta/ and trainer_state.json (the scheduler's state and
+        the position now, whenever the engine's files are done)."""
         self.write_meta(tmp)
         samples = batches_into_epoch * self.samples_per_batch
         state = TrainerState(step, epoch, batches_into_epoch, self.scheduler.state_dict(), self.fingerprint,
                              samples_into_epoch=samples, saved_at=time.time(), parent=self.parent)
         (tmp / STATE_FILE).write_text(state.to_json())
+        return state
+
+    def _publish(self, state: "TrainerState", tmp: Path, final: Path) -> None:
+        """The main process, once every rank's files are in `tmp`: the manifest last, the rename, the manifest
+        checked against what the storage gives back, and only then `latest` and pruning."""
         write_manifest(tmp)
         if final.exists():
             self._make_room(final)

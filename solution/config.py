@@ -176,6 +176,13 @@ class TrainConfig:
     torchtitan's `enable_first_step_checkpoint`: a storage problem (a read-only or full filesystem, a quota,
     a checkpoint that reads back other bytes than were written) then stops the run in its first minute,
     not at the first save_steps hours later. The checkpoint is an ordinary one (pruned like the others)."""
+    async_save: bool = False
+    """Write checkpoints in the background: the save copies the engine's state into CPU memory (the loop
+    waits for that copy only) and a thread writes the bytes while training goes on; FSDP2's sharded
+    checkpoint goes through torch.distributed.checkpoint.async_save. manifest.json, the rename and `latest`
+    still come only once every rank's files are written. The next save, the end of training and a stop on
+    a signal wait for a write in progress; a write that failed stops the run there with its error. Costs
+    one more copy of the model and optimizer state in memory while a write is in progress (docs/checkpoints.md)."""
     hang_timeout: float = 600.0
     """Seconds a rank may go without progress (a new phase of a step: data, forward, backward, optimizer,
     collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming

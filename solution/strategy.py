@@ -560,6 +560,7 @@ class Strategy:
         _check_machine(cfg, self.plan, self.cuda)
         check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
+        self._checkpoint_groups: list = []  # gloo groups of asynchronous DCP writes (checkpoint_group)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
             nccl_watchdog_env(cfg.output_dir)
@@ -779,6 +780,20 @@ class Strategy:
             return
         state = inner.state_dict()
         inner.load_state_dict({**state, "state": {i: full[n] for i, n in enumerate(names)}})
+
+    def checkpoint_group(self, index: int):
+        """A gloo process group of its own for the `index`-th distributed-checkpoint write of an asynchronous
+        save (None in one process without a group). FSDP2: torch's async_save runs DCP's collectives in a
+        background thread; on the training's group they could pair with the loop's all-reduces, and two
+        writes in flight at once (the model's, the optimizer's) each need their own. Made once, by every
+        rank in the same order (new_group is itself a collective)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        while len(self._checkpoint_groups) <= index:
+            self._checkpoint_groups.append(dist.new_group(backend="gloo"))
+        return self._checkpoint_groups[index]
 
     def close(self, barrier: bool = True) -> None:
         """Shut down in order; once, whatever way training ends (see `shutdown`).

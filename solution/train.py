@@ -524,7 +524,9 @@ class Trainer:
             self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set))
         self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), self.save_due,
-                                         cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log)
+                                         cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log,
+                                         async_save=cfg.async_save, checkpoint_group=self.strategy.checkpoint_group,
+                                         record=lambda entry: self.metrics.write(entry))
         run = TrainingRun(model, optimizer, scheduler, loader, sampler, batches_per_epoch, total_steps,
                           num_epochs, start, memory)
         path = self.resume_path()
@@ -731,6 +733,8 @@ class Trainer:
     def finish(self, run: TrainingRun, step: int, last_eval: dict) -> None:
         """The model directory, the end record (with each rank's peak memory when measured), shutdown."""
         acc = self.accelerator
+        self.progress.mark("save")
+        self.checkpointer.wait()  # an asynchronous save still being written: complete, or its error, first
         self.save_final(run.model)
         end = {"event": "end", "step": step, "dev": last_eval or None}
         if self.cfg.measure_memory:

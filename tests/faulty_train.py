@@ -13,6 +13,8 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
   kill-in-save-N           SIGKILL once checkpoint-N.tmp holds the engine's state, before it is complete
   slow-eval-S              every dev-evaluation forward sleeps S seconds first (an evaluation that takes
                            minutes); the first forward of each evaluation prints "faulty_train: evaluating"
+  slow-checkpoint-writes-S an asynchronous save's writer thread sleeps S seconds before it writes (a slow
+                           storage: training goes on, and changes its tensors, while the checkpoint is written)
   slow-features-S          featurising the training file takes S seconds a document; the first document
                            prints "faulty_train: featurising" (in each featurising process)
   record-samples           every training sample carries its index (input_ids[1] = 1000 + index) and each
@@ -144,6 +146,20 @@ def slow_featurisation(seconds: float) -> None:
     Featurizer.featurize = featurize
 
 
+def slow_checkpoint_writes(seconds: float) -> None:
+    import time
+
+    from solution import checkpoint
+
+    original = checkpoint.BackgroundSave._write_mine
+
+    def write_mine(self):
+        time.sleep(seconds)
+        return original(self)
+
+    checkpoint.BackgroundSave._write_mine = write_mine
+
+
 def record_samples(folder: Path) -> None:
     """Each sample's index rides in its window (the dummy windows are random tokens); each micro-batch
     the trainer runs appends the indexes it holds, with the optimizer step it belongs to."""
@@ -213,6 +229,8 @@ def apply(fault: str) -> None:
         kill_in_save(int(m[1]))
     elif m := re.fullmatch(r"slow-eval-([\d.]+)", fault):
         slow_evaluation(float(m[1]))
+    elif m := re.fullmatch(r"slow-checkpoint-writes-([\d.]+)", fault):
+        slow_checkpoint_writes(float(m[1]))
     elif m := re.fullmatch(r"slow-features-([\d.]+)", fault):
         slow_featurisation(float(m[1]))
     elif fault in ("sum-gradients", "same-data", "double-accumulation"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_scale.py", "gpu_check.py"]
+SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_save.py", "benchmark_scale.py", "gpu_check.py"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
