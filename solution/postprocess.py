@@ -293,10 +293,7 @@ def score_document(example_id: str, candidates: np.ndarray, start_logits: np.nda
     if cfg.top_level_only and len(candidates):
         eligible = candidates[:, 2] == 1
     cand_scores, cand_windows = _candidate_scores(candidates, eligible, start_val, end_val, null,
-                                                  nq_token_index, start_ok, cfg.score_space)
-    if cfg.long_overrun:
-        _overrun_scores(candidates, eligible & ~np.isfinite(cand_scores), start_val, end_val, null,
-                        nq_token_index, start_ok, cfg.score_space, cand_scores, cand_windows)
+                                                  nq_token_index, start_ok, cfg.score_space, cfg.long_overrun)
     if not len(span_scores) and not np.isfinite(cand_scores).any():
         return empty
     short_score = span_scores[0] if len(span_scores) else -np.inf
@@ -365,12 +362,15 @@ def _short_spans(start_logits, end_logits, start_val, end_val, null, nq_token_in
     return w[first], bounds[first], flat[idx[first]].astype(np.float64)
 
 
-def _candidate_scores(candidates, eligible, start_val, end_val, null, nq_token_index, start_ok, space) -> tuple:
+def _candidate_scores(candidates, eligible, start_val, end_val, null, nq_token_index, start_ok, space,
+                      overrun: bool = False) -> tuple:
     """(score [C], window [C]) of each candidate scored on its own: its best over the windows that hold
-    its text wholly, and the first window giving that best; -inf and -1 where none does."""
+    its text wholly, and the first window giving that best; -inf and -1 where none does. With `overrun`,
+    a candidate no window holds whole scores its best over the windows where it starts and ends after
+    the window's last piece, that piece taken as its end (`long_overrun`)."""
     num_c = len(candidates)
-    best = np.full(num_c, -np.inf)
-    where = np.full(num_c, -1, dtype=np.int64)
+    best, over = np.full(num_c, -np.inf), np.full(num_c, -np.inf)
+    where, over_where = np.full(num_c, -1, dtype=np.int64), np.full(num_c, -1, dtype=np.int64)
     if num_c == 0:
         return best, where
     first_text, last_text = candidates[:, 3], candidates[:, 4]
@@ -383,41 +383,29 @@ def _candidate_scores(candidates, eligible, start_val, end_val, null, nq_token_i
         nq = nq_token_index[w, d0:doc_pos[-1] + 1]  # nondecreasing NQ indices of the window's pieces
         ps = np.searchsorted(nq, first_text, side="left")  # first piece of the first text token
         pe = np.searchsorted(nq, last_text, side="right") - 1  # last piece of the last text token
-        inside = has_text & (ps < len(nq)) & (pe >= 0)
         ps_c, pe_c = np.minimum(ps, len(nq) - 1), np.maximum(pe, 0)
-        inside &= (nq[ps_c] == first_text) & (nq[pe_c] == last_text) & start_ok[w, d0 + ps_c]
-        if not inside.any():
-            continue
-        idx = np.nonzero(inside)[0]
-        scores = _combine(start_val[w, d0 + ps[idx]], end_val[w, d0 + pe[idx]], space) - null[w]
-        better = scores > best[idx]  # strictly: the first window keeps a tie
-        best[idx[better]] = scores[better]
-        where[idx[better]] = w
+        starts = has_text & (ps < len(nq)) & (nq[ps_c] == first_text) & start_ok[w, d0 + ps_c]
+        _keep_better(starts & (pe >= 0) & (nq[pe_c] == last_text), ps, pe, w, d0, start_val, end_val, null,
+                     space, best, where)
+        if overrun:
+            _keep_better(starts & (last_text > nq[-1]), ps, np.full(num_c, len(nq) - 1), w, d0, start_val,
+                         end_val, null, space, over, over_where)
+    fill = ~np.isfinite(best) & np.isfinite(over)
+    best[fill], where[fill] = over[fill], over_where[fill]
     return best, where
 
 
-def _overrun_scores(candidates, eligible, start_val, end_val, null, nq_token_index, start_ok, space,
-                    best: np.ndarray, where: np.ndarray) -> None:
-    """Scores (into `best`, `where`) the `eligible` candidates that start in a window and end after it:
-    start at the first text piece, end at the window's last piece, their best over such windows."""
-    if not len(candidates) or not eligible.any():
+def _keep_better(mask, ps, pe, w, d0, start_val, end_val, null, space, best, where) -> None:
+    """Into `best`/`where`: window w's score of each candidate in `mask` (start piece ps, end piece pe,
+    relative to the window's first document piece d0) where it beats the best so far (a tie keeps the
+    earlier window)."""
+    idx = np.nonzero(mask)[0]
+    if not len(idx):
         return
-    first_text, last_text = candidates[:, 3], candidates[:, 4]
-    for w in range(start_val.shape[0]):
-        doc_pos = np.nonzero(nq_token_index[w] >= 0)[0]
-        if len(doc_pos) == 0:
-            continue
-        d0, d1 = doc_pos[0], doc_pos[-1]
-        nq = nq_token_index[w, d0:d1 + 1]
-        ps = np.minimum(np.searchsorted(nq, first_text, side="left"), len(nq) - 1)
-        starts = eligible & (first_text >= 0) & (nq[ps] == first_text) & (last_text > nq[-1]) & start_ok[w, d0 + ps]
-        idx = np.nonzero(starts)[0]
-        if not len(idx):
-            continue
-        scores = _combine(start_val[w, d0 + ps[idx]], np.full(len(idx), end_val[w, d1]), space) - null[w]
-        better = scores > best[idx]
-        best[idx[better]] = scores[better]
-        where[idx[better]] = w
+    scores = _combine(start_val[w, d0 + ps[idx]], end_val[w, d0 + pe[idx]], space) - null[w]
+    better = scores > best[idx]
+    best[idx[better]] = scores[better]
+    where[idx[better]] = w
 
 
 def _best_candidate(cand_scores, cand_windows) -> int:
