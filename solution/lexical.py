@@ -59,7 +59,7 @@ def value_run(tokens: list, seg: list, question: frozenset) -> tuple:
     A sentence states it in its last run of value words (`_value_word`): facts are put as
     "<subject> ... is <value> .", and a value names something (a capitalised word or a number);
     a sentence whose last run does not is answered with its long answer only."""
-    cells = [j for j, i in enumerate(seg) if tokens[i - 1] == "<Td>"]
+    cells = [j for j, i in enumerate(seg) if _opens_value_cell(tokens, i)]
     if cells and cells[-1] > 0:
         return seg[cells[-1]], seg[-1] + 1
     runs = []
@@ -87,7 +87,11 @@ def _value_word(word: str, question: frozenset, first: bool) -> bool:
     return low not in question or (word[:1].isupper() and not first)
 
 
-def tokens_row(tokens: list, seg: list) -> bool:
+def _opens_value_cell(tokens: list, i: int) -> bool:
+    return tokens[i - 1] == "<Td>"
+
+
+def in_table_row(tokens: list, seg: list) -> bool:
     """Whether a segment is a table row's cells (a row of the page's own table: the neighbour's facts
     are stated in sentences that name it)."""
     return tokens[seg[0] - 1] in CELL_TAGS
@@ -95,7 +99,7 @@ def tokens_row(tokens: list, seg: list) -> bool:
 
 def header_row(tokens: list, seg: list) -> bool:
     """A table row of header cells only (column names): it states no value."""
-    return tokens_row(tokens, seg) and not any(tokens[i - 1] == "<Td>" for i in seg)
+    return in_table_row(tokens, seg) and not any(_opens_value_cell(tokens, i) for i in seg)
 
 
 def page_title(tokens: list) -> frozenset:
@@ -120,8 +124,9 @@ def answer(example, idf=None) -> dict:
             continue
         for seg in segments(toks, cand.start_token, cand.end_token):
             words = {toks[i].lower() for i in seg}
-            in_row = tokens_row(toks, seg)
-            if (title and not title & words and not in_row) or header_row(toks, seg):
+            if header_row(toks, seg):
+                continue  # column names state no value
+            if title and not title & words and not in_table_row(toks, seg):
                 continue  # a sentence about another subject, however many of the words it shares
             share = sum(weight[w] for w in asked & words) / total if total else 0.0
             if share > best[0]:
