@@ -12,6 +12,14 @@ reader and reports, counting words as non-HTML tokens only:
   of any candidate: navigation, references and text between candidates;
 - median words of a gold long answer, and the share of gold long answers that
   are top-level candidates (each annotation with a long answer counts once).
+
+It also counts what each answer technique needs before its effect can be
+measured on the file (`NEED_ROWS`): documents with no answer, with a YES/NO
+answer, with a nested gold long answer, with a short span. With `--model DIR`
+it cuts the windows as that model directory does and counts the documents
+whose gold short span lies whole in several windows, near a window's edge, or
+whose gold long answer no window holds whole (`WINDOW_NEED_ROWS`). A technique
+whose documents number a handful cannot show an effect on an F1 interval.
 """
 
 from __future__ import annotations
@@ -36,6 +44,22 @@ ROWS = (
     ("gold_top_level_share", "share of gold long answers that are top-level", "share"),
 )
 
+# (key, what is counted, the settings whose effect depends on those documents). Any annotator's answer counts.
+NEED_ROWS = (
+    ("no_answer_documents", "no gold answer", "the long and short thresholds"),
+    ("yes_no_documents", "a YES or NO gold answer", "separate_thresholds (yes_threshold, no_threshold)"),
+    ("nested_gold_documents", "a gold long answer that is a nested candidate", "top_level_only, nested_to_top_level"),
+    ("short_answer_documents", "a gold short span", "short_threshold, n_best_aggregation"),
+)
+EDGE_PIECES = 16  # a span this close to a window's first or last document piece has little context on that side
+WINDOW_NEED_ROWS = (
+    ("short_in_several_windows_documents", "a gold short span held whole by 2 or more windows",
+     "max_context, n_best_aggregation"),
+    ("short_near_edge_documents", f"a gold short span within {EDGE_PIECES} pieces of the edge of a window holding it",
+     "max_context"),
+    ("long_overrun_documents", "a gold long answer that no window holds whole", "long_overrun"),
+)
+
 
 def _percentile(xs: list, q: float):
     """The q-quantile as a value of `xs` (numpy's method="lower"), as docs/data.md's table defines it."""
@@ -45,7 +69,11 @@ def _percentile(xs: list, q: float):
 class CorpusStats:
     """Accumulates per-document figures one example at a time (constant memory per document)."""
 
-    def __init__(self):
+    def __init__(self, featurizer=None):
+        self.featurizer, self.pending = featurizer, []  # with a featurizer, the window needs are counted too
+        self.needs = dict.fromkeys([k for k, _, _ in NEED_ROWS] + ["annotated_documents"], 0)
+        if featurizer is not None:
+            self.needs |= dict.fromkeys([k for k, _, _ in WINDOW_NEED_ROWS], 0)
         self.words, self.num_cands = [], []
         self.top_level_shares = []
         self.chunks = self.empty_chunks = 0
@@ -79,6 +107,33 @@ class CorpusStats:
             if ann.long_answer is not None:
                 self.gold_words.append(word_prefix[ann.long_answer.end_token] - word_prefix[ann.long_answer.start_token])
                 self.gold_top += ex.candidates[ann.candidate_index].top_level
+        self._count_needs(ex)
+
+    def _count_needs(self, ex) -> None:
+        if ex.annotations is None:  # a test file without gold says nothing of answers
+            return
+        anns, n = ex.annotations, self.needs
+        n["annotated_documents"] += 1
+        n["no_answer_documents"] += all(a.answer_type == "NONE" for a in anns)
+        n["yes_no_documents"] += any(a.yes_no_answer != "NONE" for a in anns)
+        n["nested_gold_documents"] += any(a.long_answer is not None and not ex.candidates[a.candidate_index].top_level
+                                          for a in anns)
+        n["short_answer_documents"] += any(a.short_answers for a in anns)
+        if self.featurizer is not None:
+            self.pending.append(ex)
+            if len(self.pending) == 32:  # one tokenizer call per batch, as training featurises
+                self._count_window_needs()
+
+    def _count_window_needs(self) -> None:
+        batch, self.pending = self.pending, []
+        if not batch:
+            return
+        f = self.featurizer
+        for ex, doc, q in zip(batch, f.encode_documents(batch), f.encode_questions(batch)):
+            extents = [(w.doc_start, w.doc_start + int(w.token_type_ids.sum()) - 1)  # [start, end) in pieces;
+                       for w in f.windows(ex, doc, q, with_labels=False)]          # the last [SEP] is type 1
+            for key, hit in window_needs(ex, doc, extents).items():
+                self.needs[key] += hit
 
     def figures(self) -> dict:
         def share(a, b):
@@ -93,12 +148,45 @@ class CorpusStats:
             "median_gold_long_words": statistics.median(self.gold_words) if self.gold_words else None,
             "gold_top_level_share": share(self.gold_top, len(self.gold_words)),
             "gold_long_answers": len(self.gold_words),
-        }
+        } | self._need_figures()
+
+    def _need_figures(self) -> dict:
+        self._count_window_needs()
+        return dict(self.needs)
 
 
-def corpus_figures(paths) -> dict:
-    """The table's figures over all examples of `paths` (one pooled corpus)."""
-    stats = CorpusStats()
+def window_needs(ex, doc, extents: list) -> dict:
+    """{WINDOW_NEED_ROWS key: whether this document has it}, for windows given as [start, end) piece extents."""
+    from solution.windows import piece_span
+
+    def holding(pieces):
+        return [(s, e) for s, e in extents if s <= pieces[0] and pieces[1] < e]
+
+    shorts = [p for a in ex.annotations for sp in a.short_answers if (p := piece_span(doc, sp)) is not None]
+    longs = [p for a in ex.annotations if a.long_answer is not None
+             and (p := piece_span(doc, a.long_answer)) is not None]
+    return {
+        "short_in_several_windows_documents": any(len(holding(p)) >= 2 for p in shorts),
+        "short_near_edge_documents": any(min(p[0] - s, e - 1 - p[1]) < EDGE_PIECES
+                                         for p in shorts for s, e in holding(p)),
+        "long_overrun_documents": any(not holding(p) for p in longs),
+    }
+
+
+def model_featurizer(model_dir):
+    """A Featurizer cutting windows as the model directory `model_dir` does (its tokenizer and window settings)."""
+    from pathlib import Path
+
+    from solution.model import read_qa_config, read_tokenizer
+    from solution.windows import Featurizer, WindowConfig
+
+    d = Path(model_dir)
+    return Featurizer(read_tokenizer(d), WindowConfig(**read_qa_config(d / "qa_config.json")["window"]))
+
+
+def corpus_figures(paths, featurizer=None) -> dict:
+    """The table's figures over all examples of `paths` (one pooled corpus); the window needs with `featurizer`."""
+    stats = CorpusStats(featurizer)
     for path in paths:
         for ex in read_examples(path):
             stats.add(ex)
@@ -115,17 +203,33 @@ def format_table(figures: dict, title: str = "figure") -> str:
     return "\n".join(lines)
 
 
+def format_needs(figures: dict) -> str:
+    """What the techniques need: documents having each thing, of the documents with gold annotations."""
+    total = figures["annotated_documents"]
+    lines = [f"| documents with ... (of {total:,} with gold) | documents | share | measures |", "|---|---|---|---|"]
+    for key, what, settings in NEED_ROWS + WINDOW_NEED_ROWS:
+        if key in figures:
+            share = f"{figures[key] / total:.3f}" if total else "-"
+            lines.append(f"| {what} | {figures[key]:,} | {share} | {settings} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m solution.corpus_stats", description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", metavar="FILE", help="simplified-NQ files (.jsonl or .jsonl.gz), pooled")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--model", metavar="DIR", help="a model directory: also count the documents whose gold answers "
+                   "sit in several windows, near a window's edge, or in no window whole, cut as DIR cuts them")
     args = p.parse_args(argv)
     try:
-        figures = corpus_figures(args.files)
+        figures = corpus_figures(args.files, model_featurizer(args.model) if args.model else None)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(figures) if args.json else format_table(figures, ", ".join(args.files)))
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        print(format_table(figures, ", ".join(args.files)) + "\n\n" + format_needs(figures))
     return 0
 
 
