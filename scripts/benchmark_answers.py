@@ -8,7 +8,7 @@ Trains the nq-profile recipe in its two stages, with the seeds of `--seeds` (0 a
 the other (never two at once: they would share the cores): stage 1 is the demo's training
 (configs/train/demo.yaml) on easy pages (`solution.synth`, seed 0), once per seed; stage 2 is
 configs/train/nq-profile.yaml (MiniLM, 192-piece windows, a first pass of the 8 windows sharing most
-of the question's words, trained on 6 of them) from stage 1's model, on `solution.synth --profile nq`
+of the question's words, trained on 3 of them) from stage 1's model, on `solution.synth --profile nq`
 (seed 0: the largest of `--train-sizes` training pages, 400 dev, 400 test). Each technique is one row
 of TECHNIQUES: the training overrides it needs (a stage 2 of its own per seed) and the
 `submission.predict --set KEY=VALUE` post-processing overrides it needs (the baseline model, no
@@ -82,7 +82,7 @@ NO_TECHNIQUE = ("baseline", "lexical", "ensemble", "learning_curve")  # rows tha
 # config, and the `solution.synth` options of its corpus), stage 2 the nq-profile config from its model.
 # ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
 # windows a model; max_windows=0 runs the other ~43,000 once per seed.
-FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [250, 500, 1000],
+FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000],
         "num_dev": 400, "num_test": 400, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
