@@ -18,10 +18,8 @@ same sentence shapes. Long answers are always top-level candidates.
 That is `--profile easy`, the default. `--profile nq` (`make_nq_example`,
 below) writes pages shaped like real NQ: thousands of words, long plain-text
 runs outside every candidate, lists and tables nested two or three deep, long
-paragraphs, a few nested gold long answers, the neighbour's facts in the
-question's words, and YES/NO questions at 6% of documents (NQ: 1.5%), so that
-a dev set of a few hundred holds dozens. `python -m solution.corpus_stats`
-measures either.
+paragraphs, a few nested gold long answers, and the neighbour's facts in the
+question's words. `python -m solution.corpus_stats` measures either.
 
     python -m solution.synth --out data/synth [--profile easy|nq] [--seed 0] [--num-train 1000] ...
 """
@@ -481,11 +479,7 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
 NQ_MEDIAN_WORDS = 4000  # real sample: median 4,587 non-HTML words, 90th percentile 13,939
 # Log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma), sigma 0.87); page assembly narrows it.
 NQ_SIGMA = 0.95
-NQ_NESTED_GOLD = 0.5  # of facts in a list item or table row, the share whose gold long answer is that Li/Tr
-# The easy profile's mix, with YES/NO at 6% of documents instead of NQ's 1.5%: a 400-document dev set
-# then holds about two dozen of them, enough for the YES/NO thresholds' effect to show on an interval
-# (at 1.5% it held six). SHORT and LONG keep their ratio.
-NQ_ANSWER_MIX = {"NONE": 0.50, "SHORT": 0.30, "LONG": 0.14, "YES": 0.04, "NO": 0.02}
+NQ_NESTED_GOLD = 0.3  # of facts in a list item or table row, the share whose gold long answer is that Li/Tr
 NQ_DISTRACTOR = 0.6  # chance a stated attribute or topic is also stated about the neighbour
 NQ_CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
 _MONTHS = ("January", "March", "April", "June", "July", "September", "October", "December")
@@ -718,9 +712,9 @@ def _annotations(rng: random.Random, answer, candidates, num_annotators: int) ->
     return [_annotation(rng, answer if f else None, candidates) for f in found]
 
 
-def _answer_types(rng: random.Random, n: int, mix: dict) -> list:
-    """Exactly the `mix` shares (largest remainder), shuffled: small splits keep the mix too."""
-    exact = {t: n * p for t, p in mix.items()}
+def _answer_types(rng: random.Random, n: int) -> list:
+    """Exactly the ANSWER_MIX shares (largest remainder), shuffled: small splits keep the mix too."""
+    exact = {t: n * p for t, p in ANSWER_MIX.items()}
     counts = {t: int(x) for t, x in exact.items()}
     for t in sorted(exact, key=lambda t: counts[t] - exact[t])[: n - sum(counts.values())]:
         counts[t] += 1
@@ -733,8 +727,8 @@ def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_w
                    profile: str = "easy"):
     """Yield (record with int example_id, answer type) for one split; its own Random, so split sizes don't interact."""
     rng = random.Random(seed)
-    make, mix = PROFILES[profile][0], PROFILE_MIX[profile]
-    for answer_type in _answer_types(rng, n, mix):
+    make = PROFILES[profile][0]
+    for answer_type in _answer_types(rng, n):
         ex = make(rng, answer_type, min_words, max_words)
         example_id = rng.randrange(-2 ** 63, 2 ** 63)
         while example_id in used_ids:  # ids are unique across train, dev and test
@@ -808,7 +802,6 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
 # name -> (document maker, default shortest and longest document in words). `easy` is the demo's and
 # the tests' corpus; `nq` is shaped like real NQ pages (log-normal lengths, median ~4,600 words).
 PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_example, 1000, 40000)}
-PROFILE_MIX = {"easy": ANSWER_MIX, "nq": NQ_ANSWER_MIX}
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
