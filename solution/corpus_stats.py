@@ -128,10 +128,11 @@ class CorpusStats:
         batch, self.pending = self.pending, []
         if not batch:
             return
+        from solution.windows import window_extents
+
         f = self.featurizer
         for ex, doc, q in zip(batch, f.encode_documents(batch), f.encode_questions(batch)):
-            extents = [(w.doc_start, w.doc_start + int(w.token_type_ids.sum()) - 1)  # [start, end) in pieces;
-                       for w in f.windows(ex, doc, q, with_labels=False)]          # the last [SEP] is type 1
+            extents = window_extents(len(doc.input_ids), len(q), f.config)
             for key, hit in window_needs(ex, doc, extents).items():
                 self.needs[key] += hit
 
@@ -157,10 +158,10 @@ class CorpusStats:
 
 def window_needs(ex, doc, extents: list) -> dict:
     """{WINDOW_NEED_ROWS key: whether this document has it}, for windows given as [start, end) piece extents."""
-    from solution.windows import piece_span
+    from solution.windows import piece_span, windows_holding
 
     def holding(pieces):
-        return [(s, e) for s, e in extents if s <= pieces[0] and pieces[1] < e]
+        return windows_holding(extents, *pieces)
 
     shorts = [p for a in ex.annotations for sp in a.short_answers if (p := piece_span(doc, sp)) is not None]
     longs = [p for a in ex.annotations if a.long_answer is not None

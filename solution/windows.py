@@ -192,22 +192,14 @@ class Featurizer:
                 with_labels: bool) -> list:
         """All windows of one example, labelled when `with_labels`."""
         cfg = self.config
-        q_len = len(question_ids)
-        capacity = cfg.max_seq_length - q_len - 3
-        step = capacity - cfg.doc_stride
-        n = len(doc.input_ids)
-        starts = [0]
-        while starts[-1] + capacity < n:
-            starts.append(starts[-1] + step)
-
+        extents = window_extents(len(doc.input_ids), len(question_ids), cfg)
         target = answer_target(example, doc, cfg.nested_to_top_level) if with_labels else None
         overrun = (target is not None and cfg.long_overrun_labels and target[0] != TYPE_ID["SHORT"]
-                   and not any(s <= target[1] and target[2] < min(s + capacity, n) for s in starts))
+                   and not windows_holding(extents, target[1], target[2]))
         head = np.concatenate([[self.tokenizer.cls_token_id], question_ids, [self.tokenizer.sep_token_id]])
         offset = len(head)  # position of the first document piece in every window
         out = []
-        for w, s in enumerate(starts):
-            e = min(s + capacity, n)
+        for w, (s, e) in enumerate(extents):
             ids = np.concatenate([head, doc.input_ids[s:e], [self.tokenizer.sep_token_id]]).astype(np.int32)
             types = np.zeros(len(ids), dtype=np.int8)
             types[offset:] = 1
@@ -258,6 +250,22 @@ class Featurizer:
         questions = self.encode_questions(batch)
         for ex, doc, q in zip(batch, docs, questions):
             yield ex, self.windows(ex, doc, q, with_labels)
+
+
+def window_extents(num_pieces: int, question_length: int, config: WindowConfig) -> list:
+    """[start, end) document-piece extents of the windows `Featurizer.windows` cuts from a document of
+    `num_pieces` pieces after a question of `question_length` pieces, in order."""
+    capacity = config.max_seq_length - question_length - 3
+    step = capacity - config.doc_stride
+    starts = [0]
+    while starts[-1] + capacity < num_pieces:
+        starts.append(starts[-1] + step)
+    return [(s, min(s + capacity, num_pieces)) for s in starts]
+
+
+def windows_holding(extents: list, first: int, last: int) -> list:
+    """The extents among `extents` that hold pieces `first`..`last` (inclusive) whole."""
+    return [(s, e) for s, e in extents if s <= first and last < e]
 
 
 def piece_span(doc: DocumentEncoding, span: Span) -> Optional[tuple]:
