@@ -457,15 +457,35 @@ def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
     return rows
 
 
-def benchmark(corpus: dict, plan: dict, out: Path, techniques: list) -> list:
+def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lambda rows: None) -> list:
+    """Every row, cheapest proof first: the baselines of every seed (the ensembles' members too), the
+    techniques that only post-process, the ensembles, then the techniques that retrain and the curve.
+    `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results."""
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
-    rows, baselines = [lexical], {}
-    for seed in plan["seeds"]:
+    baselines, per_technique, ensembles, curve = {}, {}, [], []
+
+    def rows() -> list:
+        out_rows = [lexical]
+        for seed in plan["seeds"]:
+            out_rows += [baselines[seed]] if seed in baselines else []
+            out_rows += [r for name in techniques for r in per_technique.get((seed, name), [])]
+        return out_rows + ensembles + curve
+
+    for seed in ensemble_seeds(plan["seeds"]):
         baselines[seed] = baseline(seed, corpus, plan, out, lexical)
-        rows += [baselines[seed]] + technique_rows(baselines[seed], techniques, corpus, plan, out)
-    rows += ensemble_rows(baselines, corpus, plan, out, lexical)
-    return rows + curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
+        partial(rows())
+    for retrains in (False, True):
+        for seed in plan["seeds"]:
+            for name in techniques:
+                if bool(TECHNIQUES[name][0]) == retrains:
+                    per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
+                    partial(rows())
+        if not retrains:
+            ensembles = ensemble_rows(baselines, corpus, plan, out, lexical)
+            partial(rows())
+    curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
+    return rows()
 
 
 def public(row: dict) -> dict:
@@ -665,14 +685,26 @@ def parse_args(argv):
     return args
 
 
-def write_outputs(rows: list, args, label: str) -> Path:
+def write_rows(rows: list, args, path: Path) -> None:
     for r in rows:
         r["corpus"] = args.corpus + ("-quick" if args.quick else "")
         if args.corpus == "real":
             r["note"] = REAL_NOTE
-    path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([public(r) for r in rows], indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps([public(r) for r in rows], indent=1) + "\n")
+    tmp.replace(path)
+
+
+def write_partial(args, rows: list) -> None:
+    """The rows so far, beside the final JSON (`NAME.partial.json`): what a run cut short has measured."""
+    path = Path(args.json)
+    write_rows(rows, args, path.with_name(path.stem + ".partial.json"))
+
+
+def write_outputs(rows: list, args, label: str) -> Path:
+    path = Path(args.json)
+    write_rows(rows, args, path)
     print("\n" + table(rows, label))
     ok = [r for r in rows if "error" not in r]
     chart(ok, path.with_suffix(".png"), f"answer techniques, {label}")
@@ -691,7 +723,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         corpus = prepare_corpus(args, plan, out)
-        rows = benchmark(corpus, plan, out, args.techniques.split(","))
+        rows = benchmark(corpus, plan, out, args.techniques.split(","), functools.partial(write_partial, args))
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
