@@ -11,6 +11,10 @@ frozen or dead; such a rank cannot run its own watchdog, so the others must name
     the lowest that still responds),
   - writes its Python stacks (every thread) to output_dir/hang-stacks/rank-R-pidP.txt, and for each
     rank that no longer responds the stack its last heartbeat recorded (`...last-seen.txt`),
+  - kills (SIGKILL) each rank that no longer responds and runs beside it under the same launcher (same
+    host, same parent process): a stopped or frozen process never acts on the launcher's SIGTERM, and
+    torchrun would wait its 30 s shutdown timeout before its own SIGKILL, a wait its
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT does not shorten after a worker's failure,
   - exits with EXIT_HANG at once (os._exit: the main thread is stuck in a collective and cannot unwind),
     so that torchrun tears down the other ranks and a restart with `--resume auto` continues.
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -136,17 +141,41 @@ def diagnose(first: dict, second: dict) -> tuple[list, list]:
 
 
 def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: list, beats: dict,
-              stacks: Path) -> str:
+              stacks: Path, killed: list = ()) -> str:
     """One line: the hang, this rank's step and phase, each stalled rank with its last step and phase."""
     described = []
     for r in stalled:
         b = beats.get(r, Beat(r))
         where = f"last seen at step {b.step}, {b.phase}" if b.beat >= 0 else "no heartbeat"
         why = "not responding: stopped, frozen or dead" if r in silent else f"no progress for {b.idle_s:.0f} s"
-        described.append(f"rank {r} ({where}; {why}{', on ' + b.host if b.host != '?' else ''})")
+        host = ", on " + b.host if b.host != "?" else ""
+        described.append(f"rank {r} ({where}; {why}{host}{'; killed' if r in killed else ''})")
     return (f"hang: no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me}); "
             f"stalled: {'; '.join(described)}; stacks in {stacks}; exiting {EXIT_HANG} so the launcher can "
             "restart with --resume auto")
+
+
+def parent_pid(pid: int) -> Optional[int]:
+    """The parent of process `pid` (Linux's /proc), or None where it cannot be read (gone, another OS)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state": the ppid
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def kill_sibling(beat: Beat) -> bool:
+    """SIGKILL the rank of `beat` if it runs on this host under this process's launcher (the same parent:
+    a recycled pid or a rank another agent started is never touched). True if it was killed."""
+    if beat.pid is None or beat.host != socket.gethostname() or beat.pid == os.getpid():
+        return False
+    if parent_pid(beat.pid) != os.getppid():
+        return False
+    try:
+        os.kill(beat.pid, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
 
 
 class Watchdog:
@@ -230,11 +259,12 @@ class Watchdog:
         if self.rank == reporter:
             for r in silent:
                 self._dump_last_seen(stacks, second[r])
-            line = hang_line(self.rank, self.progress, idle, stalled, silent, second, stacks)
+            killed = [r for r in silent if kill_sibling(second[r])]
+            line = hang_line(self.rank, self.progress, idle, stalled, silent, second, stacks, killed)
             print(line, file=sys.stderr, flush=True)
             record = {"event": "hang", "step": self.progress.step, "phase": self.progress.phase, "rank": self.rank,
                       "idle_s": round(idle, 1), "stalled_ranks": stalled, "not_responding": silent,
-                      "stacks": str(stacks)}
+                      "killed": killed, "stacks": str(stacks)}
             try:
                 self.on_hang(record)
             except Exception as e:  # the exit must happen whatever the record's writer does

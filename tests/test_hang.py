@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,7 @@ import pytest
 from conftest import ROOT
 
 from solution import strategy
-from solution.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks
+from solution.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks, kill_sibling
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -52,6 +53,33 @@ def test_without_a_silent_rank_the_one_not_waiting_is_named_else_all():
 
 def test_rank_lists_are_compact():
     assert format_ranks([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+
+
+SIBLINGS = """
+import socket, subprocess, sys
+stopped = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"])
+reporter = subprocess.run([sys.executable, "-c", "import socket, sys; from solution.watchdog import Beat, kill_sibling; "
+                           f"print(kill_sibling(Beat(1, beat=3, pid={stopped.pid}, host=socket.gethostname())))"],
+                          capture_output=True, text=True, timeout=60)
+stopped.wait(timeout=30)
+print(reporter.stdout.strip(), reporter.stderr.strip(), stopped.returncode)
+"""
+
+
+def test_a_stopped_rank_under_the_same_launcher_is_killed_and_no_other_process_is():
+    """Two children of one launcher: the reporter kills its stopped sibling at once (the launcher's SIGTERM
+    would never act on it). A process of another parent, or of another host, is left alone."""
+    proc = subprocess.run([sys.executable, "-c", SIBLINGS], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=90)
+    assert proc.stdout.split() == ["True", str(-signal.SIGKILL)], (proc.stdout, proc.stderr[-2000:])
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # this process's child
+    try:
+        assert not kill_sibling(Beat(1, beat=3, pid=mine.pid, host=socket.gethostname()))
+        assert not kill_sibling(Beat(1, beat=3, pid=mine.pid, host="another-host"))
+        assert mine.poll() is None
+    finally:
+        mine.kill()
+        mine.wait()
 
 
 def test_the_collectives_time_out_after_the_watchdog(monkeypatch):
@@ -175,6 +203,7 @@ def test_sigstop_on_one_of_two_ranks_ends_the_run_naming_it_and_resume_auto_fini
     assert names == sorted([f"rank-{survivor}", f"rank-{stopped}.last-seen"]), names
     record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["event"] == "hang" and record["stalled_ranks"] == [stopped] and record["rank"] == survivor
+    assert record["killed"] == [stopped] and "; killed)" in line  # not left for torchrun's 30 s wait
     assert "train_loop" in (out / "hang-stacks" / next(p.name for p in (out / "hang-stacks").iterdir()
                                                         if p.name.startswith(f"rank-{survivor}-"))).read_text()
 
