@@ -14,7 +14,8 @@ fault the steps lost (the highest step the stopped launch logged minus the step 
 lost (from the fault until the run logs a step past that highest one). Exit 0 when every fault was injected,
 the last run finished and the weights are identical; 1 otherwise.
 
-A SIGSTOP to a rank ends with the hang watchdog's exit 4 (`--hang_timeout`, 10 s here); a SIGSTOP to the
+A SIGSTOP to a rank ends with the hang watchdog's exit 4 (`--hang_timeout`, 10 s here; the reporting rank
+kills the stopped one); a SIGSTOP to the
 agent freezes only the launcher: it is resumed (SIGCONT) after a few seconds and the run goes on.
 Checkpoint saves are stretched by half a second (the entry point sleeps after Accelerate's save_state,
 inside `checkpoint-N.tmp`), so that a fault aimed at a save lands in one; the numbers are not touched.
@@ -125,7 +126,8 @@ class Launch:
 
     def __init__(self, entry: Path, args: list, log: Path, nproc: int):
         # The agent's wait for its workers after a signal to it (they save within it). After a worker's
-        # failure torch 2.13 waits a fixed 30 s before it SIGKILLs the others (a stopped rank dies of that).
+        # failure torch 2.13 waits a fixed 30 s before it SIGKILLs the others; a stopped rank does not wait
+        # for that: the watchdog's reporting rank kills it.
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "5"}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--max-restarts", "0",
                "--master-port", str(free_port()), str(entry), *args]
