@@ -15,8 +15,8 @@ lost (from the fault until the run logs a step past that highest one). Exit 0 wh
 the last run finished and the weights are identical; 1 otherwise.
 
 A SIGSTOP to a rank ends with the hang watchdog's exit 4 (`--hang_timeout`, 10 s here; the reporting rank
-kills the stopped one); a SIGSTOP to the
-agent freezes only the launcher: it is resumed (SIGCONT) after a few seconds and the run goes on.
+kills the stopped one); a SIGSTOP to the agent freezes only the launcher: it is resumed (SIGCONT) after a
+few seconds and the run goes on.
 Checkpoint saves are stretched by half a second (the entry point sleeps after Accelerate's save_state,
 inside `checkpoint-N.tmp`), so that a fault aimed at a save lands in one; the numbers are not touched.
 """
