@@ -712,23 +712,34 @@ def _annotations(rng: random.Random, answer, candidates, num_annotators: int) ->
     return [_annotation(rng, answer if f else None, candidates) for f in found]
 
 
-def _answer_types(rng: random.Random, n: int) -> list:
-    """Exactly the ANSWER_MIX shares (largest remainder), shuffled: small splits keep the mix too."""
-    exact = {t: n * p for t, p in ANSWER_MIX.items()}
+def answer_mix(types=None) -> dict:
+    """ANSWER_MIX, or its shares of `types` alone scaled to sum 1 (`--answer-types YES,NO`: two YES to a NO)."""
+    if types is None:
+        return dict(ANSWER_MIX)
+    unknown = [t for t in types if t not in ANSWER_MIX]
+    if unknown or not types:
+        raise ValueError(f"answer types must be some of {', '.join(ANNOTATION_TYPES)}, got {','.join(types) or 'none'}")
+    total = sum(ANSWER_MIX[t] for t in set(types))
+    return {t: ANSWER_MIX[t] / total for t in ANSWER_MIX if t in types}
+
+
+def _answer_types(rng: random.Random, n: int, mix: dict = ANSWER_MIX) -> list:
+    """Exactly the `mix` shares (largest remainder), shuffled: small splits keep the mix too."""
+    exact = {t: n * p for t, p in mix.items()}
     counts = {t: int(x) for t, x in exact.items()}
     for t in sorted(exact, key=lambda t: counts[t] - exact[t])[: n - sum(counts.values())]:
         counts[t] += 1
-    types = [t for t in ANNOTATION_TYPES for _ in range(counts[t])]
+    types = [t for t in ANNOTATION_TYPES for _ in range(counts.get(t, 0))]
     rng.shuffle(types)
     return types
 
 
 def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_words: int, used_ids: set,
-                   profile: str = "easy"):
+                   profile: str = "easy", mix: dict = ANSWER_MIX):
     """Yield (record with int example_id, answer type) for one split; its own Random, so split sizes don't interact."""
     rng = random.Random(seed)
     make = PROFILES[profile][0]
-    for answer_type in _answer_types(rng, n):
+    for answer_type in _answer_types(rng, n, mix):
         ex = make(rng, answer_type, min_words, max_words)
         example_id = rng.randrange(-2 ** 63, 2 ** 63)
         while example_id in used_ids:  # ids are unique across train, dev and test
@@ -764,12 +775,14 @@ class _SplitStats:
 
 
 def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 100, num_test: int = 100,
-                 min_words=None, max_words=None, profile: str = "easy") -> list:
+                 min_words=None, max_words=None, profile: str = "easy", answer_types=None) -> list:
     """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test).
 
-    min_words/max_words default to the profile's bounds (PROFILES)."""
+    min_words/max_words default to the profile's bounds (PROFILES); `answer_types` keeps only those
+    types of the mix (`answer_mix`)."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    mix = answer_mix(answer_types)
     min_words = PROFILES[profile][1] if min_words is None else min_words
     max_words = PROFILES[profile][2] if max_words is None else max_words
     out = Path(out_dir)
@@ -784,7 +797,8 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
         stats = _SplitStats(name, paths)
         files = [open(p, "w", encoding="utf-8", newline="\n") for p in paths]
         try:
-            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids, profile):
+            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids,
+                                                      profile, mix):
                 stats.add(record, answer_type)
                 if name == "test":
                     # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
@@ -820,7 +834,17 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--min-words", type=int, default=None,
                         help="shortest document, in words (at least 200) (default: easy 300, nq 1000)")
     parser.add_argument("--max-words", type=int, default=None, help="longest document, in words (default: easy 3000, nq 40000)")
+    parser.add_argument("--answer-types", default=None, metavar="TYPE,...",
+                        help="only documents of these answer types (of NONE, SHORT, LONG, YES, NO), in the mix's own "
+                             "shares among them: YES,NO gives the dozens of yes/no questions a 1.5%% share would need "
+                             "thousands of pages for (default: the whole mix)")
     args = parser.parse_args(argv)
+    if args.answer_types is not None:
+        args.answer_types = [t.strip().upper() for t in args.answer_types.split(",") if t.strip()]
+        try:
+            answer_mix(args.answer_types)
+        except ValueError as e:
+            parser.error(f"--answer-types: {e}")
     args.min_words = PROFILES[args.profile][1] if args.min_words is None else args.min_words
     args.max_words = PROFILES[args.profile][2] if args.max_words is None else args.max_words
     for name in ("num_train", "num_dev", "num_test"):
@@ -839,7 +863,7 @@ def main(argv=None) -> int:
     try:
         check_writable(args.out, "--out", create_dir=True)  # a file there, or a folder that cannot be made
         summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words,
-                               args.max_words, args.profile)
+                               args.max_words, args.profile, args.answer_types)
     except (ValueError, OSError) as e:  # OSError: a full disk or a file that cannot be written, named by open()
         print(f"error: {e}", file=sys.stderr)
         return 2

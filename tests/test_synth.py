@@ -284,6 +284,30 @@ def test_cli_profile_flag(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+
+def test_answer_types_keep_only_those_types_in_the_mix_own_shares(tmp_path, capsys):
+    """`--answer-types YES,NO`: every document is a yes/no question, two YES to a NO (NQ's own 1% : 0.5%), on
+    pages of the chosen profile; the whole mix is unchanged without it (the same bytes as before)."""
+    synth.main(["--out", str(tmp_path / "yn"), "--profile", "nq", "--answer-types", "yes,NO", "--num-train", "1",
+                "--num-dev", "6", "--num-test", "6", "--seed", "3"])
+    assert "YES 4 NO 2" in capsys.readouterr().out
+    for name in ("dev", "test-gold"):
+        exs = list(read_examples(tmp_path / "yn" / f"simplified-nq-{name}.jsonl"))
+        answers = [{a.yes_no_answer for a in ex.annotations} - {"NONE"} for ex in exs]
+        assert sorted(min(a) for a in answers) == ["NO"] * 2 + ["YES"] * 4, answers
+        assert min(len(ex.tokens) for ex in exs) >= 1000
+    synth.main(["--out", str(tmp_path / "all"), "--num-train", "5", "--num-dev", "2", "--num-test", "2", "--seed", "3"])
+    synth.main(["--out", str(tmp_path / "named"), "--num-train", "5", "--num-dev", "2", "--num-test", "2", "--seed", "3",
+                "--answer-types", "NONE,SHORT,LONG,YES,NO"])
+    for name in ("train", "dev", "test", "test-gold"):
+        f = f"simplified-nq-{name}.jsonl"
+        assert (tmp_path / "all" / f).read_bytes() == (tmp_path / "named" / f).read_bytes()
+    for bad in ("MAYBE", "YES,maybe", ","):
+        with pytest.raises(SystemExit) as exc:
+            synth.main(["--out", str(tmp_path / "x"), "--answer-types", bad])
+        assert exc.value.code == 2
+    assert "--answer-types: answer types must be some of NONE, SHORT, LONG, YES, NO" in capsys.readouterr().err
+
 # --- the statistics command on hand-built lines with known figures --------------------------------------
 
 def _stats_lines(tmp_path):
