@@ -35,6 +35,9 @@ Beside the techniques:
   it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
   (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
+* `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
+  with 45 yes/no questions added to each (nq-profile pages of another seed, `solution.synth --answer-types
+  YES,NO`): at NQ's 1.5% the 400 dev pages hold only 6.
 
 Post-processing never changes the windows or the model, so a window runs once per model: its logits
 are kept (`CachedRunner`) and every variant and ensemble re-uses them; only the windows a variant
@@ -77,18 +80,22 @@ TECHNIQUES = {
     "max_windows_4": ([], ["max_windows_per_document=4"]),
 }
 NO_TECHNIQUE = ("baseline", "lexical", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
+# `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
+# --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
+# be measured; the rows are named apart, since their documents are not the other rows'.
+YES_NO_TECHNIQUE = ("thresholds_yes_no", ["separate_thresholds=true"])
 
 # The recipe as it is (no overrides): stage 1 is the demo's training on easy pages (`warm_start`: its
 # config, and the `solution.synth` options of its corpus), stage 2 the nq-profile config from its model.
 # ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
 # windows a model; max_windows=0 runs the other ~43,000 once per seed.
 FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000],
-        "num_dev": 400, "num_test": 400, "max_words": None, "train": [],
+        "num_dev": 400, "num_test": 400, "yes_no": 45, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
 # max_windows rows change something, and a tiny stage 1 so that the warm start runs.
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
-         "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
+         "yes_no": 3, "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
                                       "--max_windows_per_document", "8"],
          "warm_start": {"config": "configs/train/tiny.yaml",
                         "synth": ["--num-train", "12", "--num-dev", "4", "--num-test", "4"]}}
@@ -444,6 +451,20 @@ def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, lexical:
     return rows
 
 
+def yes_no_rows(base: dict, corpus: dict, out: Path) -> list:
+    """The baseline and `separate_thresholds` on dev and test with the yes/no supplement added (off, on)."""
+    name, sets = YES_NO_TECHNIQUE
+    seed, added = base["seed"], corpus["yes_no"]
+    head = {"technique": name, "seed": seed, "num_train_documents": corpus["num_train_documents"],
+            "yes_no_documents_added": added["added"]}
+    if "_model" not in base:
+        return [head | {"enabled": flag, "error": f"the baseline of seed {seed} failed"} for flag in (False, True)]
+    off = attempt(head | {"enabled": False}, lambda: evaluate([base["_model"]], [], added, out / f"{name}-off-seed{seed}"))
+    on = attempt(head | {"enabled": True, "set": sets},
+                 lambda: evaluate([base["_model"]], sets, added, out / f"{name}-seed{seed}"))
+    return [off, on | deltas(off, on)]
+
+
 def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
     """The baseline trained on the first N training pages, for each N of the plan; the largest is `base`."""
     rows, seed = [], base["seed"]
@@ -464,12 +485,13 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
     baselines, per_technique, ensembles, curve = {}, {}, [], []
+    names = techniques + ([YES_NO_TECHNIQUE[0]] if "thresholds" in techniques and corpus.get("yes_no") else [])
 
     def rows() -> list:
         out_rows = [lexical]
         for seed in plan["seeds"]:
             out_rows += [baselines[seed]] if seed in baselines else []
-            out_rows += [r for name in techniques for r in per_technique.get((seed, name), [])]
+            out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
         return out_rows + ensembles + curve
 
     for seed in ensemble_seeds(plan["seeds"]):
@@ -482,6 +504,9 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                     per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
                     partial(rows())
         if not retrains:
+            for seed in plan["seeds"] if YES_NO_TECHNIQUE[0] in names else []:
+                per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
+                partial(rows())
             ensembles = ensemble_rows(baselines, corpus, plan, out, lexical)
             partial(rows())
     curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
@@ -642,12 +667,32 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
         corpus = {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
                   "test": str(data / "simplified-nq-test.jsonl"),
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
+        if plan.get("yes_no"):
+            corpus["yes_no"] = yes_no_corpus(corpus, plan, out)
     if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
         easy = out / "data-easy"
         run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
         corpus |= {"warm_train": str(easy / "simplified-nq-train.jsonl"), "warm_dev": str(easy / "simplified-nq-dev.jsonl")}
     n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
     return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
+
+
+def yes_no_corpus(corpus: dict, plan: dict, out: Path) -> dict:
+    """Dev and test with `plan["yes_no"]` yes/no questions each added (nq-profile pages of another seed,
+    `solution.synth --answer-types YES,NO`): the files of `corpus` keys, and how many were added."""
+    extra, mixed = out / "data-yes-no", out / "data-with-yes-no"
+    run(["-m", "solution.synth", "--profile", "nq", "--out", str(extra), "--seed", "1", "--answer-types", "YES,NO",
+         "--num-train", "1", "--num-dev", str(plan["yes_no"]), "--num-test", str(plan["yes_no"]),
+         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+    mixed.mkdir(parents=True, exist_ok=True)
+    files = {"dev": "simplified-nq-dev.jsonl", "test": "simplified-nq-test.jsonl", "test_gold": "simplified-nq-test-gold.jsonl"}
+    for key, name in files.items():
+        lines = Path(corpus[key]).read_text().splitlines() + (extra / name).read_text().splitlines()
+        ids = [json.loads(line)["example_id"] for line in lines]
+        if len(set(map(str, ids))) != len(ids):  # 64-bit random ids: a clash would be a bug here, not luck
+            raise StepFailed(f"{extra / name}: an example_id of the yes/no pages is also in {corpus[key]}")
+        (mixed / name).write_text("\n".join(lines) + "\n")
+    return {key: str(mixed / name) for key, name in files.items()} | {"added": plan["yes_no"]}
 
 
 def int_list(text: str) -> list:

@@ -146,6 +146,12 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
         best = max((members[s] for s in seeds), key=lambda m: m["dev_f1_tuned"])
         assert x["best_member"] == best["seed"]
         _check_delta(x, best)
+    # thresholds again on dev and test with 3 yes/no pages added to each: the baseline's model, more documents
+    yes_no = {x["enabled"]: x for x in rows if x["technique"] == "thresholds_yes_no"}
+    assert set(yes_no) == {False, True} and yes_no[True]["yes_no_documents_added"] == 3
+    assert yes_no[False]["num_test_documents"] == base["num_test_documents"] + 3
+    assert yes_no[False]["num_dev_documents"] == base["num_dev_documents"] + 3
+    _check_delta(yes_no[True], yes_no[False])
     curve = sorted((x for x in rows if x["technique"] == "learning_curve"), key=lambda x: x["num_train_documents"])
     assert [x["num_train_documents"] for x in curve] == [6, 12] and curve[1]["test_f1"] == base["test_f1"]
     from solution.mlebench import score_files  # the grader on the CSV the script wrote: the same score
