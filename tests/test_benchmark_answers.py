@@ -167,3 +167,24 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
             command = json.loads((p / "benchmark_train.json").read_text())["command"]
             seed = command[command.index("--seed") + 1]
             assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
+
+
+def test_the_landed_record_holds_what_its_page_reports():
+    """docs/benchmarks/answers.json as landed: each F1 inside its own interval, each difference the gap
+    between the rows it compares (a hand-edited figure fails here), and docs/answers.md's table drawn from it."""
+    rows = json.loads((ROOT / "docs" / "benchmarks" / "answers.json").read_text())
+    assert not [x for x in rows if "error" in x]
+    base = {x["seed"]: x for x in rows if x["technique"] == "baseline"}
+    lexical = next(x for x in rows if x["technique"] == "lexical")
+    for x in rows:
+        assert x["test_f1_ci"][0] <= x["test_f1"] <= x["test_f1_ci"][1], x["technique"]
+    for x in rows:
+        if x["technique"] in bench.TECHNIQUES and x["enabled"]:
+            _check_delta(x, base[x["seed"]])
+    for x in base.values():
+        assert _close(x["lexical_delta"], x["test_f1"] - lexical["test_f1"])
+    page = (ROOT / "docs" / "answers.md").read_text()
+    for seed in (0, 1):
+        x = base[seed]
+        assert f"{x['test_f1']:.3f} ({x['test_f1_ci'][0]:.3f}-{x['test_f1_ci'][1]:.3f})" in page
+        assert f"{x['lexical_delta']:+.3f} ({x['lexical_delta_ci'][0]:+.3f} to {x['lexical_delta_ci'][1]:+.3f})" in page
