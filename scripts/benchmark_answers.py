@@ -504,9 +504,10 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                     per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
                     partial(rows())
         if not retrains:
-            for seed in plan["seeds"] if YES_NO_TECHNIQUE[0] in names else []:
-                per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
-                partial(rows())
+            if YES_NO_TECHNIQUE[0] in names:
+                for seed in plan["seeds"]:
+                    per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
+                    partial(rows())
             ensembles = ensemble_rows(baselines, corpus, plan, out, lexical)
             partial(rows())
     curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)

@@ -835,7 +835,7 @@ def _parse_args(argv=None) -> argparse.Namespace:
                         help="shortest document, in words (at least 200) (default: easy 300, nq 1000)")
     parser.add_argument("--max-words", type=int, default=None, help="longest document, in words (default: easy 3000, nq 40000)")
     parser.add_argument("--answer-types", default=None, metavar="TYPE,...",
-                        help="only documents of these answer types (of NONE, SHORT, LONG, YES, NO), in the mix's own "
+                        help=f"only documents of these answer types (of {', '.join(ANNOTATION_TYPES)}), in the mix's own "
                              "shares among them: YES,NO gives the dozens of yes/no questions a 1.5%% share would need "
                              "thousands of pages for (default: the whole mix)")
     args = parser.parse_args(argv)

@@ -284,7 +284,6 @@ def test_cli_profile_flag(tmp_path, capsys):
     assert exc.value.code == 2
 
 
-
 def test_answer_types_keep_only_those_types_in_the_mix_own_shares(tmp_path, capsys):
     """`--answer-types YES,NO`: every document is a yes/no question, two YES to a NO (NQ's own 1% : 0.5%), on
     pages of the chosen profile; the whole mix is unchanged without it (the same bytes as before)."""
@@ -307,6 +306,7 @@ def test_answer_types_keep_only_those_types_in_the_mix_own_shares(tmp_path, caps
             synth.main(["--out", str(tmp_path / "x"), "--answer-types", bad])
         assert exc.value.code == 2
     assert "--answer-types: answer types must be some of NONE, SHORT, LONG, YES, NO" in capsys.readouterr().err
+
 
 # --- the statistics command on hand-built lines with known figures --------------------------------------
 
