@@ -1,7 +1,9 @@
 """Shared helpers: hand-built simplified-NQ lines with known answers, and paths."""
 
+import fcntl
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,24 @@ def run_one_step(out: Path, strategy: str, *extra):
                           capture_output=True, text=True, timeout=300)
 
 
+def shared_output(tmp_path_factory, key: str, build) -> Path:
+    """The folder `build(folder)` wrote, built once per pytest session however many tests and pytest-xdist
+    workers ask for `key`: an uninterrupted reference run that several tests compare against and none
+    changes (a test copies what it alters). A worker that asks while another builds it waits (a file lock);
+    a build that failed is tried again by the next one that asks."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-outputs"
+    root.mkdir(exist_ok=True)
+    folder, done = root / key, root / f"{key}.done"
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def zero2_checkpoint(tmp_path_factory):
     """A real DeepSpeed ZeRO-2 checkpoint with AdamW's state (~40 s), written once per session by
@@ -153,6 +173,11 @@ def small_filesystem(tmp_path):
 
 
 
+# Session fixtures that need no worker of their own: pytest's tmp_path_factory, and what shared_output
+# builds through it is shared by every worker.
+ACROSS_WORKERS = {"tmp_path_factory"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """How `make test` (pytest-xdist, `--dist loadgroup`) spreads the suite over the cores.
@@ -164,7 +189,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         shared = defs is not None and any(
-            d.scope in ("module", "session") for name in defs.argnames for d in defs.name2fixturedefs.get(name, ()))
+            d.scope in ("module", "session") for name in defs.argnames if name not in ACROSS_WORKERS
+            for d in defs.name2fixturedefs.get(name, ()))
         slow = item.get_closest_marker("slow") is not None
         group = item.module.__name__ if shared or not slow else item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))

@@ -158,7 +158,6 @@ def test_a_stop_waits_for_the_write_before_it_returns(tmp_path, monkeypatch):
 
 
 # -- two ranks, every engine ------------------------------------------------------------------------------
-SAVES = ["--max_steps", "6", "--save_steps", "2"]
 LAUNCH_TIMEOUT_S = 900  # FSDP's and ZeRO-3's launches outlasted 300 s on two cores another job kept busy
 
 
@@ -172,26 +171,28 @@ def files_of(ckpt: Path) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "zero3", "fsdp"])  # the writer thread, DeepSpeed's partitions, DCP
-def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strategy, tmp_path):
+def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strategy, tmp_path, tmp_path_factory):
     """Two ranks, a checkpoint every 2 steps, each write held back 1.5 s (training goes on meanwhile):
-    every checkpoint has the synchronous run's files and weights, the loop ran on during the write, and a
-    run resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
-    from test_strategies import launch
+    every checkpoint has the synchronous run's files and weights (the uninterrupted run that
+    tests/test_strategies.py resumes killed runs against), the loop ran on during the write, and a run
+    resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
+    from test_strategies import UNINTERRUPTED, launch, uninterrupted
 
     from solution.checkpoint_layout import full_state_dict
 
-    sync = launch(strategy, "torchrun", tmp_path / "sync", extra=SAVES, timeout=LAUNCH_TIMEOUT_S)
-    background = launch(strategy, "torchrun", tmp_path / "async", extra=[*SAVES, "--async_save", "true"],
+    sync = uninterrupted(strategy, tmp_path_factory)
+    background = launch(strategy, "torchrun", tmp_path / "async", extra=[*UNINTERRUPTED, "--async_save", "true"],
                         fault="slow-checkpoint-writes-1.5", timeout=LAUNCH_TIMEOUT_S)
-    for step in (2, 4, 6):
-        mine, theirs = tmp_path / "async" / f"checkpoint-{step}", tmp_path / "sync" / f"checkpoint-{step}"
+    for step in (2, 4, 6, 8):
+        mine, theirs = tmp_path / "async" / f"checkpoint-{step}", sync["out"] / f"checkpoint-{step}"
         assert files_of(mine) == files_of(theirs)
         got, want = full_state_dict(mine), full_state_dict(theirs)
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), step
-    assert (tmp_path / "async" / LATEST).read_text() == "checkpoint-6\n"
+    assert (tmp_path / "async" / LATEST).read_text() == "checkpoint-8\n"
     order = [(r.get("event"), r["step"]) for r in events(tmp_path / "async") if "step" in r]
     assert order.index((None, 3)) < order.index(("checkpoint_written", 2))  # step 3 ran while it wrote
     resumed = launch(strategy, "torchrun", tmp_path / "async",
-                     extra=[*SAVES, "--resume", str(tmp_path / "async" / "checkpoint-2")], timeout=LAUNCH_TIMEOUT_S)
-    assert [resumed["steps"][s]["loss"] for s in (3, 4, 5, 6)] == [sync["steps"][s]["loss"] for s in (3, 4, 5, 6)]
+                     extra=[*UNINTERRUPTED, "--resume", str(tmp_path / "async" / "checkpoint-2")],
+                     timeout=LAUNCH_TIMEOUT_S)
+    assert [resumed["steps"][s]["loss"] for s in range(3, 9)] == [sync["steps"][s]["loss"] for s in range(3, 9)]
     assert all(torch.equal(resumed["weights"][k], w) for k, w in background["weights"].items())

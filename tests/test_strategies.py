@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, shared_output
 from safetensors.torch import load_file
 
 from solution.net import free_port
@@ -128,7 +128,13 @@ def reference(tmp_path_factory):
     return run
 
 
-RUNS: dict = {}  # strategy -> finished run, reused by the submission test below
+@pytest.fixture(scope="module")
+def finished_runs() -> dict:
+    """strategy -> its finished run from test_strategy_matches_one_process, for the submission test; a
+    module fixture, so that both run on one worker (tests/conftest.py) and the runs are not trained twice."""
+    return {}
+
+
 CASES = [("ddp", "accelerate"), ("zero1", "deepspeed"), ("zero2", "accelerate"), ("zero3", "accelerate"),
          ("zero3_offload", "torchrun"), ("fsdp", "accelerate"), ("fsdp_grad_op", "torchrun")]
 
@@ -146,7 +152,7 @@ def plant_stale_buffers(port: str) -> None:
 
 
 @pytest.mark.parametrize("strategy,launcher", CASES, ids=[f"{s}-{via}" for s, via in CASES])
-def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_factory):
+def test_strategy_matches_one_process(strategy, launcher, reference, finished_runs, tmp_path_factory):
     """Under the `deepspeed` launcher (the one under which DeepSpeed's CPU all-reduce maps a shared-memory
     file per rank) stale files of a killed run on the same port are planted first: they are removed before
     the backend could map them, and the finished run leaves none of its own."""
@@ -155,7 +161,7 @@ def test_strategy_matches_one_process(strategy, launcher, reference, tmp_path_fa
         plant_stale_buffers(port)
     run = launch(strategy, launcher, tmp_path_factory.mktemp(strategy), port=port)
     assert shm_buffers(port) == []
-    RUNS[strategy] = run
+    finished_runs[strategy] = run
     start = run["start"]
     assert start["strategy"] == strategy and start["engine"] == ENGINES[strategy], start
     assert start["zero_stage"] == STAGES.get(strategy) and start["world_size"] == 2, start
@@ -189,30 +195,40 @@ def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
         launch("zero2", "deepspeed", tmp_path / "x", extra=["--strategy", "fsdp"])
 
 
+# Two ranks, a checkpoint every 2 steps, 24 windows (an epoch is 3 steps), dropout 0.1: the uninterrupted
+# run that a resumed one must equal bit for bit (same shuffle, same dropout draws), also the synchronous
+# run that tests/test_async_save.py compares its background saves with. One per strategy and session.
+UNINTERRUPTED = ["--save_steps", "2", "--max_steps", "8", "--dummy_num_windows", "24", "--dropout", "0.1"]
+
+
+def uninterrupted(strategy: str, tmp_path_factory) -> dict:
+    build = lambda out: launch(strategy, "torchrun", out, extra=UNINTERRUPTED, timeout=900)  # noqa: E731
+    return read_run(shared_output(tmp_path_factory, f"uninterrupted-{strategy}", build))
+
+
 @pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
-def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path):
-    """SIGKILL rank 1 alone right after the step-5 checkpoint, one step into the third epoch (an epoch
-    is 2 steps here) with dropout 0.1: the launcher fails naming the rank; resuming from `latest`
-    reaches bitwise the uninterrupted run's losses and weights (same shuffle, same dropout draws)."""
-    extra = ["--save_steps", "5", "--max_steps", "10", "--dummy_num_windows", "16", "--dropout", "0.1"]
-    whole = launch(strategy, "torchrun", tmp_path / "whole", extra=extra)
+def test_killed_rank_resumes_to_the_same_weights(strategy, tmp_path, tmp_path_factory):
+    """SIGKILL rank 1 alone right after the step-4 checkpoint, one step into the second epoch, with
+    dropout: the launcher fails naming the rank; resuming from `latest` reaches bitwise the
+    uninterrupted run's losses and weights (same shuffle, same dropout draws), across an epoch's end."""
+    whole = uninterrupted(strategy, tmp_path_factory)
     out = tmp_path / "killed"
     with pytest.raises(AssertionError, match="failed") as failure:
-        launch(strategy, "torchrun", out, extra=extra, fault="kill-rank-1-after-step-5")
+        launch(strategy, "torchrun", out, extra=UNINTERRUPTED, fault="kill-rank-1-after-step-4")
     message = str(failure.value)
     assert "rank: 1" in message and ("-9" in message or "SIGKILL" in message), message[-2000:]
-    assert (out / "latest").read_text().strip() == "checkpoint-5" and not (out / "model").exists()
-    resumed = launch(strategy, "torchrun", out, extra=[*extra, "--resume", "latest"])
-    assert resumed["start"]["resumed_from"]["step"] == 5
-    assert [whole["steps"][s]["epoch"] for s in (5, 6, 7)] == [2, 2, 3]
-    for step in range(6, 11):
+    assert (out / "latest").read_text().strip() == "checkpoint-4" and not (out / "model").exists()
+    resumed = launch(strategy, "torchrun", out, extra=[*UNINTERRUPTED, "--resume", "latest"])
+    assert resumed["start"]["resumed_from"]["step"] == 4
+    assert [whole["steps"][s]["epoch"] for s in (4, 5, 6, 7)] == [1, 1, 1, 2]  # counted from 0
+    for step in range(5, 9):
         assert resumed["steps"][step]["loss"] == whole["steps"][step]["loss"], step
     for name, w in whole["weights"].items():
         assert torch.equal(resumed["weights"][name], w), name
     # Any checkpoint consolidates offline into the same weights training wrote at that step.
     from solution.consolidate import consolidate
 
-    model_dir = consolidate(tmp_path / "whole" / "checkpoint-10", tmp_path / "consolidated")
+    model_dir = consolidate(whole["out"] / "checkpoint-8", tmp_path / "consolidated")
     for name, w in load_file(str(model_dir / "model.safetensors")).items():
         torch.testing.assert_close(w, whole["weights"][name], rtol=0, atol=1e-6)
 
@@ -256,7 +272,7 @@ def test_two_nodes_through_the_slurm_script_train_as_one_world(reference, tmp_pa
     compare(reference, run)
 
 
-def test_consolidated_models_give_the_same_submission(tmp_path):
+def test_consolidated_models_give_the_same_submission(finished_runs, tmp_path):
     """The final model directories of a DDP, a ZeRO-3 and an FSDP run load in submission.predict
     (no accelerate, no deepspeed) and write the same submission.csv."""
     corpus = tmp_path / "synth"
@@ -265,10 +281,10 @@ def test_consolidated_models_give_the_same_submission(tmp_path):
                    cwd=ROOT, check=True, capture_output=True)
     rows = {}
     for strategy in ("ddp", "zero3", "fsdp"):
-        if strategy not in RUNS:  # this test run alone
-            RUNS[strategy] = launch(strategy, "torchrun", tmp_path / f"run-{strategy}")
+        if strategy not in finished_runs:  # this test run alone
+            finished_runs[strategy] = launch(strategy, "torchrun", tmp_path / f"run-{strategy}")
         out = tmp_path / f"{strategy}.csv"
-        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(RUNS[strategy]["out"] / "model"),
+        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(finished_runs[strategy]["out"] / "model"),
                                "--input", str(corpus / "simplified-nq-test.jsonl"), "--output", str(out)],
                               cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 0, proc.stderr[-3000:]
