@@ -195,3 +195,38 @@ def pytest_collection_modifyitems(config, items):
         group = item.module.__name__ if shared or not slow else item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# -- where the suite's time goes -------------------------------------------------------------------------
+# On two cores the suite is bound by CPU, most of it spent in the processes the tests start (each imports
+# torch and transformers). Wall-clock durations mislead there: a test looks slow when it ran beside another
+# worker's launch. `pytest --cpu-report FILE` appends one JSON line a test: its CPU seconds in the pytest
+# process and in the processes it started and reaped (their children included, once reaped), and its wall.
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-report", default=None, metavar="FILE",
+                     help="append each test's CPU seconds (its own and its child processes') to FILE, a JSON line each")
+
+
+def _cpu_seconds() -> tuple:
+    import resource
+
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    report = item.config.getoption("--cpu-report")
+    if report is None:
+        yield
+        return
+    import time
+
+    (me0, children0), start = _cpu_seconds(), time.monotonic()
+    yield
+    me1, children1 = _cpu_seconds()
+    with open(report, "a") as f:  # one short write a line: the workers' lines do not interleave
+        f.write(json.dumps({"test": item.nodeid, "cpu_s": round(me1 - me0 + children1 - children0, 2),
+                            "children_cpu_s": round(children1 - children0, 2),
+                            "wall_s": round(time.monotonic() - start, 2)}) + "\n")

@@ -283,8 +283,8 @@ def test_consolidated_models_give_the_same_submission(finished_runs, tmp_path):
     for strategy in ("ddp", "zero3", "fsdp"):
         if strategy not in finished_runs:  # this test run alone
             finished_runs[strategy] = launch(strategy, "torchrun", tmp_path / f"run-{strategy}")
-        out = tmp_path / f"{strategy}.csv"
-        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(finished_runs[strategy]["out"] / "model"),
+        out, model = tmp_path / f"{strategy}.csv", finished_runs[strategy]["out"] / "model"
+        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(model),
                                "--input", str(corpus / "simplified-nq-test.jsonl"), "--output", str(out)],
                               cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 0, proc.stderr[-3000:]
