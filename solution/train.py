@@ -153,9 +153,14 @@ class StopRequest:
             signal.signal(sig, self._previous[sig])
 
     def _handle(self, signum, frame) -> None:
-        if not self.armed:
+        if self.armed:
+            self.signum = self.signum or signum
+        elif not self.signum:
+            self.signum = signum
             raise StoppedBySignal(signum)
-        self.signum = self.signum or signum
+        # else: a second signal while the first one's stop unwinds. A rank often gets two (SLURM signals
+        # every process of the step, and the launcher forwards the same signal to its workers); raised
+        # again, it would cut short the `stopped` record being written.
 
     @staticmethod
     def _forked() -> None:
