@@ -192,6 +192,7 @@ def test_combined_scores_go_through_post_processings_own_decision():
     assert decide(both, PostprocessConfig(long_threshold=6.0)).long == ""  # 5.5 is below it
 
 
+@pytest.mark.slow  # the kernel's run.py in a process of its own, twice
 def test_kaggle_kernel_runs_an_ensemble_offline(models, predict, corpus, tmp_path):
     """An ensemble kernel, run from another directory with accelerate, deepspeed and datasets
     unimportable: the same rows as submission.predict with the same models and weights, and the

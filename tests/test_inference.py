@@ -182,6 +182,7 @@ def wait_for(condition, proc, what: str, seconds: float = 120.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # submission.predict in a process of its own, signalled
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig, model_dir, tmp_path):
     """A real signal to a real process, sent once both temporary files exist: the input is long enough

@@ -53,6 +53,7 @@ def make_kernel(model_dir, out, *extra):
                            str(out), *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # the packaging script in a process of its own
 def test_dataset_id_writes_metadata_notebook_and_the_upload_command(model_dir, tmp_path):
     kernel = tmp_path / "kernel"
     proc = make_kernel(model_dir, kernel, "--dataset-id", "u/nq")
@@ -71,6 +72,7 @@ def test_dataset_id_writes_metadata_notebook_and_the_upload_command(model_dir, t
     assert (kernel / "run.py").is_file() and (kernel / "code" / "solution" / "cli.py").is_file()
 
 
+@pytest.mark.slow  # the packaging script in two processes
 def test_no_dataset_id_writes_no_kaggle_files_and_a_bad_one_is_refused(model_dir, tmp_path):
     proc = make_kernel(model_dir, tmp_path / "k")
     assert proc.returncode == 0, proc.stderr
@@ -148,6 +150,7 @@ def test_a_model_directory_that_cannot_load_is_refused_naming_the_missing_file(m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no kernel folder, no temporary one
 
 
+@pytest.mark.slow  # the packaging script in processes of its own
 def test_out_refuses_the_checkout_and_the_source_folders_it_packs(model_dir, tmp_path):
     """Run from a copy of the checkout, so that the old behaviour (replace --out) deletes only the copy."""
     checkout = tmp_path / "checkout"
@@ -239,6 +242,7 @@ def test_per_window_costs_reproduce_the_published_throughputs():
     assert window_flops(12, 768, 3072, 1) == pytest.approx(2 * 12 * 7_077_888 + 4 * 12 * 768)
 
 
+@pytest.mark.slow  # the packaging script in two processes
 def test_kernel_prints_the_projection_with_windows_measured_on_the_pages(model_dir, test_file, tmp_path):
     proc = make_kernel(model_dir, tmp_path / "k", "--pages", str(test_file), "--num-documents", "1000")
     assert proc.returncode == 0, proc.stderr
