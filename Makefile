@@ -23,7 +23,7 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
 
-# The edit loop: every test but multi-process launches and full trainings (marked slow).
+# The edit loop: every test but trainings, launches and processes that load torch (marked slow).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests
 
