@@ -202,7 +202,9 @@ UNINTERRUPTED = ["--save_steps", "2", "--max_steps", "8", "--dummy_num_windows",
 
 
 def uninterrupted(strategy: str, tmp_path_factory) -> dict:
-    build = lambda out: launch(strategy, "torchrun", out, extra=UNINTERRUPTED, timeout=900)  # noqa: E731
+    def build(out: Path) -> None:
+        launch(strategy, "torchrun", out, extra=UNINTERRUPTED, timeout=900)
+
     return read_run(shared_output(tmp_path_factory, f"uninterrupted-{strategy}", build))
 
 
