@@ -126,14 +126,20 @@ def shared_output(tmp_path_factory, key: str, build) -> Path:
     return folder
 
 
+def one_step_run(tmp_path_factory, strategy: str) -> Path:
+    """The output_dir of `ONE_STEP_RUN` under `strategy`, trained once per session (shared_output)."""
+    def build(out: Path) -> None:
+        proc = run_one_step(out, strategy)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    return shared_output(tmp_path_factory, f"one-step-{strategy}", build)
+
+
 @pytest.fixture(scope="session")
 def zero2_checkpoint(tmp_path_factory):
     """A real DeepSpeed ZeRO-2 checkpoint with AdamW's state (~40 s), written once per session by
     solution.train (`ONE_STEP_RUN`). Tests copy it before changing anything in it."""
-    out = tmp_path_factory.mktemp("zero2")
-    proc = run_one_step(out, "zero2")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / "checkpoint-1"
+    return one_step_run(tmp_path_factory, "zero2") / "checkpoint-1"
 
 
 @pytest.fixture(scope="session")
@@ -141,10 +147,7 @@ def fsdp_run(tmp_path_factory):
     """A real FSDP2 run (~10 s): its output_dir, holding checkpoint-1 (torch.distributed.checkpoint's
     `.metadata` indexes and shards for the model and AdamW's state) and the model directory it wrote at
     its end. Tests copy it before changing anything in it."""
-    out = tmp_path_factory.mktemp("fsdp")
-    proc = run_one_step(out, "fsdp")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+    return one_step_run(tmp_path_factory, "fsdp")
 
 
 @pytest.fixture
@@ -173,9 +176,9 @@ def small_filesystem(tmp_path):
 
 
 
-# Session fixtures that need no worker of their own: pytest's tmp_path_factory, and what shared_output
-# builds through it is shared by every worker.
-ACROSS_WORKERS = {"tmp_path_factory"}
+# Session fixtures that need no worker of their own: pytest's tmp_path_factory, and those built through
+# shared_output, which every worker shares.
+ACROSS_WORKERS = {"tmp_path_factory", "zero2_checkpoint", "fsdp_run"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
