@@ -16,14 +16,14 @@ retraining). A model's `train_seconds` counts both stages. Every variant is scor
 `submission.predict` and `solution.evaluate --tune` use, in this process:
 
 1. predict dev and score it: dev micro-F1 untuned;
-2. tune the thresholds on dev (`solution.tuning.tune`, the search behind `evaluate --tune`), under
+2. tune the thresholds on dev (`solution.scoring.tuning.tune`, the search behind `evaluate --tune`), under
    the variant's settings: dev micro-F1 tuned (`dev_f1_tuned`);
 3. predict test with those thresholds, score it against the test gold: test micro-F1 with
    dev-tuned thresholds (`test_f1`), split long / short / YES / NO.
 
-Every F1 carries its 95% bootstrap interval over documents (`solution.intervals.f1_interval`;
+Every F1 carries its 95% bootstrap interval over documents (`solution.scoring.intervals.f1_interval`;
 `dev_f1_ci` is that of the dev-tuned predictions), the number of documents, and MLE-bench's score
-of the same predictions (`solution.mlebench`: `dev_mlebench`, `test_mlebench`). A technique's
+of the same predictions (`solution.scoring.mlebench`: `dev_mlebench`, `test_mlebench`). A technique's
 enabled row carries its paired difference against the same seed's baseline on the same documents
 (`intervals.paired_difference`: `test_f1_delta`, `dev_f1_delta` and their `_ci`).
 
@@ -125,19 +125,19 @@ def run(args: list, stdout=None) -> float:
 
 @functools.lru_cache(maxsize=None)
 def gold_of(path: str) -> dict:
-    from solution.metric import load_gold
+    from solution.scoring.metric import load_gold
     return load_gold(path)
 
 
 @functools.lru_cache(maxsize=None)
 def answers_of(path: str) -> list:
-    from solution.mlebench import read_answers
+    from solution.scoring.mlebench import read_answers
     return read_answers(path)
 
 
 def yes_no_split(predictions: dict, gold: dict) -> dict:
     """F1 of the YES and NO short answers: a row counts for YES when predicted YES or YES is valid."""
-    from solution.metric import _figures, parse_prediction
+    from solution.scoring.metric import _figures, parse_prediction
     out = {}
     for label in ("YES", "NO"):
         tp = fp = fn = 0
@@ -151,16 +151,16 @@ def yes_no_split(predictions: dict, gold: dict) -> dict:
 
 def score_rows(predictions: dict, gold_path: str) -> dict:
     """`metric.score` (what `solution.evaluate` prints) with the YES / NO split."""
-    from solution.metric import score
+    from solution.scoring.metric import score
     gold = gold_of(gold_path)
     return score(predictions, gold) | yes_no_split(predictions, gold)
 
 
 def figures(split: str, predictions: dict, gold_path: str) -> tuple:
     """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench}, per-document (tp, fp, fn)) of one split."""
-    from solution.intervals import f1_interval
-    from solution.metric import document_counts
-    from solution.mlebench import score_predictions
+    from solution.scoring.intervals import f1_interval
+    from solution.scoring.metric import document_counts
+    from solution.scoring.mlebench import score_predictions
     counts = document_counts(predictions, gold_of(gold_path))
     iv = f1_interval(counts)
     return {f"{split}_f1_ci": iv["ci"], f"num_{split}_documents": iv["num_documents"],
@@ -169,7 +169,7 @@ def figures(split: str, predictions: dict, gold_path: str) -> tuple:
 
 def deltas(ref: dict, row: dict) -> dict:
     """{test,dev}_f1_delta and _ci: `row` minus `ref` on the same documents (a paired bootstrap)."""
-    from solution.intervals import paired_difference
+    from solution.scoring.intervals import paired_difference
     out = {}
     for split in ("test", "dev"):
         a, b = ref.get("_counts", {}).get(split), row.get("_counts", {}).get(split)
@@ -181,7 +181,7 @@ def deltas(ref: dict, row: dict) -> dict:
 
 def lexical_delta(lexical: dict, base: dict) -> dict:
     """{lexical_delta, lexical_delta_ci}: the baseline minus the word-matching answerer on test."""
-    from solution.intervals import paired_difference
+    from solution.scoring.intervals import paired_difference
     a, b = lexical.get("_counts", {}).get("test"), base.get("_counts", {}).get("test")
     if a is None or b is None:
         return {}
@@ -208,8 +208,8 @@ class CachedRunner:
         """(run, tokenizer, meta) of a model directory, in the precision `submission.predict` picks."""
         import torch
 
-        from solution.inference import model_runner
-        from solution.model import load_model_dir
+        from solution.answers.inference import model_runner
+        from solution.model.qa_model import load_model_dir
         from submission.predict import resolve_precision
 
         key = str(Path(model_dir).resolve())
@@ -250,10 +250,10 @@ def predict(models: list, cfg, path: str, out_csv: Path) -> tuple:
     averaged (equal weights); the rows are also written as a submission CSV."""
     import csv
 
-    from solution.ensemble import weighted_runner
-    from solution.inference import predict_documents, submission_rows
-    from solution.nq import read_examples
-    from solution.windows import Featurizer, WindowConfig
+    from solution.answers.ensemble import weighted_runner
+    from solution.answers.inference import predict_documents, submission_rows
+    from solution.data.nq import read_examples
+    from solution.windows.featurizer import Featurizer, WindowConfig
 
     loaded = [RUNNERS.get(m) for m in models]
     averaged, num_windows = weighted_runner([r for r, _, _ in loaded], [1.0 / len(loaded)] * len(loaded)), [0]
@@ -277,9 +277,9 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     model's post-processing settings, with `sets` over them, as `submission.predict` does)."""
     from dataclasses import replace
 
-    from solution.metric import read_submission
-    from solution.postprocess import PostprocessConfig, apply_overrides, score_record
-    from solution.tuning import predictions_with, tune
+    from solution.answers.postprocess import PostprocessConfig, apply_overrides, score_record
+    from solution.scoring.metric import read_submission
+    from solution.scoring.tuning import predictions_with, tune
 
     d.mkdir(parents=True, exist_ok=True)
     cfg = apply_overrides(PostprocessConfig(**RUNNERS.get(models[0])[2]["postprocess"]), sets)
@@ -306,9 +306,9 @@ def lexical_row(corpus: dict) -> dict:
     """The word-matching answerer (`solution.lexical`): thresholds tuned on dev, applied to test."""
     from dataclasses import replace
 
+    from solution.answers.postprocess import PostprocessConfig
     from solution.lexical import lexical_records
-    from solution.postprocess import PostprocessConfig
-    from solution.tuning import predictions_with, tune
+    from solution.scoring.tuning import predictions_with, tune
 
     dev_records, default = lexical_records(corpus["dev"]), PostprocessConfig()
     best = tune(dev_records, gold_of(corpus["dev"]), cfg=default)
@@ -329,14 +329,14 @@ def lexical_row(corpus: dict) -> dict:
 @functools.lru_cache(maxsize=None)
 def file_digest(path: str) -> str:
     """A file's sha256, once per file a run (the training file is hashed for every model trained on it)."""
-    from solution.fsutil import file_digest as digest
+    from solution.common.fsutil import file_digest as digest
 
     return digest(path)
 
 
 def precision_args() -> list:
     """float32 where the CPU has no native bf16: emulated bf16 trains ~14x slower (as `make demo` does)."""
-    from solution.memory import cpu_native_bf16
+    from solution.common.precision import cpu_native_bf16
     return [] if cpu_native_bf16() else ["--mixed_precision", "no"]
 
 
@@ -383,7 +383,7 @@ def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path
 
 def attempt(base: dict, fn) -> dict:
     """base | fn(); a failing step becomes the row's `error` instead of stopping the benchmark."""
-    from solution.metric import SubmissionError  # a ValueError: named for the reader
+    from solution.scoring.metric import SubmissionError  # a ValueError: named for the reader
     try:
         return base | fn()
     except (StepFailed, subprocess.CalledProcessError, OSError, ValueError, SubmissionError) as e:

@@ -52,11 +52,12 @@ def _import_heavy() -> None:
     import numpy as np
     import torch
 
-    from solution.metric import load_gold, read_submission, score
-    from solution.model import load_model_dir
-    from solution.nq import is_html_token, read_examples
-    from solution.windows import Featurizer, WindowConfig
-    from submission.predict import native_bf16, predict_file
+    from solution.common.precision import native_bf16
+    from solution.data.nq import is_html_token, read_examples
+    from solution.model.qa_model import load_model_dir
+    from solution.scoring.metric import load_gold, read_submission, score
+    from solution.windows.featurizer import Featurizer, WindowConfig
+    from submission.predict import predict_file
 
 
 def ours(model_dir: str, path: str, gold: str, bf16: bool, batch_size: int, repeats: int, out_dir: Path,
@@ -313,7 +314,7 @@ def chart(result: dict, path: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--model", default="runs/demo/model", help="model directory (default: the demo's; make demo)")

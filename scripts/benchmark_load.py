@@ -49,7 +49,7 @@ def featurise(path: Path, out: Path, num_proc: int) -> dict:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--documents", type=int, default=50000)
     p.add_argument("--num-proc", type=int, default=2)

@@ -10,7 +10,7 @@ process and as two DDP processes (torchrun, gloo, one thread per process):
     through its command line; step times from its metrics.jsonl;
   * `bare`: forward, backward, optimizer step, zero_grad and nothing else, on
     batches collated before the loop (the `dummy` source's windows,
-    `solution.features.DummyWindows`); DDP-wrapped under two processes;
+    `solution.windows.dataset.DummyWindows`); DDP-wrapped under two processes;
   * `hf_trainer`: transformers' `Trainer` with the same batch, steps,
     optimizer (`optim`: the config's, transformers' own names), learning
     rate and weight decay, no eval, no saving,
@@ -19,7 +19,7 @@ process and as two DDP processes (torchrun, gloo, one thread per process):
     `ddp_find_unused_parameters=False` (its default for a model that is not a
     `PreTrainedModel` is True, a graph walk every step the others don't pay).
 
-All three build `solution.model.QAModel` with `build_model` and the config's
+All three build `solution.model.qa_model.QAModel` with `build_model` and the config's
 overrides (configs/train/bench_base.yaml: BERT-base size, random init,
 dropout 0, fused AdamW, transformers' default optimizer since torch 2.8).
 That config trains in fp32 (`mixed_precision: "no"`), so all three run
@@ -32,7 +32,7 @@ log every --window steps (the Trainer's default is every 500).
 The allocator: `ours` runs with its defaults, which on CPU include
 `cpu_retain_freed_memory` (glibc keeps the memory a step frees for the next
 step instead of unmapping it and faulting it back in; see
-solution.memory.retain_freed_memory). The bare loop and the Trainer run with
+solution.training.memory.retain_freed_memory). The bare loop and the Trainer run with
 the system allocator's defaults, as their users get them. So the rows say
 what each runner costs as shipped. `--same-allocator` gives the bare loop and
 the Trainer the same setting, so that the ratios isolate what the loop
@@ -89,9 +89,9 @@ def worker_setup(config: str, batch_size: int):
     --same-allocator, glibc keeps freed memory from here on, as our trainer does."""
     import torch
 
-    from solution.config import load_config
-    from solution.features import DummyWindows
-    from solution.model import build_model, load_tokenizer
+    from solution.model.qa_model import build_model, load_tokenizer
+    from solution.training.config import load_config
+    from solution.windows.dataset import DummyWindows
 
     cfg = load_config(config, ["--data_source", "dummy", "--per_device_train_batch_size", str(batch_size)])
     torch.manual_seed(cfg.seed)
@@ -100,7 +100,7 @@ def worker_setup(config: str, batch_size: int):
     windows = DummyWindows(cfg.dummy_num_windows, cfg.window.max_seq_length, model.config.vocab_size,
                            cfg.seed, tok.cls_token_id, tok.sep_token_id)
     if os.environ.get(SAME_ALLOCATOR) == "1":
-        from solution.memory import retain_freed_memory
+        from solution.training.memory import retain_freed_memory
 
         kept, line = retain_freed_memory()
         if not kept:
@@ -120,7 +120,7 @@ def run_bare(config: str, steps: int, batch_size: int, window: int) -> tuple:
     class wrapping the model."""
     import torch
 
-    from solution.inference import collate
+    from solution.answers.inference import collate
 
     cfg, model, windows, pad_id = worker_setup(config, batch_size)
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -158,7 +158,7 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
     the class wrapping the model."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from solution.inference import collate
+    from solution.answers.inference import collate
 
     cfg, model, windows, pad_id = worker_setup(config, batch_size)
     ends: list = []
@@ -191,13 +191,13 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
 
 def close_process_group() -> None:
     """After the timed part, with two processes: tear the process group down the way our trainer does
-    (solution.strategy's shutdown), so the workers exit as reliably as it does; a 2-process bare run that
+    (solution.distributed.strategy's shutdown), so the workers exit as reliably as it does; a 2-process bare run that
     left it to the garbage collector hung at exit in 4 runs of 35 (see `destroy_process_groups`)."""
     import gc
 
     import torch.distributed as dist
 
-    from solution.strategy import destroy_process_groups
+    from solution.distributed.lifecycle import destroy_process_groups
 
     gc.collect()  # the model's DDP reducer, while the group is still registered
     if dist.is_available() and dist.is_initialized():
@@ -221,7 +221,7 @@ def worker_main(args) -> int:
 
 def launch(module_args: list, world: int, threads: int, log: Path) -> None:
     """`python MODULE_ARGS` as one process, or under torchrun with `world` processes; raises on failure."""
-    from solution.net import free_port
+    from solution.distributed.ports import free_port
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     if world == 1:
@@ -305,7 +305,7 @@ def goals_met(rows: list) -> list:
 
 
 def main(argv=None) -> int:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
 
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
     for name, full, quick in (("steps", 12, 4), ("window", 3, 2), ("repeats", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
-    from solution.config import load_config
+    from solution.training.config import load_config
 
     cfg = load_config(args.config)
     args.optim = cfg.optim

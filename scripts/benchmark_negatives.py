@@ -156,7 +156,7 @@ def plot_only(json_path: str, png) -> int:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")

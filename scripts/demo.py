@@ -20,8 +20,8 @@ CONFIG = "configs/train/demo.yaml"
 OUT = Path("runs/demo")
 sys.path.insert(0, str(ROOT))
 
-from solution import cli  # noqa: E402
-from solution.memory import cpu_native_bf16  # noqa: E402
+from solution.common import cli  # noqa: E402
+from solution.common.precision import cpu_native_bf16  # noqa: E402
 
 
 def step(title: str, args: list, stdout=None) -> float:
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
             "-m", "solution.evaluate", "--submission", str(OUT / "submission.csv"),
             "--gold", "data/synth/simplified-nq-test-gold.jsonl", "--json"], stdout=f)
     result = json.loads((ROOT / OUT / "score.json").read_text())
-    from solution.metric import format_report
+    from solution.scoring.metric import format_report
 
     print("\n" + format_report(result))
     total = sum(times.values())

@@ -40,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from solution.net import free_port  # noqa: E402
+from solution.distributed.ports import free_port  # noqa: E402
 
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 STRATEGIES = ["single", "zero2", "zero3", "fsdp"]
@@ -76,7 +76,7 @@ runpy.run_module("solution.train", run_name="__main__", alter_sys=True)
 
 def build_parser() -> argparse.ArgumentParser:
     sys.path.insert(0, str(ROOT))
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--json", default=None, help="write every figure here")

@@ -69,7 +69,7 @@ def main(job_path: str) -> int:
 
 
 if __name__ == "__main__":
-    # Plain argparse, not solution.cli: this worker runs under transformers 4.x and imports none of our code.
+    # Plain argparse, not solution.common.cli: this worker runs under transformers 4.x and imports none of our code.
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("job", metavar="JOB.json", help="the job benchmark_inference.py writes")
     sys.exit(main(parser.parse_args().job))

@@ -48,7 +48,7 @@ output_dir() {
   "$PYTHON" - --config "$TRAIN_CONFIG" "$@" <<'EOF'
 import sys
 
-from solution.config import load_config, parse_command_line
+from solution.training.config import load_config, parse_command_line
 
 try:
     print(load_config(*parse_command_line(sys.argv[1:], "launch_slurm.sh", "")).output_dir)

@@ -49,12 +49,17 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.fsutil import replace_dir  # noqa: E402
+from solution.common.fsutil import replace_dir  # noqa: E402
 
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
-CODE = ["solution/__init__.py", "solution/cli.py", "solution/nq.py", "solution/windows.py", "solution/postprocess.py",
-        "solution/inference.py", "solution/sampling.py", "solution/ensemble.py", "solution/model.py", "solution/fsutil.py",
-        "solution/memory.py",
+CODE = ["solution/__init__.py",
+        "solution/common/__init__.py", "solution/common/cli.py", "solution/common/fsutil.py",
+        "solution/common/json_types.py", "solution/common/precision.py",
+        "solution/data/__init__.py", "solution/data/nq.py", "solution/data/words.py",
+        "solution/windows/__init__.py", "solution/windows/featurizer.py",
+        "solution/answers/__init__.py", "solution/answers/postprocess.py", "solution/answers/inference.py",
+        "solution/answers/ensemble.py",
+        "solution/model/__init__.py", "solution/model/qa_model.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 # The folders the kernel's code is copied from: an --out there would replace the code being packed.
@@ -93,7 +98,7 @@ WEIGHTS = __WEIGHTS__  # as submission.predict --weights (None: equal)
 
 
 def main():
-    from solution.cli import ArgumentParser  # --batch-size and --batch_size alike
+    from solution.common.cli import ArgumentParser  # --batch-size and --batch_size alike
 
     p = ArgumentParser(description=__doc__.split("\\n\\n")[0])
     p.add_argument("--input", default=KAGGLE_INPUT)
@@ -153,7 +158,7 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
         raise ValueError(f"--dataset-id {dataset_id!r}: expected USER/SLUG, as in kaggle.com/datasets/USER/SLUG")
     if weights is not None:
         # The rule of submission.predict --weights, checked here so a bad kernel is never written.
-        from solution.ensemble import parse_weights
+        from solution.answers.ensemble import parse_weights
 
         parse_weights(weights, len(model_dirs))
     check_out(out, model_dirs)
@@ -193,7 +198,7 @@ def check_out(out: Path, model_dirs) -> None:
 def check_models(model_dirs: list) -> None:
     """Load each model directory as run.py will (submission.predict's loader, every file checked): a
     directory that cannot load is refused here, in one line naming the file, not on Kaggle in a traceback."""
-    from solution.model import load_model_dir
+    from solution.model.qa_model import load_model_dir
 
     for d in {d.resolve(): d for d in model_dirs}.values():  # a directory listed twice loads once
         load_model_dir(d)
@@ -265,7 +270,7 @@ def write_kaggle_files(out: Path, dataset_id: str, title: Optional[str], license
 
 
 def main(argv=None) -> int:
-    from solution.cli import ArgumentParser  # --dataset-id and --dataset_id alike
+    from solution.common.cli import ArgumentParser  # --dataset-id and --dataset_id alike
 
     p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, action="append",
@@ -291,7 +296,7 @@ def main(argv=None) -> int:
         if args.pages and not Path(args.pages).is_file():  # before anything is written
             raise ValueError(f"--pages {args.pages}: no such file")
         m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
-        from solution.kernel_budget import format_projection, project
+        from solution.model.kernel_budget import format_projection, project
 
         projection = format_projection(project(args.model, args.pages, args.num_documents, args.pages_limit))
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder

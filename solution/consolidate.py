@@ -13,13 +13,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from solution.checkpoint_layout import full_state_dict, verify_manifest
-from solution.fsutil import DiskFullError, removed_if_disk_full
+from solution.checkpoints.layout import full_state_dict, verify_manifest
+from solution.common.fsutil import DiskFullError, removed_if_disk_full
 
 
 def consolidate(checkpoint, out) -> Path:
-    from solution.checkpoint import TrainerState
-    from solution.model import read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
+    from solution.checkpoints.state import TrainerState
+    from solution.model.qa_model import read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
 
     ckpt = Path(checkpoint)
     meta_dir = ckpt / "model_meta"
@@ -41,7 +41,7 @@ def consolidate(checkpoint, out) -> Path:
 
 
 def main(argv=None) -> int:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     parser = cli.ArgumentParser(prog="python -m solution.consolidate", description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="output_dir/checkpoint-N from any strategy")
     parser.add_argument("out", help="model directory to write (loadable by submission.predict)")

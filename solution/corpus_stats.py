@@ -29,7 +29,7 @@ import json
 import statistics
 import sys
 
-from solution.nq import is_html_token, read_examples
+from solution.data.nq import is_html_token, read_examples
 
 CHUNK_WORDS = 350  # ~512 word pieces of running Wikipedia text
 
@@ -128,7 +128,7 @@ class CorpusStats:
         batch, self.pending = self.pending, []
         if not batch:
             return
-        from solution.windows import window_extents
+        from solution.windows.featurizer import window_extents
 
         f = self.featurizer
         for ex, doc, q in zip(batch, f.encode_documents(batch), f.encode_questions(batch)):
@@ -158,7 +158,7 @@ class CorpusStats:
 
 def window_needs(ex, doc, extents: list) -> dict:
     """{WINDOW_NEED_ROWS key: whether this document has it}, for windows given as [start, end) piece extents."""
-    from solution.windows import piece_span, windows_holding
+    from solution.windows.featurizer import piece_span, windows_holding
 
     def holding(pieces):
         return windows_holding(extents, *pieces)
@@ -178,8 +178,8 @@ def model_featurizer(model_dir):
     """A Featurizer cutting windows as the model directory `model_dir` does (its tokenizer and window settings)."""
     from pathlib import Path
 
-    from solution.model import read_qa_config, read_tokenizer
-    from solution.windows import Featurizer, WindowConfig
+    from solution.model.qa_model import read_qa_config, read_tokenizer
+    from solution.windows.featurizer import Featurizer, WindowConfig
 
     d = Path(model_dir)
     return Featurizer(read_tokenizer(d), WindowConfig(**read_qa_config(d / "qa_config.json")["window"]))

@@ -7,8 +7,8 @@
     python -m solution.evaluate --tune --scores dev-scores.jsonl --gold dev.jsonl --model runs/x/model \
         [--set separate_thresholds=true] [--metric mlebench]
 
-`--metric kaggle` (the default) is the competition's micro-F1 (`solution.metric`);
-`--metric mlebench` is MLE-bench's grader (`solution.mlebench`): the share of right rows, right
+`--metric kaggle` (the default) is the competition's micro-F1 (`solution.scoring.metric`);
+`--metric mlebench` is MLE-bench's grader (`solution.scoring.mlebench`): the share of right rows, right
 blanks included, against the first annotation only. `--tune` maximises the one chosen.
 
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
@@ -24,14 +24,14 @@ import json
 import sys
 from pathlib import Path
 
-from solution.metric import format_report, load_gold, read_submission, score
+from solution.scoring.metric import format_report, load_gold, read_submission, score
 
 EXIT_USER_ERROR = 2
 METRICS = ("kaggle", "mlebench")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     parser = cli.ArgumentParser(
         prog="python -m solution.evaluate",
         description="Score a submission with the Kaggle 'TensorFlow 2.0 Question Answering' metric: "
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_score(args: argparse.Namespace) -> int:
     """The default mode: read, score, print the report (or one JSON object)."""
     if args.metric == "mlebench":
-        from solution import mlebench
+        from solution.scoring import mlebench
 
         result = mlebench.score_files(args.submission, args.gold)
         print(json.dumps(result) if args.json else mlebench.format_report(result))
@@ -88,7 +88,7 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from solution.validate import MAX_LISTED, validate_submission
+    from solution.scoring.validate import MAX_LISTED, validate_submission
 
     problems = validate_submission(args.validate, args.test)
     if not problems:
@@ -104,7 +104,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def tune_config(args: argparse.Namespace):
     """The post-processing settings --tune starts from: --model's, then --set."""
-    from solution.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
+    from solution.answers.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
 
     cfg = PostprocessConfig()
     if args.model:
@@ -133,7 +133,7 @@ def _scores_text(result: dict, metric: str) -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from solution.tuning import objective, predictions_with, read_scores, tune, write_thresholds
+    from solution.scoring.tuning import objective, predictions_with, read_scores, tune, write_thresholds
 
     cfg = tune_config(args)  # first: a bad --set needs no files read
     records = read_scores(args.scores)

@@ -42,9 +42,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from solution.cli import progress
-from solution.fsutil import DiskFullError, check_writable, file_digest
-from solution.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
+from solution.common.cli import progress
+from solution.common.fsutil import DiskFullError, check_writable, file_digest
+from solution.windows.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
 
 def answer_probability(type_logits: np.ndarray) -> np.ndarray:
@@ -59,7 +59,7 @@ def make_header(model_dir: str, train_file: str, window, precision: str, device:
     """The scores file's first record. A restart appends only to a file with this same header: every field
     here changes the scores (batch composition and device change their last bits, and the resumed file
     must equal an uninterrupted run's byte for byte)."""
-    from solution.model import WEIGHTS_FILE
+    from solution.model.qa_model import WEIGHTS_FILE
 
     return {"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
             "model_sha256": file_digest(os.path.join(model_dir, WEIGHTS_FILE)),
@@ -137,10 +137,10 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     """
     import torch
 
-    from solution.inference import model_runner
-    from solution.model import load_model_dir
-    from solution.nq import ReadStats, read_examples
-    from solution.windows import Featurizer, WindowConfig
+    from solution.answers.inference import model_runner
+    from solution.data.nq import ReadStats, read_examples
+    from solution.model.qa_model import load_model_dir
+    from solution.windows.featurizer import Featurizer, WindowConfig
     from submission.predict import resolve_precision
 
     check_writable(out, "--out")  # before the model loads and the scoring runs
@@ -203,8 +203,8 @@ def _chunks(featurized: Iterator, size: int) -> Iterator[list]:
 
 def _score_chunk(run, chunk: list, pad_id: int, batch_size: int) -> tuple:
     """(one encoded line per document, documents, windows, windows scored) for a chunk of (example, windows)."""
-    from solution.inference import score_windows
-    from solution.windows import TYPE_ID, has_answer
+    from solution.answers.inference import score_windows
+    from solution.windows.featurizer import TYPE_ID, has_answer
 
     unknown = TYPE_ID["UNKNOWN"]
     negatives = [w for _, ws in chunk for w in ws if w.answer_type == unknown]
@@ -224,7 +224,7 @@ def _write(f, data: bytes) -> None:
 
 
 def main(argv=None) -> int:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(prog="python -m solution.hard_negatives", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="trained model directory (output_dir/model)")
     p.add_argument("--train_file", required=True, help="the simplified-NQ training file to score")

@@ -12,7 +12,7 @@ segment holds every content word, else NO. Otherwise the short answer is a row's
 sentence's last run of value words (`value_run`); without one, the answer is long only.
 
 The output is the same score record `submission.predict --scores-out` writes
-(`postprocess.score_record`), so `solution.tuning` tunes its two thresholds on dev and
+(`postprocess.score_record`), so `solution.scoring.tuning` tunes its two thresholds on dev and
 `tuning.predictions_at` turns it into submission rows, exactly as for a model.
 
     python -m solution.lexical --input dev.jsonl --scores-out dev-lexical.jsonl
@@ -27,8 +27,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from solution.nq import is_text_token, read_examples
-from solution.sampling import STOP_WORDS, content_words
+from solution.data.nq import is_text_token, read_examples
+from solution.data.words import STOP_WORDS, content_words
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
 SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
@@ -167,14 +167,14 @@ def lexical_records(path, on_error: str = "raise") -> list:
 
 
 def main(argv=None) -> int:
-    from solution import cli
+    from solution.common import cli
 
     parser = cli.ArgumentParser(prog="python -m solution.lexical", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ file (.jsonl or .jsonl.gz)")
     parser.add_argument("--scores-out", required=True, help="score records, one JSON line a document")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise")
     args = parser.parse_args(argv)
-    from solution.fsutil import atomic_write_text
+    from solution.common.fsutil import atomic_write_text
 
     try:
         records = lexical_records(args.input, args.on_error)

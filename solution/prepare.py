@@ -18,15 +18,15 @@ import argparse
 import json
 import sys
 
-from solution.features import build_train_features
-from solution.model import load_tokenizer
-from solution.sampling import NegativeSampling
-from solution.windows import WindowConfig, add_structure_tokens
+from solution.model.qa_model import load_tokenizer
+from solution.windows.dataset import build_train_features
+from solution.windows.featurizer import WindowConfig, add_structure_tokens
+from solution.windows.sampling import NegativeSampling
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = WindowConfig()
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(prog="python -m solution.prepare", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", required=True, help="simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
     p.add_argument("--output", required=True, help="directory for the cached Arrow windows")

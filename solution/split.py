@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from solution import cli
-from solution.fsutil import atomic_output, check_writable
-from solution.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
+from solution.common import cli
+from solution.common.fsutil import atomic_output, check_writable
+from solution.data.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
 
 TRAIN_NAME, DEV_NAME = "simplified-nq-train.jsonl", "simplified-nq-dev.jsonl"
 TEST_NAME, TEST_GOLD_NAME = "simplified-nq-test.jsonl", "simplified-nq-test-gold.jsonl"
@@ -154,8 +154,8 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
     prepare.py needs every line: a bad or blank line stops it with an error naming the line (a blank
     line would shift pandas' 1,000-line chunks and fail prepare.py's line count). Returns counts.
     """
-    from solution.mlebench import CHUNK_LINES, split_chunk
-    from solution.nq import parse_example
+    from solution.data.nq import parse_example
+    from solution.scoring.mlebench import CHUNK_LINES, split_chunk
 
     input_path, out = Path(input_path), Path(out_dir)
     if not input_path.is_file():

@@ -36,8 +36,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from solution.fsutil import check_writable
-from solution.nq import ANNOTATION_TYPES
+from solution.common.fsutil import check_writable
+from solution.data.nq import ANNOTATION_TYPES
 
 # Shares of Natural Questions training: half unanswerable, a third short, ~1.5% yes/no.
 ANSWER_MIX = {"NONE": 0.50, "SHORT": 0.33, "LONG": 0.155, "YES": 0.01, "NO": 0.005}
@@ -819,7 +819,7 @@ PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_example, 1000, 400
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
-    from solution import cli  # both --a-b and --a_b spellings
+    from solution.common import cli  # both --a-b and --a_b spellings
     parser = cli.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
     parser.add_argument("--seed", type=int, default=0,

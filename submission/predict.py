@@ -35,15 +35,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from solution import cli  # noqa: E402
-from solution.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
-from solution.inference import model_runner, submission_rows  # noqa: E402
-from solution.memory import cpu_native_bf16  # noqa: E402
-from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
-from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
-from solution.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
-from solution.windows import Featurizer, WindowConfig  # noqa: E402
+from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
+from solution.answers.inference import model_runner, submission_rows  # noqa: E402
+from solution.answers.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
+from solution.common import cli  # noqa: E402
+from solution.common.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
+from solution.common.precision import resolve_precision  # noqa: E402
+from solution.data.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
+from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
+from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,23 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. --set top_level_only=true --set n_best_size=3")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
-
-
-def native_bf16(device: str) -> bool:
-    """Whether the device computes bfloat16 natively (elsewhere it is emulated, and slower than float32)."""
-    if str(device).startswith("cuda"):
-        # Compute capability 8 (Ampere) or later: torch.cuda.is_bf16_supported() also says yes where bf16 is
-        # only emulated (a T4, 7.5, and a P100, 6.0: Kaggle's cards), and emulated bf16 is slower than fp32.
-        return torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8
-    return cpu_native_bf16()
-
-
-def resolve_precision(precision: str, device: str) -> str:
-    if precision not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
-    if precision == "auto":
-        return "bf16" if native_bf16(device) else "fp32"
-    return precision
 
 
 class Stopped(SystemExit):

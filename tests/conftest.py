@@ -98,7 +98,7 @@ def run_one_step(out: Path, strategy: str, *extra):
     import subprocess
     import sys
 
-    from solution.net import free_port
+    from solution.distributed.ports import free_port
 
     launch = [sys.executable]
     if strategy == "fsdp":

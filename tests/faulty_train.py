@@ -94,9 +94,9 @@ def kill_in_save(step: int) -> None:
 def kill_after_checkpoint(step: int, rank) -> None:
     if rank is not None and int(os.environ.get("RANK", "0")) != rank:
         return
-    from solution import checkpoint
+    from solution.checkpoints.checkpointer import Checkpointer
 
-    original = checkpoint.Checkpointer.save
+    original = Checkpointer.save
 
     def save(self, at_step, *args, **kwargs):
         path = original(self, at_step, *args, **kwargs)
@@ -104,13 +104,13 @@ def kill_after_checkpoint(step: int, rank) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return path
 
-    checkpoint.Checkpointer.save = save
+    Checkpointer.save = save
 
 
 def slow_evaluation(seconds: float) -> None:
     import time
 
-    from solution import inference
+    from solution.answers import inference
 
     original = inference.model_runner
 
@@ -132,7 +132,7 @@ def slow_evaluation(seconds: float) -> None:
 def slow_featurisation(seconds: float) -> None:
     import time
 
-    from solution.windows import Featurizer
+    from solution.windows.featurizer import Featurizer
 
     original = Featurizer.featurize
 
@@ -149,15 +149,15 @@ def slow_featurisation(seconds: float) -> None:
 def slow_checkpoint_writes(seconds: float) -> None:
     import time
 
-    from solution import checkpoint
+    from solution.checkpoints.background import BackgroundSave
 
-    original = checkpoint.BackgroundSave._write_mine
+    original = BackgroundSave._write_mine
 
     def write_mine(self):
         time.sleep(seconds)
         return original(self)
 
-    checkpoint.BackgroundSave._write_mine = write_mine
+    BackgroundSave._write_mine = write_mine
 
 
 def record_samples(folder: Path) -> None:
@@ -165,7 +165,8 @@ def record_samples(folder: Path) -> None:
     the trainer runs appends the indexes it holds, with the optimizer step it belongs to."""
     import json
 
-    from solution import features, train
+    from solution import train
+    from solution.windows import dataset as features
 
     original_item = features.DummyWindows.__getitem__
 

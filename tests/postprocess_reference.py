@@ -29,7 +29,7 @@ from typing import Optional
 
 import numpy as np
 
-from solution.windows import ANSWER_TYPES
+from solution.windows.featurizer import ANSWER_TYPES
 
 
 @dataclass

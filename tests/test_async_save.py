@@ -20,14 +20,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler
 
-from solution.checkpoint import (
-    LATEST,
-    CheckpointDiskFull,
-    Checkpointer,
-    CheckpointUnwritable,
-    find_checkpoint,
-)
-from solution.checkpoint_layout import verify_manifest
+from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.layout import verify_manifest
+from solution.checkpoints.state import LATEST, CheckpointDiskFull, CheckpointUnwritable, find_checkpoint
 
 
 class LiveAccelerator(FakeAccelerator):
@@ -178,7 +173,7 @@ def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strateg
     resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
     from test_strategies import UNINTERRUPTED, launch, uninterrupted
 
-    from solution.checkpoint_layout import full_state_dict
+    from solution.checkpoints.layout import full_state_dict
 
     sync = uninterrupted(strategy, tmp_path_factory)
     background = launch(strategy, "torchrun", tmp_path / "async", extra=[*UNINTERRUPTED, "--async_save", "true"],

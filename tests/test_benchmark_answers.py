@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import ROOT, nq_line, write_jsonl
 
-from solution.metric import load_gold, read_submission
+from solution.scoring.metric import load_gold, read_submission
 
 spec = importlib.util.spec_from_file_location("benchmark_answers", ROOT / "scripts" / "benchmark_answers.py")
 bench = importlib.util.module_from_spec(spec)
@@ -154,7 +154,7 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     _check_delta(yes_no[True], yes_no[False])
     curve = sorted((x for x in rows if x["technique"] == "learning_curve"), key=lambda x: x["num_train_documents"])
     assert [x["num_train_documents"] for x in curve] == [6, 12] and curve[1]["test_f1"] == base["test_f1"]
-    from solution.mlebench import score_files  # the grader on the CSV the script wrote: the same score
+    from solution.scoring.mlebench import score_files  # the grader on the CSV the script wrote: the same score
     gold = tmp_path / "run" / "data" / "simplified-nq-test-gold.jsonl"
     assert score_files(tmp_path / "run" / "baseline-seed0" / "test.csv", gold)["score"] == base["test_mlebench"]
     assert out.with_suffix(".png").stat().st_size > 0 and (tmp_path / "answers-curve.png").stat().st_size > 0

@@ -61,8 +61,8 @@ def model_dir(tmp_path_factory):
     """A tiny model directory (random weights): the submission only has to run, not to be right."""
     from dataclasses import asdict
 
-    from solution.config import TrainConfig
-    from solution.model import build_model, load_tokenizer, save_model_dir
+    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
+    from solution.training.config import TrainConfig
 
     cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
                                                                "num_attention_heads": 2, "intermediate_size": 64})

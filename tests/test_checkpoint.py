@@ -12,16 +12,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from solution.checkpoint import (
+from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.resume import convert_to_universal, resume_route
+from solution.checkpoints.state import (
     LATEST,
     CheckpointDiskFull,
-    Checkpointer,
     TrainerState,
     checkpoint_step,
-    convert_to_universal,
     find_checkpoint,
     numbered_checkpoints,
-    resume_route,
 )
 
 
@@ -65,7 +64,7 @@ def checkpointer(out, every=2, limit=None, acc=None, scheduler=None):
 
 
 def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     ck = checkpointer(tmp_path)
     assert ck.maybe_save(1, 0, 1) is None and not list(tmp_path.iterdir())
     path = ck.maybe_save(2, 0, 2)
@@ -178,7 +177,7 @@ def test_a_full_disk_while_converting_to_a_universal_checkpoint_removes_it(zero2
 
 
 def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = checkpointer(tmp_path).save(4, 1, 2)
     scheduler = FakeScheduler()
     ck = checkpointer(tmp_path, scheduler=scheduler)
@@ -198,7 +197,7 @@ def test_load_checks_the_resume_key_and_the_rng_files(tmp_path, monkeypatch):
 def test_the_position_is_counted_in_samples_of_the_global_order(tmp_path, monkeypatch):
     """Saved 3 batches into an epoch at 4 per device x 1 rank (12 samples): a run at 2 per device x 2
     ranks skips 3 of its batches, one at 3 x 2 skips 2; 8 x 1 does not divide 12 and is refused."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = checkpointer(tmp_path).save(4, 1, 3)
     for per_device, skip in ((2, 3), (3, 2)):
         acc = FakeAccelerator()
@@ -206,7 +205,7 @@ def test_the_position_is_counted_in_samples_of_the_global_order(tmp_path, monkey
         ck = Checkpointer(acc, tmp_path, FakeScheduler(), {**FINGERPRINT, "world_size": 2, "per_device_train_batch_size":
                           per_device}, save_due=lambda s, e: False, log=lambda m: None)
         ck._check_rng_files = lambda path: None
-        monkeypatch.setattr("solution.checkpoint.reseed", lambda *a: None)
+        monkeypatch.setattr("solution.checkpoints.checkpointer.reseed", lambda *a: None)
         assert ck.load(path, {}, batches_per_epoch=10) == (4, 1, skip)
     ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "per_device_train_batch_size": 8},
                       save_due=lambda s, e: False, log=lambda m: None)
@@ -224,7 +223,7 @@ def test_a_checkpoint_without_the_sample_count_reads_its_batches(tmp_path):
 
 
 def test_must_match_fields_are_named(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "global_batch_size": 8},
                         save_due=lambda s, e: True, log=lambda m: None).save(2, 0, 2)
     with pytest.raises(ValueError, match="field 'global_batch_size' is 8 in the checkpoint but 16 in this run; it must"):
@@ -255,7 +254,7 @@ def test_the_resume_route_follows_the_engine_and_the_world_size(saved, mine, rou
 def test_a_closed_epoch_needs_no_division(tmp_path, monkeypatch):
     """100 windows at 8 a batch: the epoch closes after 13 batches (104 samples counted, the last batch
     partial); a run at 3 samples a batch starts the next epoch instead of refusing 104 / 3."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     written = {**FINGERPRINT, "per_device_train_batch_size": 8, "train_windows": 100}
     path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
                         log=lambda m: None).save(13, 0, 13)
@@ -269,7 +268,7 @@ def test_the_schedule_must_match_and_its_length_unless_constant():
     unless the rates do not depend on it (a constant schedule, where a stopped run may be extended)."""
     from dataclasses import replace
 
-    from solution.train import StartRecord
+    from solution.training.records import StartRecord
 
     start = StartRecord("ddp", "DistributedDataParallel", None, 2, 2, 2, 8, "no", 100, 1, 64, "cpu", 10, "x", "y",
                         False, {}, "sgd", {"lr_scheduler_type": "linear", "learning_rate": 0.3, "num_warmup_steps": 10})
@@ -282,7 +281,7 @@ def test_the_schedule_must_match_and_its_length_unless_constant():
 
 def test_fused_and_plain_adamw_resume_each_other_but_not_sgd(tmp_path, monkeypatch):
     """Both AdamW's keep the same state (moments, step count): a checkpoint of one resumes under the other."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "optim": "adamw_torch"},
                         save_due=lambda s, e: True, log=lambda m: None).save(2, 0, 2)
     assert checkpointer(tmp_path).load(path, {"optim": "adamw_torch_fused"}, batches_per_epoch=4) == (2, 0, 2)
@@ -342,7 +341,7 @@ def test_an_empty_truncated_or_non_object_trainer_state_is_named(tmp_path, text,
 
 def test_a_scheduler_state_lacking_a_key_is_named_before_loading(tmp_path, monkeypatch):
     """torch's LambdaLR.load_state_dict pops 'lr_lambdas' (a bare KeyError when absent)."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     path = checkpointer(tmp_path, scheduler=scheduler).save(2, 0, 2)
@@ -382,7 +381,7 @@ def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_n
     """checkpoint-2, 4, 6 written; a run resumes checkpoint-2 with save_total_limit 1 (2 kept, the least)
     and saves steps 4 and 6. Its new checkpoints (what latest names) stay, its checkpoint-2 is pruned in the
     end; checkpoint-6, left behind, is neither pruned nor resumed."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     first = checkpointer(tmp_path)
     for step in (2, 4, 6):
         first.save(step, 0, step)
@@ -411,7 +410,7 @@ def test_resuming_an_older_checkpoint_prunes_its_own_lineage_never_what_latest_n
 def test_latest_unreadable_falls_back_within_its_lineage_never_to_a_left_branch(tmp_path, monkeypatch):
     """checkpoint-6 of a left run is past latest's checkpoint-4: an unreadable checkpoint-4 falls back to
     checkpoint-2 below it, or, when none is left, is an error naming both, never a resume of checkpoint-6."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     first = checkpointer(tmp_path)
     for step in (2, 4, 6):
         first.save(step, 0, step)
@@ -428,7 +427,7 @@ def test_latest_unreadable_falls_back_within_its_lineage_never_to_a_left_branch(
 
 def test_a_requeued_run_keeps_the_limit_across_restarts(tmp_path, monkeypatch):
     """Each restart resumes the newest checkpoint: the one it resumed and its ancestors count to the limit."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     checkpointer(tmp_path, limit=2).save(2, 0, 2)
     for step in (4, 6, 8):
         ck = checkpointer(tmp_path, limit=2)
@@ -468,9 +467,10 @@ def test_a_latest_that_leads_outside_output_dir_is_refused_naming_it(tmp_path):
 def test_the_resume_key_holds_the_seed_the_architecture_and_the_window():
     """The epoch order is a function of the seed; 2 attention heads and 4 hold the same parameters; the
     window length cuts other windows: a checkpoint records each, and a resume must match them."""
-    from solution import strategy
-    from solution.config import load_config
-    from solution.train import StartRecord, Trainer
+    from solution.distributed import strategy
+    from solution.training.config import load_config
+    from solution.training.records import StartRecord
+    from solution.training.trainer import Trainer
 
     cfg = load_config("configs/train/tiny.yaml", ["--data_source", "dummy", "--seed", "3", "--max_seq_length", "64"])
     try:
@@ -481,7 +481,7 @@ def test_the_resume_key_holds_the_seed_the_architecture_and_the_window():
     assert key.get("window", {}).get("max_seq_length") == 64 and key["window"]["doc_stride"] == 32, key
     assert key.get("architecture", {}).get("num_attention_heads") == 2 and key["architecture"]["num_hidden_layers"] == 2
     assert all(name in StartRecord.FINGERPRINT for name in key)  # what is checked, a checkpoint records
-    from solution.model import architecture, build_model
+    from solution.model.qa_model import architecture, build_model
 
     heads = {}
     for n in (2, 4):
@@ -492,7 +492,7 @@ def test_the_resume_key_holds_the_seed_the_architecture_and_the_window():
 
 
 def test_another_seed_architecture_or_window_is_refused_naming_each_field(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     written = {**FINGERPRINT, "seed": 0, "architecture": {"hidden_size": 64, "num_attention_heads": 2},
                "window": {"max_seq_length": 128, "doc_stride": 32}}
     path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
@@ -510,7 +510,7 @@ def test_another_seed_architecture_or_window_is_refused_naming_each_field(tmp_pa
 def test_a_checkpoint_that_predates_a_resume_field_is_resumed_with_a_warning_naming_it(tmp_path, monkeypatch):
     """Written before checkpoints recorded the seed and the window: nothing to compare, so the resume goes
     on, and a warning names each field not checked."""
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = checkpointer(tmp_path).save(2, 0, 2)
     said = []
     ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: False,
@@ -522,7 +522,7 @@ def test_a_checkpoint_that_predates_a_resume_field_is_resumed_with_a_warning_nam
 
 
 def test_a_fresh_run_says_once_that_an_earlier_run_s_checkpoints_stay(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     first = checkpointer(tmp_path)
     for step in (2, 4):
         first.save(step, 0, step)
@@ -566,16 +566,17 @@ def test_latest_moves_only_after_the_checkpoint_reads_back_as_written(tmp_path, 
     complete): the save stops with one line naming the file, and `latest` still names the previous one."""
     ck = checkpointer(tmp_path)
     ck.save(2, 0, 2)
-    from solution import checkpoint
+    from solution.checkpoints import checkpointer as checkpointer_module
+    from solution.checkpoints.state import CheckpointCorrupt
 
-    original = checkpoint.publish_dir
+    original = checkpointer_module.publish_dir
 
     def corrupting_publish(tmp, final):
         original(tmp, final)
         flip_a_byte(Path(final) / "trainer_state.json", at=5)
 
-    monkeypatch.setattr(checkpoint, "publish_dir", corrupting_publish)
-    with pytest.raises(checkpoint.CheckpointCorrupt) as e:
+    monkeypatch.setattr(checkpointer_module, "publish_dir", corrupting_publish)
+    with pytest.raises(CheckpointCorrupt) as e:
         ck.save(4, 0, 4)
     assert str(e.value) == (f"{tmp_path / 'checkpoint-4'} does not match its manifest.json when read back right after "
                             f"the save ({tmp_path / 'checkpoint-4' / 'trainer_state.json'}: sha256 differs from "
@@ -600,7 +601,7 @@ def test_resume_auto_falls_back_past_checkpoints_that_fail_their_manifest_saying
 
 
 def test_a_truncated_missing_or_added_file_is_named(tmp_path):
-    from solution.checkpoint_layout import verify_manifest
+    from solution.checkpoints.layout import verify_manifest
 
     path = checkpointer(tmp_path).save(2, 0, 2)
     assert verify_manifest(path) is True
@@ -621,7 +622,7 @@ def test_a_truncated_missing_or_added_file_is_named(tmp_path):
 
 
 def test_resuming_a_checkpoint_by_path_verifies_it_one_without_a_manifest_with_a_warning(tmp_path, monkeypatch):
-    monkeypatch.setattr("solution.checkpoint.verify_checkpoint_files", lambda path: 0)
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
     path = checkpointer(tmp_path).save(4, 1, 2)
     said = []
     ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution import cli
+from solution.common import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -131,10 +131,10 @@ def test_split_shows_both_passes_and_quiet_silences_them(tmp_path, capsys, monke
 def test_prepare_output_opens_with_datasets_load_from_disk(tmp_path, capsys):
     datasets = pytest.importorskip("datasets")
     from solution import prepare
-    from solution.features import build_train_features
-    from solution.model import load_tokenizer
-    from solution.sampling import NegativeSampling
-    from solution.windows import WindowConfig
+    from solution.model.qa_model import load_tokenizer
+    from solution.windows.dataset import build_train_features
+    from solution.windows.featurizer import WindowConfig
+    from solution.windows.sampling import NegativeSampling
 
     doc = "T <H1> T </H1> " + " ".join(f"<P> para {j} says the capital is Place{j} . </P>" for j in range(20))
     place = doc.split().index("Place2")

@@ -10,8 +10,16 @@ import time
 import pytest
 from conftest import ROOT
 
-from solution import config as config_module
-from solution.config import SECTIONS, TrainConfig, _field_owner, field_docs, load_config, parse_command_line, parse_overrides
+from solution.training import config as config_module
+from solution.training.config import (
+    SECTIONS,
+    TrainConfig,
+    _field_owner,
+    field_docs,
+    load_config,
+    parse_command_line,
+    parse_overrides,
+)
 
 
 def test_yaml_sections_and_overrides(tmp_path):
@@ -163,7 +171,7 @@ def test_sampling_section_and_plain_names(tmp_path):
     assert "sampling:\n  negative_keep_rate: 0.2" in cfg.to_yaml()
     flat = load_config("configs/train/tiny.yaml")  # top-level keys, as the shipped files write them
     assert flat.sampling.negative_keep_rate == 0.1
-    from solution.sampling import NegativeSampling
+    from solution.windows.sampling import NegativeSampling
 
     assert TrainConfig().sampling == NegativeSampling()  # one dataclass, one default
     assert NegativeSampling().negative_keep_rate == 0.05
@@ -261,7 +269,7 @@ def test_a_tracker_whose_package_is_missing_is_refused_at_start(tracker, package
 
 
 def test_warmup_that_lasts_the_whole_run_is_warned_about():
-    from solution.train import warmup_warning
+    from solution.training.trainer import warmup_warning
 
     assert warmup_warning(load_config(None, ["--warmup_steps", "5"]), 6) is None
     assert warmup_warning(load_config(None, ["--warmup_steps", "0.99"]), 6) is None  # a ratio never covers the run
@@ -312,8 +320,8 @@ def test_global_batch_size_derives_the_accumulation_for_each_world_size():
 
 
 def test_overrun_labels_need_overrun_scoring():
-    from solution.postprocess import PostprocessConfig
-    from solution.windows import WindowConfig
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.windows.featurizer import WindowConfig
 
     with pytest.raises(ValueError, match="long_overrun_labels is true but long_overrun is false"):
         TrainConfig(window=WindowConfig(long_overrun_labels=True))

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from solution.config import load_config, read_settings_file
-from solution.strategy import plan_strategy
+from solution.common.settings import read_settings_file
+from solution.distributed.plan import plan_strategy
+from solution.training.config import load_config
 
 LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP",
                  "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",

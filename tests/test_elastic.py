@@ -20,7 +20,7 @@ from conftest import ROOT, train_one_process
 from test_preemption import kill_tree, records, weights
 from test_strategies import COMMON
 
-from solution.net import free_port
+from solution.distributed.ports import free_port
 
 pytestmark = pytest.mark.slow  # two launchers, three restarts, a reference training
 

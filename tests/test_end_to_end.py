@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import ROOT, real_nq
 
-from solution.metric import load_gold
+from solution.scoring.metric import load_gold
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 
@@ -138,7 +138,7 @@ def test_submission_is_always_whole(corpus, trained, tmp_path, monkeypatch):
     """Bad lines and a document that fails inside featurisation still get their two rows, blank;
     each is reported with its id and the exit code says something failed. Nothing is missing."""
     import submission.predict as predict
-    from solution.windows import Featurizer
+    from solution.windows.featurizer import Featurizer
 
     good = (corpus / "simplified-nq-test.jsonl").read_text().splitlines()
     ids = [json.loads(line)["example_id"] for line in good]
@@ -213,7 +213,7 @@ def test_kaggle_kernel_folder_runs_offline_on_its_own_code(trained, corpus, tmp_
             "sys.argv = [kernel + '/run.py', '--input', sys.argv[2], '--output', sys.argv[3]]\n"
             "try:\n    runpy.run_path(kernel + '/run.py', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "assert sys.modules['solution.inference'].__file__.startswith(kernel), 'used code outside the kernel'\n")
+            "assert sys.modules['solution.answers.inference'].__file__.startswith(kernel), 'used code outside the kernel'\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", code, str(kernel), str(corpus / "simplified-nq-test.jsonl"), str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True)

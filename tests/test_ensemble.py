@@ -14,16 +14,16 @@ import pytest
 import torch
 from conftest import ROOT, small_test_file
 
-from solution.ensemble import combine_scores, document_scores, parse_weights, weighted_runner
-from solution.postprocess import DocumentScores, PostprocessConfig, decide
+from solution.answers.ensemble import combine_scores, document_scores, parse_weights, weighted_runner
+from solution.answers.postprocess import DocumentScores, PostprocessConfig, decide
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
 
 
 def make_model_dir(out, seed: int, window: dict = WINDOW):
-    from solution.config import TrainConfig
-    from solution.model import build_model, load_tokenizer, save_model_dir
+    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
+    from solution.training.config import TrainConfig
 
     cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
     torch.manual_seed(seed)
@@ -130,10 +130,10 @@ def test_weighted_runner_is_the_weighted_mean_of_logits():
 
 def test_the_scores_adapter_answers_exactly_as_postprocessing(models, corpus):
     """decide(document_scores(...)) over one model's windows gives every field postprocess_document gives."""
-    from solution.inference import model_runner, predict_documents
-    from solution.model import load_model_dir
-    from solution.nq import read_examples
-    from solution.windows import Featurizer, WindowConfig
+    from solution.answers.inference import model_runner, predict_documents
+    from solution.data.nq import read_examples
+    from solution.model.qa_model import load_model_dir
+    from solution.windows.featurizer import Featurizer, WindowConfig
 
     model, tokenizer, meta = load_model_dir(models["a"])
     featurizer, run = Featurizer(tokenizer, WindowConfig(**meta["window"])), model_runner(model)
@@ -214,7 +214,7 @@ def test_kaggle_kernel_runs_an_ensemble_offline(models, predict, corpus, tmp_pat
             "sys.argv = [kernel + '/run.py', '--input', sys.argv[2], '--output', sys.argv[3], '--precision', 'fp32']\n"
             "try:\n    runpy.run_path(kernel + '/run.py', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "assert sys.modules['solution.ensemble'].__file__.startswith(kernel), 'used code outside the kernel'\n")
+            "assert sys.modules['solution.answers.ensemble'].__file__.startswith(kernel), 'used code outside the kernel'\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run([sys.executable, "-c", code, str(kernel), str(corpus), str(out)], cwd=tmp_path, env=env,
                           capture_output=True, text=True)

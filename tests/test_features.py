@@ -5,11 +5,11 @@ import json
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution.features import DummyWindows, build_train_features
-from solution.model import load_tokenizer
-from solution.nq import NQFormatError
-from solution.sampling import NegativeSampling
-from solution.windows import WindowConfig
+from solution.data.nq import NQFormatError
+from solution.model.qa_model import load_tokenizer
+from solution.windows.dataset import DummyWindows, build_train_features
+from solution.windows.featurizer import WindowConfig
+from solution.windows.sampling import NegativeSampling
 
 WINDOW = WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16)
 

@@ -1,6 +1,6 @@
 """Outputs written whole or not at all: write-to-temp-then-rename, full disks, unwritable folders, the cache race.
 
-A full disk is simulated by wrapping the file `solution.fsutil` opens, so that writing past a few
+A full disk is simulated by wrapping the file `solution.common.fsutil` opens, so that writing past a few
 bytes raises ENOSPC exactly as the kernel would; nothing in the production code knows about it.
 """
 
@@ -15,8 +15,9 @@ from dataclasses import asdict
 import pytest
 from conftest import nq_line, write_jsonl
 
-from solution import fsutil, split
-from solution.fsutil import DiskFullError, atomic_output, atomic_write_text, check_writable, publish_dir
+from solution import split
+from solution.common import fsutil
+from solution.common.fsutil import DiskFullError, atomic_output, atomic_write_text, check_writable, publish_dir
 
 
 class FullDisk:
@@ -118,8 +119,8 @@ def test_check_writable_names_the_output(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny model directory (random weights): the submission only has to be written, not to be right."""
-    from solution.config import TrainConfig
-    from solution.model import build_model, load_tokenizer, save_model_dir
+    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
+    from solution.training.config import TrainConfig
 
     cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
                                                                "num_attention_heads": 2, "intermediate_size": 64})
@@ -210,9 +211,9 @@ def _build_in_process(path, cache, barrier, delay, result_file):
     try:
         from pathlib import Path
 
-        from solution import features
-        from solution.model import load_tokenizer
-        from solution.windows import WindowConfig
+        from solution.model.qa_model import load_tokenizer
+        from solution.windows import dataset as features
+        from solution.windows.featurizer import WindowConfig
 
         real_rename = os.rename
 
@@ -276,7 +277,7 @@ def test_hard_negatives_refuses_an_unwritable_out_before_loading_the_model(tmp_p
 
 
 def test_replace_dir_swaps_in_a_finished_directory(tmp_path):
-    from solution.fsutil import replace_dir
+    from solution.common.fsutil import replace_dir
 
     final, tmp = tmp_path / "model", tmp_path / "model.tmp"
     final.mkdir()

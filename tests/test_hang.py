@@ -22,8 +22,8 @@ import psutil
 import pytest
 from conftest import ROOT
 
-from solution import strategy
-from solution.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks, kill_sibling
+from solution.distributed import strategy
+from solution.distributed.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks, kill_sibling
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -58,7 +58,8 @@ def test_rank_lists_are_compact():
 SIBLINGS = """
 import socket, subprocess, sys
 stopped = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"])
-reporter = subprocess.run([sys.executable, "-c", "import socket, sys; from solution.watchdog import Beat, kill_sibling; "
+reporter = subprocess.run([sys.executable, "-c", "import socket, sys; "
+                           "from solution.distributed.watchdog import Beat, kill_sibling; "
                            f"print(kill_sibling(Beat(1, beat=3, pid={stopped.pid}, host=socket.gethostname())))"],
                           capture_output=True, text=True, timeout=60)
 stopped.wait(timeout=30)
@@ -99,7 +100,7 @@ def test_set_collective_timeout_reaches_every_group(tmp_path):
     """The world's group and one made later (new_group gives it the library's default, not the world's)."""
     script = textwrap.dedent(f"""
         import torch, torch.distributed as dist
-        from solution.strategy import set_collective_timeout
+        from solution.distributed.strategy import set_collective_timeout
         dist.init_process_group("gloo", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1)
         dist.new_group([0])
         print(set_collective_timeout(77))
@@ -116,7 +117,7 @@ def test_set_collective_timeout_reaches_every_group(tmp_path):
 STUCK = """
 import sys, time
 from pathlib import Path
-from solution.watchdog import Progress, Watchdog
+from solution.distributed.watchdog import Progress, Watchdog
 progress = Progress()
 progress.mark("forward", 3)
 with Watchdog(progress, Path(sys.argv[1]), 0, 1, 0.5, on_hang=lambda r: print("record", r, flush=True)):
@@ -149,7 +150,7 @@ RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy
 
 
 def torchrun(out: Path, *extra) -> list:
-    from solution.net import free_port
+    from solution.distributed.ports import free_port
 
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
             "-m", "solution.train", *RUN, "--output_dir", str(out), *extra]

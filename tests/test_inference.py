@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from conftest import ROOT, nq_line, write_jsonl
 
-from solution.inference import predict_documents
-from solution.model import load_tokenizer
-from solution.nq import parse_example
-from solution.postprocess import PostprocessConfig
-from solution.windows import Featurizer, WindowConfig
+from solution.answers.inference import predict_documents
+from solution.answers.postprocess import PostprocessConfig
+from solution.data.nq import parse_example
+from solution.model.qa_model import load_tokenizer
+from solution.windows.featurizer import Featurizer, WindowConfig
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
 
@@ -82,7 +82,7 @@ def test_max_windows_per_document_keeps_the_windows_sharing_the_question_words(t
     featurizer = Featurizer(tokenizer, WINDOW)
     [(_, windows)] = list(featurizer.featurize([ex], with_labels=False))
     assert len(windows) >= 4
-    from solution.inference import select_windows
+    from solution.answers.inference import select_windows
 
     ann = ex.tokens.index("Ann")
     kept = select_windows(ex, windows, PostprocessConfig(max_windows_per_document=1))
@@ -112,26 +112,26 @@ def test_a_document_without_candidates_is_blank_without_running_the_model(tokeni
 
 @pytest.mark.parametrize("capability, native", [((6, 0), False), ((7, 5), False), ((8, 0), True), ((9, 0), True)])
 def test_bf16_is_native_from_ampere_on_only(monkeypatch, capability, native):
-    from submission import predict
+    from solution.common import precision
 
     # A P100 (6.0) and a T4 (7.5), Kaggle's cards, only emulate bf16: auto must take fp32 there.
-    monkeypatch.setattr(predict.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(predict.torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
-    monkeypatch.setattr(predict.torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert predict.native_bf16("cuda") is native
-    assert predict.resolve_precision("auto", "cuda:0") == ("bf16" if native else "fp32")
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision.torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert precision.native_bf16("cuda") is native
+    assert precision.resolve_precision("auto", "cuda:0") == ("bf16" if native else "fp32")
 
 
 def test_precision_auto_follows_the_hardware(monkeypatch):
-    from submission import predict
+    from solution.common import precision
 
-    monkeypatch.setattr(predict, "native_bf16", lambda device: True)
-    assert predict.resolve_precision("auto", "cpu") == "bf16"
-    monkeypatch.setattr(predict, "native_bf16", lambda device: False)
-    assert predict.resolve_precision("auto", "cpu") == "fp32"
-    assert predict.resolve_precision("bf16", "cpu") == "bf16"  # asked for: emulated where not native
+    monkeypatch.setattr(precision, "native_bf16", lambda device: True)
+    assert precision.resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(precision, "native_bf16", lambda device: False)
+    assert precision.resolve_precision("auto", "cpu") == "fp32"
+    assert precision.resolve_precision("bf16", "cpu") == "bf16"  # asked for: emulated where not native
     with pytest.raises(ValueError, match="precision"):
-        predict.resolve_precision("fp16", "cpu")
+        precision.resolve_precision("fp16", "cpu")
 
 
 # -- submission.predict's outputs: never over an input, never left half-written ------------------------------

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from solution.intervals import f1_interval, paired_difference
-from solution.metric import Gold, document_counts, score
+from solution.scoring.intervals import f1_interval, paired_difference
+from solution.scoring.metric import Gold, document_counts, score
 
 
 def random_case(n: int, seed: int):

@@ -31,8 +31,8 @@ SIDE_DIR = Path.home() / ".cache" / "nq-qa" / f"transformers-{KAGGLE_TRANSFORMER
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny random model whose thresholds answer every document: every row of the CSV holds a span."""
-    from solution.config import TrainConfig
-    from solution.model import build_model, load_tokenizer, save_model_dir
+    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
+    from solution.training.config import TrainConfig
 
     cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
     torch.manual_seed(0)
@@ -210,7 +210,7 @@ def test_run_py_writes_the_same_csv_under_transformers_4(model_dir, test_file, t
 def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_dir, test_file, tmp_path, capsys,
                                                                         monkeypatch):
     """The bar run.py and submission.predict show (replacing a hand-made carriage-return line)."""
-    from solution import cli
+    from solution.common import cli
     from submission.predict import predict_file
 
     monkeypatch.setattr(cli, "LOG_SECONDS", 0.0)  # a line per update, so 4 documents show
@@ -227,7 +227,7 @@ def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_di
 
 
 def test_per_window_costs_reproduce_the_published_throughputs():
-    from solution.kernel_budget import PEAK_TFLOPS, seconds_per_window, window_flops
+    from solution.model.kernel_budget import PEAK_TFLOPS, seconds_per_window, window_flops
 
     # The calibration: BERT-large and -base at 384 pieces on a T4 run at the published rates.
     assert 1 / seconds_per_window(24, 1024, 4096, 384, "T4", "fp32") == pytest.approx(16.04)
@@ -255,7 +255,7 @@ def test_kernel_prints_the_projection_with_windows_measured_on_the_pages(model_d
 
 
 def test_max_windows_per_document_caps_the_projected_windows(model_dir, test_file, tmp_path):
-    from solution.kernel_budget import project
+    from solution.model.kernel_budget import project
 
     capped = tmp_path / "capped"
     shutil.copytree(model_dir, capped)

@@ -4,8 +4,8 @@ import json
 
 from conftest import nq_line
 
+from solution.data.nq import parse_example
 from solution.lexical import answer
-from solution.nq import parse_example
 
 PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <P> Drakia is a small country . </P> "
         "<P> The capital of Vemoria is Ostel . Vemoria lies to the north . </P> "

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from solution.memory import PROBE_STEP, probe_memory
+from solution.training.memory import PROBE_STEP, probe_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def test_probe_reads_at_its_step_and_counts_adam_state():
 
 RETAIN_PROBE = """
 import ctypes, resource
-from solution.memory import retain_freed_memory
+from solution.training.memory import retain_freed_memory
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

@@ -1,4 +1,4 @@
-"""The competition metric (solution/metric.py) and its CLI (solution/evaluate.py).
+"""The competition metric (solution/scoring/metric.py) and its CLI (solution/evaluate.py).
 
 Every expected TP/FP/FN below is counted by hand in the comments. Rule per row:
 non-blank & valid -> TP; non-blank & not valid (or nothing valid) -> FP;
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from solution.metric import Gold, SubmissionError, format_report, load_gold, read_submission, score
+from solution.scoring.metric import Gold, SubmissionError, format_report, load_gold, read_submission, score
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_SAMPLE = REPO / ".." / "shared" / "data" / "nq-real" / "simplified-nq-dev-sample.jsonl"
@@ -368,7 +368,7 @@ def test_cli_help_and_pure_python():
 def test_real_dev_sample_annotator_zero():
     if not DEV_SAMPLE.is_file():
         pytest.skip("../shared/data/nq-real not present (only in the project's CI checkout)")
-    # Annotator 0 as the submission, counted straight from the raw JSON (not through solution.nq).
+    # Annotator 0 as the submission, counted straight from the raw JSON (not through solution.data.nq).
     pred, tp, fp, fn = {}, 0, 0, 0
     for raw in DEV_SAMPLE.read_text().splitlines():
         obj = json.loads(raw)

@@ -1,4 +1,4 @@
-"""MLE-bench's grader (solution/mlebench.py, evaluate --metric mlebench) against MLE-bench's own code.
+"""MLE-bench's grader (solution/scoring/mlebench.py, evaluate --metric mlebench) against MLE-bench's own code.
 
 `reference_grade` below is grade.py from github.com/openai/mle-bench
 (mlebench/competitions/tensorflow2-question-answering/grade.py), transcribed line for line with
@@ -20,8 +20,8 @@ import pytest
 from conftest import ROOT, nq_line, write_jsonl
 from sklearn.metrics import f1_score
 
-from solution import mlebench
-from solution.metric import SubmissionError
+from solution.scoring import mlebench
+from solution.scoring.metric import SubmissionError
 
 
 class InvalidSubmissionError(Exception):

@@ -12,11 +12,11 @@ import pytest
 import torch
 from conftest import ROOT, nq_line, write_jsonl
 
-from solution import model as qa_model
-from solution.checkpoint import TrainerState
-from solution.config import TrainConfig, load_config
-from solution.postprocess import PostprocessConfig
-from solution.windows import WindowConfig
+from solution.answers.postprocess import PostprocessConfig
+from solution.checkpoints.state import TrainerState
+from solution.model import qa_model
+from solution.training.config import TrainConfig, load_config
+from solution.windows.featurizer import WindowConfig
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import nq_line, real_nq, write_jsonl
 
-from solution.nq import NQFormatError, ReadStats, is_html_token, parse_example, read_examples
+from solution.data.nq import NQFormatError, ReadStats, is_html_token, parse_example, read_examples
 
 
 def test_parses_fields_and_keeps_ids_as_text(tmp_path):

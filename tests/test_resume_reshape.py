@@ -21,7 +21,7 @@ import torch
 from conftest import ROOT
 from test_strategies import read_run
 
-from solution.net import free_port
+from solution.distributed.ports import free_port
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 

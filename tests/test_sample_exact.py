@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from solution.net import free_port
+from solution.distributed.ports import free_port
 
 pytestmark = pytest.mark.slow  # three trainings, two of them under torchrun
 

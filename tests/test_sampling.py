@@ -15,12 +15,12 @@ import pytest
 import torch
 from conftest import nq_line, write_jsonl
 
-from solution.config import load_config
-from solution.features import build_train_features
-from solution.model import load_tokenizer
-from solution.nq import NQFormatError, read_examples
-from solution.sampling import NegativeSampling
-from solution.windows import TYPE_ID, Featurizer, WindowConfig
+from solution.data.nq import NQFormatError, read_examples
+from solution.model.qa_model import load_tokenizer
+from solution.training.config import load_config
+from solution.windows.dataset import build_train_features
+from solution.windows.featurizer import TYPE_ID, Featurizer, WindowConfig
+from solution.windows.sampling import NegativeSampling
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,8 +130,8 @@ def test_scores_file_that_does_not_match_is_refused(tmp_path, tokenizer):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, tokenizer):
     """A model directory holding a tiny random model (one layer, hidden size 32)."""
-    from solution.config import TrainConfig
-    from solution.model import build_model, save_model_dir
+    from solution.model.qa_model import build_model, save_model_dir
+    from solution.training.config import TrainConfig
 
     cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
                                                                "num_attention_heads": 2, "intermediate_size": 64})
@@ -196,8 +196,8 @@ def test_a_full_disk_in_the_hard_negative_pass_names_the_file_and_the_free_space
 def test_fp32_scores_are_the_models_float32_answer_probabilities(tmp_path, tokenizer, tiny_model):
     """--precision fp32: each score is 1 - P(UNKNOWN) of the float32 model on that window alone."""
     from solution import hard_negatives
-    from solution.inference import collate
-    from solution.model import load_model_dir
+    from solution.answers.inference import collate
+    from solution.model.qa_model import load_model_dir
 
     path = corpus(tmp_path / "train.jsonl", n=6)
     out = tmp_path / "hard.jsonl"
@@ -217,7 +217,7 @@ def test_fp32_scores_are_the_models_float32_answer_probabilities(tmp_path, token
 
 SLOW_MAIN = """
 import sys, time
-import solution.inference as inference
+import solution.answers.inference as inference
 score = inference.score_windows
 def slow(*args, **kwargs):  # slow enough that the test can kill the pass half-way
     time.sleep(0.25)
@@ -359,9 +359,9 @@ def test_windows_stating_the_question_s_words_are_kept_by_their_own_rate(tmp_pat
 def test_top_window_keep_keeps_the_windows_inference_runs_on(tmp_path, tokenizer):
     """top_window_keep N keeps exactly the no-answer windows that max_windows_per_document N runs the model on:
     the model learns on the windows it is asked about, the neighbour's copy of the fact among them."""
-    from solution.inference import select_windows
-    from solution.nq import read_examples
-    from solution.postprocess import PostprocessConfig
+    from solution.answers.inference import select_windows
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.data.nq import read_examples
 
     paras = [f"<P> filler words number {j} about farms and rivers . </P>" for j in range(14)]
     paras[4] = "<P> The capital of Vemoria is Ostel and the river is long . </P>"

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from solution import split, synth
-from solution.nq import NQFormatError, read_examples
+from solution.data.nq import NQFormatError, read_examples
 
 N = 400
 

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from solution.train import StoppedBySignal, StopRequest
+from solution.training.stop import StoppedBySignal, StopRequest
 
 
 def test_before_the_loop_is_armed_the_first_signal_stops_at_once_and_a_second_does_not_raise_again():

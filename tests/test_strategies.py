@@ -25,8 +25,8 @@ import torch
 from conftest import ROOT, shared_output
 from safetensors.torch import load_file
 
-from solution.net import free_port
-from solution.strategy import SHM_DIR, remove_shm_buffers, shm_buffers
+from solution.distributed.lifecycle import SHM_DIR, remove_shm_buffers, shm_buffers
+from solution.distributed.ports import free_port
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 

@@ -9,8 +9,9 @@ import json
 
 import pytest
 
-from solution.config import load_config
-from solution.strategy import Plan, Strategy, plan_strategy
+from solution.distributed.plan import Plan, plan_strategy
+from solution.distributed.strategy import Strategy
+from solution.training.config import load_config
 
 LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "FSDP_VERSION",
                  "FSDP_RESHARD_AFTER_FORWARD", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "FSDP_OFFLOAD_PARAMS")
@@ -37,7 +38,7 @@ def one_rank_group(monkeypatch):
     """A gloo process group of one rank in this process (what a launcher with one process sets up)."""
     import torch.distributed as dist
 
-    from solution.net import free_port
+    from solution.distributed.ports import free_port
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
@@ -140,7 +141,7 @@ def test_fsdp_cpu_offload_without_a_gpu_fails_at_start_up(monkeypatch):
     """FSDP2's CPUOffloadPolicy needs an accelerator; the run must stop with the reason, not deep in torch."""
     import torch
 
-    from solution.strategy import Strategy
+    from solution.distributed.strategy import Strategy
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: FSDP2 cpu_offload is valid here")
@@ -179,7 +180,7 @@ def test_a_zero2_offload_file_is_named_and_offloaded(tmp_path, monkeypatch):
 def test_free_port_is_free():
     import socket
 
-    from solution.net import free_port
+    from solution.distributed.ports import free_port
 
     port = free_port()
     with socket.socket() as s:
@@ -193,9 +194,9 @@ def test_stale_deepspeed_buffers_of_this_port_are_removed_before_a_run_and_live_
     import os
     import time
 
-    from solution import strategy
+    from solution.distributed import lifecycle
 
-    monkeypatch.setattr(strategy, "SHM_DIR", tmp_path)
+    monkeypatch.setattr(lifecycle, "SHM_DIR", tmp_path)
     monkeypatch.setenv("MASTER_PORT", "12345")
     uid = os.getuid()
     stale = [tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_12345_{r}" for r in (0, 1)]
@@ -206,7 +207,7 @@ def test_stale_deepspeed_buffers_of_this_port_are_removed_before_a_run_and_live_
         path.write_bytes(b"x")
     for path in (*stale, other):
         os.utime(path, (hour_ago, hour_ago))
-    strategy._drop_stale_shm_buffers()
+    lifecycle.drop_stale_shm_buffers()
     assert [p.exists() for p in stale] == [False, False] and live.exists() and other.exists()
 
 
@@ -218,7 +219,7 @@ def test_adamw_torch_fused_is_the_default_and_the_same_update_as_adamw_torch():
 
     import torch
 
-    from solution.strategy import Strategy
+    from solution.distributed.strategy import Strategy
 
     cfg = load_config("configs/train/tiny.yaml")
     assert cfg.optim == "adamw_torch_fused"
@@ -244,7 +245,7 @@ def test_adamw_torch_fused_is_the_default_and_the_same_update_as_adamw_torch():
 @pytest.mark.parametrize("native", [False, True])
 def test_bf16_on_a_cpu_that_only_emulates_it_is_named(native, monkeypatch, capsys):
     """Emulated bf16 made a training step 14x slower than float32 on an AVX2-only CPU: say so before the run."""
-    from solution import strategy
+    from solution.distributed import strategy
 
     monkeypatch.setattr(strategy, "cpu_native_bf16", lambda: native)
     c = cfg("--mixed_precision", "bf16")

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, nq_line, real_nq, write_jsonl
 
 from solution import corpus_stats, synth
-from solution.nq import is_html_token, read_examples
+from solution.data.nq import is_html_token, read_examples
 
 FILES = {"train": True, "dev": True, "test": False, "test-gold": True}  # name -> require_annotations
 CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
@@ -346,7 +346,7 @@ def test_window_needs_follow_the_windows_that_hold_a_span(tmp_path):
     """A gold span in several windows, near a window's edge, or a long answer in none: from piece extents."""
     import numpy as np
 
-    from solution.windows import DocumentEncoding
+    from solution.windows.featurizer import DocumentEncoding
 
     # One paragraph of 60 words, one piece each (tokens 1-60 are pieces 0-59); the short span is pieces 30-31.
     line = nq_line("1", document="<P> " + "w " * 60 + "</P>", long=0, shorts=[(31, 33)])
@@ -368,9 +368,9 @@ def test_corpus_stats_cuts_windows_as_a_model_directory_does(tmp_path, capsys):
     window, a new window every 28; the span at pieces 30-31 sits in windows 0 and 1, 12 pieces from window 0's end."""
     from dataclasses import asdict
 
-    from solution.model import backbone_config, load_tokenizer, save_model_meta
-    from solution.postprocess import PostprocessConfig
-    from solution.windows import WindowConfig
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.model.qa_model import backbone_config, load_tokenizer, save_model_meta
+    from solution.windows.featurizer import WindowConfig
 
     d = tmp_path / "model"
     window = asdict(WindowConfig(max_seq_length=48, doc_stride=16, max_question_length=8))

@@ -5,8 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from solution.metric import Gold, score
-from solution.tuning import _grid, objective, predictions_at, tune
+from solution.scoring.metric import Gold, score
+from solution.scoring.tuning import _grid, objective, predictions_at, tune
 
 
 def make(n=60, seed=0):
@@ -77,8 +77,8 @@ def test_the_two_graders_want_different_thresholds():
 
 
 def test_separate_thresholds_tuned_for_mlebench_beat_every_other_choice():
-    from solution.postprocess import PostprocessConfig
-    from solution.tuning import predictions_with
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.scoring.tuning import predictions_with
 
     records, gold = make(60, 4)
     rng = np.random.default_rng(0)
@@ -112,9 +112,9 @@ def test_tune_cli_for_mlebench_records_the_metric_and_matches_the_grader(tmp_pat
 
     from conftest import ROOT, nq_line, write_jsonl
 
-    from solution import mlebench
-    from solution.postprocess import PostprocessConfig
-    from solution.tuning import predictions_with
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.scoring import mlebench
+    from solution.scoring.tuning import predictions_with
 
     records, gold = make(120, 2)
     doc = " ".join(f"w{i}" for i in range(60))

@@ -14,10 +14,12 @@ import pytest
 import torch
 from conftest import run_one_step
 
-from solution.checkpoint import Checkpointer, ResumeTarget, TrainerState
-from solution.checkpoint_layout import FSDP_DIR, verify_checkpoint_files, write_manifest
-from solution.config import load_config
+from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.layout import FSDP_DIR, verify_checkpoint_files, write_manifest
+from solution.checkpoints.resume import ResumeTarget
+from solution.checkpoints.state import TrainerState
 from solution.consolidate import main as consolidate_main
+from solution.training.config import load_config
 
 OPTIM_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"
 

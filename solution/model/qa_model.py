@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import types
 import typing
 from pathlib import Path
 from typing import Optional
@@ -32,9 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solution.fsutil import replace_dir
-from solution.postprocess import PostprocessConfig
-from solution.windows import ANSWER_TYPES, WindowConfig
+from solution.answers.postprocess import PostprocessConfig
+from solution.common.fsutil import replace_dir
+from solution.common.json_types import json_type_ok
+from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
 
 QA_CONFIG_FILE = "qa_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -257,27 +257,6 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
 
 
 # -- reading, every file checked -------------------------------------------------------------------
-
-def json_type_ok(value, typ) -> bool:
-    """Whether a JSON value fits a dataclass field's declared type (bool is not a number here)."""
-    origin = typing.get_origin(typ)
-    if origin is typing.Union or origin is types.UnionType:  # Optional[X], X | None
-        return any(json_type_ok(value, a) for a in typing.get_args(typ))
-    if typ is type(None):
-        return value is None
-    if typ is bool:
-        return isinstance(value, bool)
-    if typ is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if typ is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if typ is str:
-        return isinstance(value, str)
-    if typ is dict or origin is dict:
-        return isinstance(value, dict)
-    if typ in (list, tuple) or origin in (list, tuple):
-        return isinstance(value, list)
-    return True  # a type JSON cannot spell: the dataclass's own checks decide
 
 
 def _check_section(path: Path, section: str, values, cls, old_format: bool) -> dict:

@@ -24,23 +24,18 @@ import json
 import math
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
-from solution import cli
-from solution.postprocess import PostprocessConfig
-from solution.sampling import NegativeSampling
-from solution.windows import WindowConfig
+from solution.answers.postprocess import PostprocessConfig
+from solution.common import cli
+from solution.common.settings import read_settings_file
+from solution.windows.featurizer import WindowConfig
+from solution.windows.sampling import NegativeSampling
 
 SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}
 OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "sgd")
-
-
-def optimizer_family(optim: str) -> str:
-    """What a checkpoint's optimizer state is: both AdamW's keep the same moments and step count."""
-    return "adamw" if optim.startswith("adamw") else optim
 
 
 # transformers' SchedulerType names that get_scheduler builds from (warmup, total) alone; the others
@@ -187,12 +182,12 @@ class TrainConfig:
     """Seconds a rank may go without progress (a new phase of a step: data, forward, backward, optimizer,
     collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming
     the step, the phase and the stalled ranks, and every rank's stacks under output_dir/hang-stacks
-    (solution.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
+    (solution.distributed.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
     save. It also sets the collectives' timeouts (gloo, NCCL) to about a minute more, from the first step
     on. The default, 10 minutes, is NCCL's own default timeout."""
     cpu_retain_freed_memory: bool = True
     """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
-    and faulting it back in (solution.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the
+    and faulting it back in (solution.training.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the
     resident size stays at its peak). No effect on a GPU or without glibc."""
     measure_memory: bool = False
     """Benchmarks: record each rank's model-state bytes (live tensors at the optimizer step) and peak RSS."""
@@ -456,69 +451,6 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         return TrainConfig(**top, **built)
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None
-
-
-class _DuplicateKey(Exception):
-    """A key given twice in one mapping (raised inside the parsers, re-raised naming the file)."""
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """`yaml.safe_load`, except that a key repeated in one mapping is an error naming both lines.
-
-    Plain YAML keeps the last value silently, so a second `window:` section would wipe the
-    fields the first one set. Keys brought in by a merge (`<<: *base`) may still be overridden.
-    """
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                try:
-                    first = seen.get(key)
-                except TypeError:  # an unhashable key: the base class reports it
-                    continue
-                if first is None:
-                    seen[key] = line
-                else:
-                    raise _DuplicateKey(f"line {line}: key '{key}' repeats the one on line {first}; "
-                                        "a settings file gives each key (and each section) once")
-        return super().construct_mapping(node, deep=deep)
-
-
-def _unique_json_object(pairs: list) -> dict:
-    # JSON's parser gives no line numbers here; the key and the file name are enough to find it.
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(f"key '{key}' appears twice in one object; a settings file gives each key once")
-        out[key] = value
-    return out
-
-
-def read_settings_file(path: str, what: str):
-    """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file.
-
-    A key repeated in one mapping is an error (YAML: naming both lines), never "the last wins"."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{path}: no such {what} file")
-    try:
-        text = p.read_text(encoding="utf-8")
-        if p.suffix == ".json":
-            return json.loads(text, object_pairs_hook=_unique_json_object)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except _DuplicateKey as e:
-        raise ValueError(f"{path}: {e}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({e})") from None
 
 
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:

@@ -27,12 +27,19 @@ from typing import Optional
 import numpy as np
 import torch
 
-from solution.cli import progress
-from solution.fsutil import atomic_write_text, publish_dir
-from solution.nq import NQFormatError, ReadStats, candidate_array, is_html_token, label_annotation, read_examples
-from solution.postprocess import containing_candidate
-from solution.sampling import HardNegativeWeights, NegativeSampling, content_words, question_word_share
-from solution.windows import (
+from solution.common.cli import progress
+from solution.common.fsutil import atomic_write_text, publish_dir
+from solution.data.nq import (
+    NQFormatError,
+    ReadStats,
+    candidate_array,
+    containing_candidate,
+    is_html_token,
+    label_annotation,
+    read_examples,
+)
+from solution.data.words import content_words, question_word_share
+from solution.windows.featurizer import (
     ANSWER_TYPES,
     TYPE_ID,
     Featurizer,
@@ -42,6 +49,7 @@ from solution.windows import (
     label_long_answer,
     top_window_indices,
 )
+from solution.windows.sampling import HardNegativeWeights, NegativeSampling
 
 FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
 

@@ -4,7 +4,7 @@ hard-negative scores that can weight it.
 Most training windows hold no answer, so only a share of them is kept
 (`negative_keep_rate` in documents that have an answer, `unanswerable_keep_rate`
 in documents that have none), drawn deterministically per window (see
-`solution.windows.keep_window`). A hard-negative pass (`python -m
+`solution.windows.featurizer.keep_window`). A hard-negative pass (`python -m
 solution.hard_negatives`) writes a scores file; `HardNegativeWeights` reads it
 and turns each window's score into a keep weight with the same expected count.
 No torch here: numpy and the standard library.
@@ -151,23 +151,3 @@ class NegativeSampling:
         return d
 
 
-# Words that carry no content in a question: matching them says nothing about a passage.
-STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
-many much of on or that the their this to was were what when where which who whom whose why with
-about describe kind like me tell type""".split())  # the last line: words that frame a question, not its subject
-
-
-def content_words(text: str) -> frozenset:
-    """The lower-cased words of `text` that are not stop words (NQ text is split by single spaces)."""
-    return frozenset(w for w in text.lower().split() if w not in STOP_WORDS and any(c.isalnum() for c in w))
-
-
-def question_word_share(question_words: frozenset, tokens: list, nq_token_index: np.ndarray) -> float:
-    """Share of `question_words` among the document tokens a window covers (0 for a question without any)."""
-    if not question_words:
-        return 0.0
-    covered = nq_token_index[nq_token_index >= 0]
-    if len(covered) == 0:
-        return 0.0
-    seen = {tokens[i].lower() for i in range(int(covered.min()), int(covered.max()) + 1)}
-    return len(question_words & seen) / len(question_words)

@@ -1,6 +1,6 @@
 """What every command line of the project shares: both flag spellings, and progress bars.
 
-    from solution.cli import ArgumentParser, progress
+    from solution.common.cli import ArgumentParser, progress
 
 `ArgumentParser` is argparse's, with each long option also accepted in its
 other spelling (`--on-error` and `--on_error`): Hugging Face scripts use

@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from solution.metric import SubmissionError
+from solution.scoring.metric import SubmissionError
 
 COLUMNS = ("example_id", "PredictionString")
 TEST_SIZE, RANDOM_STATE, CHUNK_LINES = 0.1, 0, 1000  # prepare.py's split
@@ -85,7 +85,7 @@ def read_answers(path) -> list:
     """The gold of a train-format file as grade.py reads it: [{"example_id": str, "annotation": the
     first annotation}], in file order. An id is the text MLE-bench's prepare.py writes for it (an
     integer's digits). A line grade.py could not use is a ValueError naming file, line and field."""
-    from solution.nq import NQFormatError, iter_lines  # .jsonl or .jsonl.gz, bad bytes named by line
+    from solution.data.nq import NQFormatError, iter_lines  # .jsonl or .jsonl.gz, bad bytes named by line
 
     answers = []
     for line_no, text in iter_lines(path):

@@ -8,7 +8,7 @@ so featurising costs about one pass of the fast tokenizer.
 
 Every window keeps `nq_token_index`: for each position, the NQ token it came
 from (-1 for question, special and padding positions), numbered as NQ does
-(`document_text` split on single spaces, see `solution.nq.nq_tokens`). That
+(`document_text` split on single spaces, see `solution.data.nq.nq_tokens`). That
 is all prediction needs to turn a start/end position back into an NQ span.
 It is nondecreasing along the document pieces of a window.
 
@@ -35,8 +35,8 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from solution.nq import ANNOTATION_TYPES, Candidate, Example, Span, is_html_token, is_text_token, label_annotation
-from solution.sampling import content_words, question_word_share
+from solution.data.nq import ANNOTATION_TYPES, Candidate, Example, Span, is_html_token, is_text_token, label_annotation
+from solution.data.words import content_words, question_word_share
 
 # The answer-type head's classes, in the order of its logits (saved weights and every model directory's
 # `answer_types` depend on it): UNKNOWN, "no answer in this window" (any window of an unanswered document, and
@@ -350,7 +350,7 @@ def structure_token_ids(tokenizer, config: WindowConfig) -> np.ndarray:
     missing = [t for t in vocab if t not in known]
     if missing:
         raise ValueError(f"window setting structure_tokens is on but the tokenizer lacks {len(missing)} structure "
-                         f"tokens (e.g. {missing[0]}); add them with solution.windows.add_structure_tokens "
+                         f"tokens (e.g. {missing[0]}); add them with solution.windows.featurizer.add_structure_tokens "
                          "and resize the model's embeddings")
     return np.asarray([known[t] for t in vocab], dtype=np.int32)
 

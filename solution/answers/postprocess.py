@@ -68,7 +68,8 @@ from typing import Optional
 
 import numpy as np
 
-from solution.windows import ANSWER_TYPES
+from solution.data.nq import containing_candidate
+from solution.windows.featurizer import ANSWER_TYPES
 
 SCORE_SPACES = ("logits", "probs")
 _YES, _NO = ANSWER_TYPES.index("YES"), ANSWER_TYPES.index("NO")
@@ -205,7 +206,7 @@ def _finite(x: float) -> float:
 
 def score_record(prediction: DocumentPrediction) -> dict:
     """The `--scores-out` line of one document: its answers before the thresholds and every score a
-    threshold compares. `solution.tuning` reads exactly these fields, and post-processing thresholds
+    threshold compares. `solution.scoring.tuning` reads exactly these fields, and post-processing thresholds
     this same record (`threshold_rows`)."""
     p = prediction
     return {"example_id": p.example_id, "raw_long": p.raw_long, "raw_short": p.raw_short,
@@ -511,22 +512,3 @@ def _joint_pair(s: DocumentScores, n: int) -> Optional[tuple]:
     return int(cands[i]), int(spans[j])
 
 
-def containing_candidate(candidates: np.ndarray, start: int, end: int, top_level_only: bool = False) -> int:
-    """The candidate that holds NQ span [start, end): top-level first, else the smallest (never a nested
-    one with `top_level_only`); -1 if none.
-
-    Gold long answers are nearly always top-level (50 of 52 in the real NQ sample).
-    """
-    if len(candidates) == 0:
-        return -1
-    holds = (candidates[:, 0] <= start) & (end <= candidates[:, 1])
-    if not holds.any():
-        return -1
-    top = np.nonzero(holds & (candidates[:, 2] == 1))[0]
-    if len(top):
-        return int(top[0])
-    if top_level_only:
-        return -1
-    idx = np.nonzero(holds)[0]
-    sizes = candidates[idx, 1] - candidates[idx, 0]
-    return int(idx[int(np.argmin(sizes))])

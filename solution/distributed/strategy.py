@@ -39,260 +39,26 @@ on them and checks the result:
 from __future__ import annotations
 
 import copy
-import gc
 import os
-import signal
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from solution.checkpoint import ADAM_KEYS
-from solution.config import read_settings_file
-from solution.memory import cpu_native_bf16
-from solution.net import free_port
-from solution.watchdog import STACKS_DIR, collective_timeout
-
-DS_CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "ds"
-
-
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "false").lower() in ("true", "1", "yes")
-
-
-def _env_number(name: str):
-    """A number the accelerate launch YAML put in the environment, or "auto" where it set none."""
-    value = os.environ.get(name, "auto").strip().lower()
-    if value in ("auto", "none", ""):
-        return "auto"
-    try:
-        return int(value) if value.isdigit() else float(value)
-    except ValueError:
-        return value  # not a number: refused by the check as contradicting the training config
-
-
-def _world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def read_ds_config(path: str) -> dict:
-    config = read_settings_file(path, "DeepSpeed config")
-    if not isinstance(config, dict) or not isinstance(config.get("zero_optimization"), dict):
-        raise ValueError(f"{path}: field 'zero_optimization': a DeepSpeed config needs this mapping")
-    stage = config["zero_optimization"].get("stage")
-    if stage not in (1, 2, 3):
-        raise ValueError(f"{path}: field 'zero_optimization.stage': expected 1, 2 or 3, got {stage!r}")
-    if "optimizer" in config or "scheduler" in config:
-        raise ValueError(f"{path}: fields 'optimizer'/'scheduler': leave them out; the training config's "
-                         "`optim`, `learning_rate` and warm-up are the one source of truth")
-    return config
-
-
-def _ds_number(ds: dict, field: str):
-    """The JSON's value at a dotted field, or None where it is absent or "auto" (then the training config fills it)."""
-    value = ds
-    for part in field.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return None if value == "auto" else value
-
-
-def check_ds_against_config(ds: dict, cfg, path: str, world: int) -> None:
-    """Refuse a DeepSpeed JSON whose fixed numbers contradict the training config.
-
-    The training config is the one source of truth (the shipped files say "auto" throughout). A fixed
-    value that disagrees would otherwise win silently (accumulation: Accelerate only warns, while the start
-    record still shows the config's figure) or fail late inside DeepSpeed's own assertion, after featurisation.
-    """
-    accumulation = cfg.gradient_accumulation_steps
-    precision = cfg.mixed_precision
-    expected = {
-        "train_micro_batch_size_per_gpu": (cfg.per_device_train_batch_size, "per_device_train_batch_size"),
-        "gradient_accumulation_steps": (accumulation, "gradient_accumulation_steps"),
-        "train_batch_size": (cfg.per_device_train_batch_size * world * accumulation,
-                             f"per_device_train_batch_size {cfg.per_device_train_batch_size} x world size {world} "
-                             f"x gradient_accumulation_steps {accumulation}"),
-        "gradient_clipping": (cfg.max_grad_norm, "max_grad_norm"),
-        "bf16.enabled": (precision == "bf16", f"mixed_precision {precision}"),
-        "bfloat16.enabled": (precision == "bf16", f"mixed_precision {precision}"),  # DeepSpeed's older spelling
-        "fp16.enabled": (precision == "fp16", f"mixed_precision {precision}"),
-    }
-    for field, (want, source) in expected.items():
-        got = _ds_number(ds, field)
-        if got is None:
-            continue
-        if isinstance(want, bool):
-            same = isinstance(got, bool) and got == want
-        else:
-            same = isinstance(got, (int, float)) and not isinstance(got, bool) and float(got) == float(want)
-        if not same:
-            raise ValueError(f"{path}: field '{field}': {got!r} contradicts the training config "
-                             f"({source} gives {want!r}); set it to \"auto\" so the training config decides, "
-                             f"or change the training config")
-
-
-def _ds_offloads(ds: dict) -> bool:
-    zero = ds["zero_optimization"]
-    return any(zero.get(k, {}).get("device", "none") not in ("none", None) for k in ("offload_optimizer", "offload_param"))
-
-
-def ds_strategy_name(ds: dict) -> str:
-    """zero1..zero3, with `_offload` when the JSON offloads (a user's ZeRO-2 offload file -> zero2_offload)."""
-    stage = ds["zero_optimization"]["stage"]
-    return f"zero{stage}_offload" if _ds_offloads(ds) else f"zero{stage}"
-
-
-@dataclass
-class Plan:
-    """What to build: the strategy's name, where the choice came from, its engine settings."""
-
-    name: str
-    origin: str
-    ds_config: Optional[dict] = None
-    ds_path: Optional[str] = None
-    """The DeepSpeed JSON the plan read (named in errors about it)."""
-    fsdp_from_env: bool = False
-    """FSDP from `accelerate launch`: its FSDP_* environment variables fill the plugin."""
-    fsdp_offload: bool = False
-    """FSDP2 only: `cpu_offload` (or the launch YAML's fsdp_offload_params); DeepSpeed's offload is in its JSON."""
-    ds_load_universal: bool = False
-    """DeepSpeed only: the run resumes a ZeRO checkpoint of another world size through its universal checkpoint."""
-
-    @property
-    def is_deepspeed(self) -> bool:
-        return self.name.startswith("zero")
-
-    @property
-    def is_fsdp(self) -> bool:
-        return self.name.startswith("fsdp")
-
-    @property
-    def zero_stage(self) -> Optional[int]:
-        return self.ds_config["zero_optimization"]["stage"] if self.is_deepspeed else None
-
-    @property
-    def cpu_offload(self) -> bool:
-        """Parameters and optimizer state live in CPU memory: the DeepSpeed JSON offloads, or FSDP2 offloads."""
-        if self.is_deepspeed:
-            return _ds_offloads(self.ds_config)
-        return self.is_fsdp and self.fsdp_offload
-
-    @property
-    def shards_parameters(self) -> bool:
-        """Forward passes gather parameters collectively: every rank must run the same number of them."""
-        return self.zero_stage == 3 or self.is_fsdp
-
-
-# -- where the strategy comes from: one function per source, tried in order by plan_strategy ----------------
-
-def _agree(cfg, name: str, origin: str) -> None:
-    """A launcher's choice must match the config's explicit `strategy` (auto follows the launcher)."""
-    if cfg.strategy not in ("auto", name):
-        raise ValueError(f"config: strategy is '{cfg.strategy}' but {origin} selects '{name}'; "
-                         f"drop one of them (strategy: auto follows the launcher)")
-
-
-def _deepspeed_plan(cfg, ds: dict, ds_path: str, origin: str) -> Plan:
-    name = ds_strategy_name(ds)
-    _agree(cfg, name, origin)
-    return Plan(name, origin, ds_config=ds, ds_path=ds_path)
-
-
-def plan_from_deepspeed_flag(cfg) -> Optional[Plan]:
-    """1. `--deepspeed FILE`: ZeRO stage and offload read from the JSON."""
-    if not cfg.deepspeed:
-        return None
-    if _env_true("ACCELERATE_USE_FSDP"):
-        raise ValueError(f"--deepspeed {cfg.deepspeed} given, but the accelerate launch config selects FSDP")
-    return _deepspeed_plan(cfg, read_ds_config(cfg.deepspeed), cfg.deepspeed, f"--deepspeed {cfg.deepspeed}")
-
-
-def _ds_config_from_launch_yaml() -> dict:
-    """The DeepSpeed settings of a YAML written by `accelerate config` without a JSON file."""
-    return {"zero_optimization": {
-        "stage": int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")),
-        "offload_optimizer": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")},
-        "offload_param": {"device": os.environ.get("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none")}},
-        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-        # The YAML's own numbers: checked against the training config like a JSON's (plan_strategy).
-        "gradient_accumulation_steps": _env_number("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"),
-        "gradient_clipping": _env_number("ACCELERATE_GRADIENT_CLIPPING"),
-        "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
-
-
-def plan_from_accelerate_deepspeed(cfg) -> Optional[Plan]:
-    """2a. `accelerate launch` with a DeepSpeed YAML (ACCELERATE_USE_DEEPSPEED), its JSON or inline settings."""
-    if not _env_true("ACCELERATE_USE_DEEPSPEED"):
-        return None
-    path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
-    if path != "none":
-        return _deepspeed_plan(cfg, read_ds_config(path), path, f"accelerate launch (deepspeed_config_file {path})")
-    return _deepspeed_plan(cfg, _ds_config_from_launch_yaml(), "accelerate launch config (deepspeed_config)",
-                           "accelerate launch (deepspeed_config)")
-
-
-def plan_from_accelerate_fsdp(cfg) -> Optional[Plan]:
-    """2b. `accelerate launch` with an FSDP YAML (ACCELERATE_USE_FSDP); FSDP2 only."""
-    if not _env_true("ACCELERATE_USE_FSDP"):
-        return None
-    if os.environ.get("FSDP_VERSION", "1") != "2":
-        raise ValueError("accelerate launch config: fsdp_version must be 2 (FSDP2, fully_shard); "
-                         "FSDP1 is not supported by this project (and never ran on CPU upstream)")
-    reshard = os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() in ("true", "1", "full_shard")
-    name = "fsdp" if reshard else "fsdp_grad_op"
-    _agree(cfg, name, "accelerate launch (FSDP)")
-    return Plan(name, "accelerate launch (FSDP)", fsdp_from_env=True,
-                fsdp_offload=_env_true("FSDP_OFFLOAD_PARAMS") or cfg.cpu_offload)
-
-
-def plan_from_config(cfg) -> Optional[Plan]:
-    """3. `strategy:` in the training config or `--strategy NAME`; a ZeRO name reads configs/ds/NAME.json."""
-    name = cfg.strategy
-    if name == "auto":
-        return None
-    if cfg.cpu_offload and name == "zero3":
-        name = "zero3_offload"
-    if not name.startswith("zero"):
-        return Plan(name, "config strategy", fsdp_offload=cfg.cpu_offload)
-    path = DS_CONFIG_DIR / f"{name}.json"
-    if not path.is_file():
-        raise ValueError(f"strategy {name}: {path} is missing; pass --deepspeed FILE instead")
-    return Plan(name, f"config strategy (configs/ds/{name}.json)", ds_config=read_ds_config(str(path)),
-                ds_path=str(path))
-
-
-def plan_from_world_size(world: int) -> Plan:
-    """4. Nothing chose: `ddp` when the launcher started several ranks, `single` if not."""
-    return Plan("ddp" if world > 1 else "single", f"launcher world size {world}")
-
-
-def plan_strategy(cfg) -> Plan:
-    """Decide the strategy from the launcher's environment and the config (first source that chooses wins);
-    refuse contradictions."""
-    if _env_true("ACCELERATE_USE_DEEPSPEED") and _env_true("ACCELERATE_USE_FSDP"):
-        raise ValueError("accelerate launch config enables both DeepSpeed and FSDP")
-    world = _world_size()
-    for source in (plan_from_deepspeed_flag, plan_from_accelerate_deepspeed, plan_from_accelerate_fsdp,
-                   plan_from_config):
-        plan = source(cfg)
-        if plan is not None:
-            break
-    else:
-        plan = plan_from_world_size(world)
-    if plan.is_deepspeed:
-        check_ds_against_config(plan.ds_config, cfg, plan.ds_path, world)
-    if cfg.cpu_offload and not (plan.is_fsdp or plan.name == "zero3_offload"):
-        raise ValueError(f"config: cpu_offload needs strategy zero3 or fsdp/fsdp_grad_op, not {plan.name}")
-    if plan.name == "single" and world > 1:
-        raise ValueError(f"strategy single, but the launcher started {world} ranks; use ddp or another strategy")
-    if plan.name == "ddp" and world == 1:
-        raise ValueError("strategy ddp needs several ranks: start it with accelerate launch, torchrun or deepspeed "
-                         "and two processes or more; one rank, under a launcher or not, is strategy single (or auto)")
-    return plan
+from solution.checkpoints.resume import ADAM_KEYS
+from solution.common.precision import cpu_native_bf16
+from solution.distributed.lifecycle import (
+    closing_barrier,
+    destroy_process_groups,
+    drop_stale_shm_buffers,
+    launcher_rank,
+    remove_shm_buffers,
+    unlink_own_shm_buffer,
+)
+from solution.distributed.plan import Plan, launcher_world_size, plan_strategy
+from solution.distributed.ports import free_port
+from solution.distributed.watchdog import STACKS_DIR, collective_timeout
 
 
 def _require_cpu_adam() -> None:
@@ -426,13 +192,14 @@ def resumes_universal(cfg, plan: Plan) -> bool:
     another world size, optimizer state to carry); the engine must be built knowing it."""
     if not (plan.is_deepspeed and cfg.resume_from_checkpoint):
         return False
-    from solution.checkpoint import TrainerState, find_checkpoint, resume_route
+    from solution.checkpoints.resume import resume_route
+    from solution.checkpoints.state import TrainerState, find_checkpoint
 
     path = find_checkpoint(cfg.output_dir, cfg.resume_from_checkpoint)
     if path is None:  # --resume auto with nothing to resume: a fresh start
         return False
     saved = TrainerState.read(path).fingerprint
-    mine = {"strategy": plan.name, "zero_stage": plan.zero_stage, "world_size": _world_size(), "optim": cfg.optim}
+    mine = {"strategy": plan.name, "zero_stage": plan.zero_stage, "world_size": launcher_world_size(), "optim": cfg.optim}
     return resume_route(saved, mine) == "universal"
 
 
@@ -447,7 +214,7 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
     if plan.name == "zero3_offload" and cfg.optim != "sgd":
         _require_cpu_adam()
     if not cuda:
-        _drop_stale_shm_buffers()
+        drop_stale_shm_buffers()
     # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
     # process), then partitioned by the engine. Building it inside zero.Init would only matter for
     # models that do not fit one device's memory, far above BERT sizes.
@@ -520,9 +287,9 @@ def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
         if got != expected:
             raise ValueError(f"strategy {plan.name} ({plan.origin}) needs Accelerate's {expected}, but it set up "
                              f"{got}; refusing to train with a different engine than configured")
-    if num != _world_size():
+    if num != launcher_world_size():
         raise ValueError(f"strategy {plan.name}: Accelerate counts {num} processes, the launcher "
-                         f"started {_world_size()}; ranks would not be synchronised")
+                         f"started {launcher_world_size()}; ranks would not be synchronised")
 
 
 def ds_set_full(param, value: torch.Tensor, key: Optional[str] = None) -> None:
@@ -554,7 +321,7 @@ class Strategy:
 
     def __init__(self, cfg):
         # Before the plan: a DeepSpeed JSON's fixed accumulation is checked against the derived one.
-        self.accounting = cfg.derive_accumulation(_world_size())
+        self.accounting = cfg.derive_accumulation(launcher_world_size())
         self.plan = plan_strategy(cfg)
         self.cuda = torch.cuda.is_available()
         _check_machine(cfg, self.plan, self.cuda)
@@ -570,7 +337,7 @@ class Strategy:
         global _OPEN
         _OPEN = self  # from here on, shutdown() has something to close
         # DeepSpeed on CPU: its shared-memory buffers are mapped by now; unlink them (see the function).
-        self._shm_port = _unlink_own_shm_buffer() if self.plan.is_deepspeed and not self.cuda else None
+        self._shm_port = unlink_own_shm_buffer() if self.plan.is_deepspeed and not self.cuda else None
         verify_launch(self.accelerator, self.plan, self.cuda)
 
     # -- facts ------------------------------------------------------------------
@@ -807,7 +574,7 @@ class Strategy:
         import torch.distributed as dist
 
         if barrier and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            _barrier(CLOSE_BARRIER_TIMEOUT_S)
+            closing_barrier(CLOSE_BARRIER_TIMEOUT_S)
         try:
             # First, while deepspeed.comm still works (DeepSpeed's engine.destroy() asks it for the rank):
             # the engine's hooks and Accelerate's references to the engine, models and optimizers go.
@@ -819,87 +586,11 @@ class Strategy:
                 remove_shm_buffers(self._shm_port, rank=launcher_rank())
 
 
-GLOO_SETTLE_S = 0.2
-"""How long shutdown releases the GIL before destroying the process groups (see `destroy_process_groups`)."""
-
 CLOSE_BARRIER_TIMEOUT_S = 300
 """How long a finished rank waits at the closing barrier for the others before shutting down anyway."""
 
 _OPEN: Optional[Strategy] = None
 """The strategy this process built and has not closed: what `shutdown` closes on the way out."""
-
-
-def die_with_launcher(sig: int = signal.SIGTERM) -> None:
-    """Under a launcher (torchrun, accelerate launch, deepspeed): Linux sends this rank `sig` when the
-    process that started it dies (prctl PR_SET_PDEATHSIG).
-
-    torch's launcher starts each rank in a session of its own, so a SIGKILL to the launcher's process group
-    (a job killed by hand, an out-of-memory kill) leaves its ranks training, orphaned, while a new run may
-    start on the same output_dir. SIGTERM, not SIGKILL: the ranks, all told at once, stop as on preemption,
-    with a checkpoint at the step they agree on. Elsewhere (no launcher, not Linux) nothing is done."""
-    if "LOCAL_RANK" not in os.environ or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    launcher = os.getppid()
-    PR_SET_PDEATHSIG = 1
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return  # refused (a sandbox without prctl): the rank runs as before
-    if os.getppid() != launcher:  # it died before the request took effect: nobody would send the signal
-        os.kill(os.getpid(), sig)
-
-
-PEER_LOST = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for a rank that is gone
-
-
-def lost_peer(error: BaseException) -> bool:
-    """Whether a collective failed because another rank's process is gone (killed, its node lost): under
-    an elastic launcher the usual way a survivor learns of it."""
-    return isinstance(error, RuntimeError) and any(words in str(error) for words in PEER_LOST)
-
-
-def launcher_rank() -> int:
-    """This process's global rank as the launcher set it (0 without a launcher), readable before any
-    process group exists."""
-    return int(os.environ.get("RANK", "0"))
-
-
-def _barrier(timeout_s: float) -> None:
-    """Every rank reaches this point, or a timeout: a rank that died must not leave the others waiting."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    try:
-        if dist.get_backend() == "gloo":  # gloo only: a barrier that names the ranks that did not arrive
-            dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
-        else:
-            dist.barrier()
-    except RuntimeError as e:  # a rank is gone: shut down this one all the same
-        print(f"warning: rank {launcher_rank()}: closing barrier failed ({str(e).splitlines()[0][:200]}); "
-              "shutting down without it", file=sys.stderr, flush=True)
-
-
-def destroy_process_groups() -> None:
-    """Destroy every process group through DeepSpeed's comm layer (which also drops the references it keeps
-    in deepspeed.utils.groups) or torch; then collect, so that the gloo groups' C++ objects are destroyed
-    here, joining their worker threads, and not during interpreter exit."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        # A gloo worker thread that has just finished a collective still takes the GIL once, to drop that
-        # work's Python state. Destroying the group joins that thread from here, with the GIL held: a
-        # deadlock (gdb: ~ProcessGroupGloo in thread::join, pt_gloo_runloop in ~ThreadLocalState waiting
-        # for the GIL; 4 runs in 35 of a 2-process DDP loop). Sleeping releases the GIL so the threads go idle.
-        time.sleep(GLOO_SETTLE_S)
-    ds_comm = sys.modules.get("deepspeed.comm.comm")
-    if ds_comm is not None and ds_comm.cdb is not None:
-        if dist.is_available() and dist.is_initialized():
-            ds_comm.destroy_process_group()
-        ds_comm.cdb = None  # its backend object: nothing left to talk to
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    gc.collect()
 
 
 def shutdown() -> None:
@@ -918,58 +609,3 @@ def shutdown() -> None:
         print(f"warning: rank {launcher_rank()}: shutdown: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
 
 
-# -- DeepSpeed's shared memory on CPU ---------------------------------------------------------------------
-
-SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "deepspeed_allreduce_buffer"
-"""DeepSpeed's CPU all-reduce (ops/csrc/cpu/comm/shm.cpp) maps one 66 MB file per rank, named
-deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, when every rank runs on this host
-(the `deepspeed` launcher sets LOCAL_SIZE; torchrun and accelerate launch do not), and never unlinks it."""
-
-
-def shm_buffers(port, rank: Optional[int] = None) -> list[Path]:
-    """This user's DeepSpeed shared-memory files of the run that rendezvoused at `port` (one rank's, or all)."""
-    found = []
-    for path in SHM_DIR.glob(f"{SHM_PREFIX}_{os.getuid()}_*_{port}_*"):
-        *_, got_port, got_rank = path.name.rsplit("_", 2)  # the address may hold anything but the port cannot
-        if got_port == str(port) and got_rank.isdigit() and (rank is None or int(got_rank) == rank):
-            found.append(path)
-    return sorted(found)
-
-
-def remove_shm_buffers(port, older_than: Optional[float] = None, rank: Optional[int] = None) -> list[Path]:
-    """Remove the files of `shm_buffers(port, rank)` (only those last written before `older_than`, a
-    time.time() value, when given); returns what it removed. For launchers and tests that kill a run."""
-    removed = []
-    for path in shm_buffers(port, rank):
-        try:
-            if older_than is None or path.stat().st_mtime < older_than:
-                path.unlink()
-                removed.append(path)
-        except FileNotFoundError:  # another rank of the same run removed it first
-            pass
-    return removed
-
-
-def _drop_stale_shm_buffers() -> None:
-    """Before DeepSpeed creates this run's buffers: remove those a killed run on the same port left.
-
-    shm_open(O_CREAT) would reuse a stale file, and a peer can map it before its owner rewrites it. Every
-    rank removes every rank's file of this port that is older than its own process: a file of the live run
-    cannot be (the ranks start together and create their files seconds later, after their imports)."""
-    import psutil
-
-    remove_shm_buffers(os.environ.get("MASTER_PORT", ""), older_than=psutil.Process().create_time())
-
-
-def _unlink_own_shm_buffer() -> str:
-    """Once every rank has mapped every other rank's buffer (DeepSpeed does it while building its comm
-    backend, inside Accelerator()), unlink this rank's file: the mappings stay valid until the process ends,
-    and a run killed from here on leaves nothing in /dev/shm. Returns the port, for close() to check again."""
-    import torch.distributed as dist
-
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()  # every rank is past DeepSpeed's shm_initialize, which opened the others' files
-    port = os.environ.get("MASTER_PORT", "")
-    remove_shm_buffers(port, rank=launcher_rank())
-    return port

@@ -16,9 +16,9 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from solution.nq import Example, candidate_array
-from solution.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
-from solution.windows import Featurizer, top_windows, windows_with_candidates
+from solution.answers.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
+from solution.data.nq import Example, candidate_array
+from solution.windows.featurizer import Featurizer, top_windows, windows_with_candidates
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:

@@ -5,7 +5,7 @@ checkpoint-N/ holds the weights in the form its strategy saved them: DeepSpeed's
 `checkpoint_kind` says which, and `full_state_dict` reads any of them into full weights.
 `verify_checkpoint_files` opens every pickled file with the safe loader (a distributed checkpoint's
 `.metadata` index with an unpickler that knows only its own classes) before any engine's loader (which
-unpickles) reads it. solution.checkpoint (saving, resuming) and
+unpickles) reads it. solution.checkpoints (saving, resuming) and
 solution.consolidate both import this, so neither needs the other for it. Nothing here imports
 accelerate or deepspeed at module level: consolidation runs without them for plain checkpoints.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from solution.fsutil import atomic_write_text, file_digest
+from solution.common.fsutil import atomic_write_text, file_digest
 
 DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
 FSDP_DIR = "pytorch_model_fsdp_0"
@@ -116,8 +116,8 @@ def verify_checkpoint_files(ckpt: Path, show_progress: bool = False) -> int:
     model.safetensors) are checked to be whole, so a truncated one is named here rather than failing
     inside Accelerate's loader. Returns the number of files checked; `show_progress`: a bar over the
     files (ZeRO checkpoints hold one per rank)."""
-    from solution.cli import progress
-    from solution.model import check_weights_file
+    from solution.common.cli import progress
+    from solution.model.qa_model import check_weights_file
 
     every = checkpoint_files(ckpt)
     files = [p for p in every if p.suffix in PICKLE_SUFFIXES or p.name.endswith(DCP_INDEX)]
@@ -260,7 +260,7 @@ def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
         state = loaded.get("model", loaded)  # Accelerate saves {"model": state_dict}
     else:
         if (ckpt / "model.safetensors").is_file():
-            from solution.model import read_weights
+            from solution.model.qa_model import read_weights
 
             state = read_weights(ckpt / "model.safetensors")  # a truncated file: a ValueError naming it
         else:

@@ -21,7 +21,7 @@ that choice, and repeat until F1 stops rising (a finite number of rounds; the
 last choice is the global optimum over the grids). Either way the winner is
 re-scored with `metric.score` itself.
 
-`metric="mlebench"` maximises MLE-bench's score instead (`solution.mlebench`): the share of right
+`metric="mlebench"` maximises MLE-bench's score instead (`solution.scoring.mlebench`): the share of right
 rows, 1 - (FP + FN) / rows, against the first annotation (the caller's gold). That objective is
 linear in the counts, so the four separate thresholds are each chosen alone, and the joint pair
 by the same table. The result then also holds "mlebench_score".
@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from solution import mlebench
-from solution.fsutil import atomic_write_text
-from solution.metric import parse_prediction, score
-from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
+from solution.answers.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
+from solution.common.fsutil import atomic_write_text
+from solution.scoring import mlebench
+from solution.scoring.metric import parse_prediction, score
 
 METRICS = ("kaggle", "mlebench")
 SCORE_FIELDS = ("example_id", "raw_long", "raw_short", "answer_type", "score", "short_score")

@@ -78,7 +78,7 @@ class PackedModel:
 
 
 def read_packed(model_dir) -> PackedModel:
-    from solution.model import read_qa_config  # the checked reader of qa_config.json
+    from solution.model.qa_model import read_qa_config  # the checked reader of qa_config.json
 
     d = Path(model_dir)
     config = json.loads((d / "config.json").read_text())
@@ -92,11 +92,11 @@ def measure_windows(models: list, pages, limit: int) -> dict:
     """{window settings key: mean windows per document run} over the first `limit` documents of `pages`,
     per group of models sharing a tokenizer and window settings; the windows are those the kernel
     runs (`inference.select_windows` under the first model's post-processing, which an ensemble uses)."""
-    from solution.inference import select_windows
-    from solution.model import read_tokenizer
-    from solution.nq import read_examples
-    from solution.postprocess import PostprocessConfig
-    from solution.windows import Featurizer, WindowConfig
+    from solution.answers.inference import select_windows
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.data.nq import read_examples
+    from solution.model.qa_model import read_tokenizer
+    from solution.windows.featurizer import Featurizer, WindowConfig
 
     post = PostprocessConfig(**models[0].postprocess)
     examples = list(itertools.islice(read_examples(pages), limit))
@@ -117,7 +117,7 @@ def measure_windows(models: list, pages, limit: int) -> dict:
 
 def group_key(m: PackedModel) -> str:
     """Models with the same tokenizer and window settings run the same windows."""
-    from solution.fsutil import file_digest
+    from solution.common.fsutil import file_digest
 
     return json.dumps([m.window, file_digest(m.model_dir / "tokenizer.json")], sort_keys=True)
 

@@ -464,3 +464,26 @@ def candidate_array(example: Example):
             last = next(i for i in range(c.end_token - 1, first - 1, -1) if is_text_token(toks[i]))
         rows.append((c.start_token, c.end_token, int(c.top_level), first, last))
     return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def containing_candidate(candidates: np.ndarray, start: int, end: int, top_level_only: bool = False) -> int:
+    """The candidate that holds NQ span [start, end): top-level first, else the smallest (never a nested
+    one with `top_level_only`); -1 if none.
+
+    Gold long answers are nearly always top-level (50 of 52 in the real NQ sample).
+    """
+    import numpy as np  # here, as in candidate_array: reading lines needs no numpy
+
+    if len(candidates) == 0:
+        return -1
+    holds = (candidates[:, 0] <= start) & (end <= candidates[:, 1])
+    if not holds.any():
+        return -1
+    top = np.nonzero(holds & (candidates[:, 2] == 1))[0]
+    if len(top):
+        return int(top[0])
+    if top_level_only:
+        return -1
+    idx = np.nonzero(holds)[0]
+    sizes = candidates[idx, 1] - candidates[idx, 0]
+    return int(idx[int(np.argmin(sizes))])

@@ -9,8 +9,8 @@ separated by spaces, as Kaggle allows); YES/NO never in a long row.
 
 from __future__ import annotations
 
-from solution.metric import _SPAN, read_submission
-from solution.nq import read_examples
+from solution.data.nq import read_examples
+from solution.scoring.metric import _SPAN, read_submission
 
 MAX_LISTED = 50
 

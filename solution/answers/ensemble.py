@@ -26,10 +26,17 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from solution.inference import predict_documents, window_arrays
-from solution.nq import Example, candidate_array
-from solution.postprocess import DocumentPrediction, DocumentScores, PostprocessConfig, blank_prediction, decide, score_document
-from solution.windows import ANSWER_TYPES, Featurizer
+from solution.answers.inference import predict_documents, window_arrays
+from solution.answers.postprocess import (
+    DocumentPrediction,
+    DocumentScores,
+    PostprocessConfig,
+    blank_prediction,
+    decide,
+    score_document,
+)
+from solution.data.nq import Example, candidate_array
+from solution.windows.featurizer import ANSWER_TYPES, Featurizer
 
 
 def parse_weights(text: Optional[str], num_models: int) -> list:

@@ -1,0 +1,73 @@
+"""Settings files read safely: YAML or JSON by suffix, never evaluated, a repeated key an error naming its
+line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+
+class _DuplicateKey(Exception):
+    """A key given twice in one mapping (raised inside the parsers, re-raised naming the file)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """`yaml.safe_load`, except that a key repeated in one mapping is an error naming both lines.
+
+    Plain YAML keeps the last value silently, so a second `window:` section would wipe the
+    fields the first one set. Keys brought in by a merge (`<<: *base`) may still be overridden.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is None:
+                    seen[key] = line
+                else:
+                    raise _DuplicateKey(f"line {line}: key '{key}' repeats the one on line {first}; "
+                                        "a settings file gives each key (and each section) once")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_json_object(pairs: list) -> dict:
+    # JSON's parser gives no line numbers here; the key and the file name are enough to find it.
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"key '{key}' appears twice in one object; a settings file gives each key once")
+        out[key] = value
+    return out
+
+
+def read_settings_file(path: str, what: str):
+    """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file.
+
+    A key repeated in one mapping is an error (YAML: naming both lines), never "the last wins"."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{path}: no such {what} file")
+    try:
+        text = p.read_text(encoding="utf-8")
+        if p.suffix == ".json":
+            return json.loads(text, object_pairs_hook=_unique_json_object)
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKey as e:
+        raise ValueError(f"{path}: {e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e})") from None

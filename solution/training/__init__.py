@@ -1,0 +1,5 @@
+"""The training loop: the one typed config, the trainer, the stop protocol for signals, the run's
+records (metrics.jsonl) and the memory probe.
+
+Separate because it is the last stage: it uses every other one and none uses it.
+"""

@@ -1,0 +1,593 @@
+"""The trainer: parameter groups, the epoch's shuffle, the learning-rate schedule, the step meter and
+the loop itself (`Trainer`), one stateful part the checkpointer saves among others.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch.utils.data import DataLoader
+
+from solution.answers.inference import collate, model_runner, predict_documents
+from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.resume import ResumeTarget
+from solution.checkpoints.state import find_checkpoint
+from solution.common.fsutil import check_writable, disk_full_message, removed_if_disk_full
+from solution.data.nq import ReadStats, read_examples
+from solution.distributed import strategy
+from solution.distributed.watchdog import Progress, Watchdog, collective_timeout
+from solution.model.qa_model import (
+    architecture,
+    build_model,
+    init_structure_embeddings,
+    load_tokenizer,
+    save_model_dir,
+    save_model_meta,
+)
+from solution.scoring.metric import format_report, load_gold, score
+from solution.training.config import TrainConfig
+from solution.training.memory import probe_memory, retain_freed_memory
+from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
+from solution.training.stop import EXIT_FAULT, EXIT_STOPPED, EvaluationStopped, StopRequest, TrainingStopped
+from solution.windows.dataset import DummyWindows, WindowDataset, build_train_features
+from solution.windows.featurizer import Featurizer, add_structure_tokens, structure_vocabulary
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
+    """Decoupled weight decay, not on biases and LayerNorm weights (BERT's recipe); none for SGD."""
+    if cfg.optim == "sgd":
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": 0.0}]
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def parameter_order(model: torch.nn.Module, groups: list) -> list:
+    """The optimizer's parameters by name, in the order its state dict numbers them."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for group in groups for p in group["params"]]
+
+
+class EpochShuffle(torch.utils.data.Sampler):
+    """A permutation that is a pure function of (seed, epoch).
+
+    Resuming from a checkpoint then reproduces the order exactly, with no generator state to carry,
+    and every rank computes the same order before Accelerate deals the batches out."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def disk_full(path: Path) -> TrainingStopped:
+    """One line naming what could not be written and the free space left on its filesystem."""
+    return TrainingStopped(disk_full_message(path), EXIT_FAULT)
+
+
+def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
+    """transformers' schedule named by lr_scheduler_type (a LambdaLR: its state is JSON-safe)."""
+    from transformers import get_scheduler
+
+    return get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.num_warmup_steps(num_total),
+                         num_training_steps=num_total)
+
+
+def warmup_warning(cfg: TrainConfig, num_total: int) -> Optional[str]:
+    """One line when the warm-up lasts the whole run: the rate never reaches learning_rate, and a schedule
+    that decays never does (a warm-up given in steps, from a config meant for a longer run)."""
+    warmup = cfg.num_warmup_steps(num_total)
+    if cfg.lr_scheduler_type == "constant" or warmup < num_total:  # constant: transformers ignores the warm-up
+        return None
+    return (f"WARNING: warmup_steps {warmup} >= the run's {num_total} optimizer steps: the learning rate never "
+            f"reaches learning_rate {cfg.learning_rate:g}; lower warmup_steps or give a ratio below 1")
+
+
+@dataclass
+class TrainingRun:
+    """What `Trainer.setup` prepares for the loop, and where the loop starts."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    loader: DataLoader
+    sampler: EpochShuffle
+    batches_per_epoch: int
+    total_steps: int
+    num_epochs: int
+    start: StartRecord
+    memory: dict  # the memory probe's numbers (`step`: the step being measured)
+    step: int = 0  # the resume position: optimizer steps done, the epoch, batches of it already trained
+    epoch: int = 0
+    skip: int = 0
+
+
+@dataclass
+class StepMeter:
+    """The loss summed over one optimizer step's micro-batches, and the clocks of the logging window."""
+
+    loss_sum: torch.Tensor
+    micro: int = 0
+    samples: int = 0  # since the last logged step, all ranks
+    grad_norm: Optional[float] = None
+    lr: float = 0.0
+    step_time: float = 0.0
+    t_log: float = field(default_factory=time.perf_counter)
+    t_step: float = 0.0
+
+    def __post_init__(self):
+        self.t_step = self.t_log
+
+    def close_step(self, accelerator, flags: list) -> tuple[float, list]:
+        """After an optimizer step: its time, its loss (mean over micro-batches, then over ranks: the
+        loss of the whole global batch), and `flags` summed over ranks. One all-reduce carries both:
+        each blocking collective is a point where every rank waits for the slowest."""
+        now = time.perf_counter()
+        self.step_time, self.t_step = now - self.t_step, now
+        values = torch.cat([(self.loss_sum / self.micro).reshape(1),
+                            torch.tensor(flags, dtype=self.loss_sum.dtype, device=self.loss_sum.device)])
+        if accelerator.num_processes > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(values)  # a sum; the loss is then divided like Accelerate's reduce("mean")
+            values[0] /= accelerator.num_processes
+        self.loss_sum.zero_()
+        self.micro = 0
+        loss, *summed = values.tolist()
+        return loss, summed
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, stop_request: StopRequest | None = None):
+        self.cfg = cfg
+        self.stop_request = stop_request or StopRequest()
+        self.strategy = strategy.Strategy(cfg)
+        self.accelerator = self.strategy.accelerator
+        from accelerate.utils import set_seed
+
+        set_seed(cfg.seed)
+        self.out = Path(cfg.output_dir)
+        self.is_main = self.accelerator.is_main_process
+        self.tokenizer = load_tokenizer(cfg.model_name_or_path)
+        self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
+        known = len(self.tokenizer)
+        if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows
+            self.model.backbone.resize_token_embeddings(len(self.tokenizer))
+            added = [t for t in structure_vocabulary(cfg.window) if self.tokenizer.convert_tokens_to_ids(t) >= known]
+            init_structure_embeddings(self.model, self.tokenizer, added)
+        if cfg.gradient_checkpointing:
+            self.model.backbone.gradient_checkpointing_enable()
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them
+        self.data_summary: dict = {}
+        self._dev_gold = None  # loaded once, on the first evaluation
+        self.checkpointer: Checkpointer | None = None  # set up with the scheduler, in setup()
+        self.progress = Progress()  # the step and phase this rank is in, for the hang watchdog
+        self.first_step = 1  # the first optimizer step this start runs (save_first_step saves after it)
+
+    def log(self, msg: str) -> None:
+        if self.is_main:
+            print(msg, flush=True)
+
+    # -- data ---------------------------------------------------------------
+    def train_dataset(self):
+        cfg = self.cfg
+        if cfg.data_source == "dummy":
+            return DummyWindows(cfg.dummy_num_windows, cfg.window.max_seq_length, self.model.config.vocab_size,
+                                cfg.seed, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+        # The main process featurises (or finds the cache); the others then load it.
+        with self.accelerator.main_process_first():
+            ds, summary = build_train_features(
+                cfg.train_file, self.tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
+                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed)
+        self.data_summary = summary
+        if summary.get("skipped"):
+            self.log(f"WARNING: {cfg.train_file}: skipped {summary['skipped']} bad lines "
+                     f"{summary['skipped_by_reason']}; first: {summary['first_errors'][:2]}")
+        self.log(f"train data: {summary['documents']} documents ({summary['unanswerable_documents']} without an "
+                 f"answer), {summary['windows']} windows, {summary['windows_kept']} kept {summary['windows_per_type']}; "
+                 f"no-answer windows kept: {summary['negatives_kept_answerable']} from answerable documents, "
+                 f"{summary['negatives_kept_unanswerable']} from unanswerable ones")
+        return WindowDataset(ds)
+
+    # -- evaluation -----------------------------------------------------------
+    def evaluate(self, model) -> dict:
+        """Score the dev file with the competition metric; every rank predicts its share."""
+        cfg, acc = self.cfg, self.accelerator
+        stats = ReadStats()
+        # Streamed, each rank parsing only its own lines: dev documents are never all in memory.
+        mine = read_examples(cfg.dev_file, on_error=cfg.on_error, stats=stats, max_lines=cfg.max_dev_examples,
+                             shard=(acc.process_index, acc.num_processes), check_duplicates=False)
+        featurizer = Featurizer(self.tokenizer, cfg.window)
+        unwrapped = acc.unwrap_model(model)
+        was_training = unwrapped.training
+        unwrapped.eval()
+        autocast = torch.bfloat16 if cfg.mixed_precision == "bf16" else None
+        sharded = self.strategy.plan.shards_parameters
+        run = self.marked_runner(model_runner(unwrapped, acc.device, autocast, inference_mode=not sharded))
+        # Under ZeRO-3/FSDP each forward is a collective: ranks with fewer windows keep joining in.
+        n = cfg.window.max_seq_length  # a rank with no batch of its own joins in on one padding window
+        dummy = collate([{"input_ids": [0] * n, "token_type_ids": [0] * n}], pad_to=n)
+        # Each batch, the ranks also agree on a stop request: an evaluation takes minutes, longer than a
+        # scheduler waits between its signal and SIGKILL (SLURM's KillWait: 30 s by default).
+        run, finish = self.strategy.lockstep(run, dummy, self.stop_request.flags, self._stop_evaluation)
+        preds = {}
+        try:
+            for p in predict_documents(run, featurizer, mine, cfg.postprocess, cfg.per_device_eval_batch_size):
+                preds[f"{p.example_id}_long"], preds[f"{p.example_id}_short"] = p.long, p.short
+            finish()
+        finally:
+            unwrapped.train(was_training)
+        from accelerate.utils import gather_object
+
+        merged = {}
+        for part in gather_object([preds]):
+            merged.update(part)
+        # Reading the whole gold file also catches duplicate ids across ranks; once is enough.
+        if self._dev_gold is None:
+            self._dev_gold = load_gold(cfg.dev_file, on_error=cfg.on_error)
+        ids = {row_id.rsplit("_", 1)[0] for row_id in merged}
+        gold = {k: v for k, v in self._dev_gold.items() if k in ids}
+        result = score(merged, gold)
+        skipped = sum(gather_object([stats.num_skipped]))
+        if skipped:
+            result["dev_skipped"] = skipped
+        return result
+
+    def marked_runner(self, run):
+        """`run`, each batch marked as progress in the `evaluate` phase (an evaluation takes minutes)."""
+        def marked(batch):
+            self.progress.mark("evaluate")
+            return run(batch)
+
+        return marked
+
+    def _stop_evaluation(self, summed: list) -> None:
+        """Every evaluation batch, with the stop flags summed over ranks (the same sums on every rank)."""
+        signum = self.stop_request.agreed(summed)
+        if signum:
+            raise EvaluationStopped(signum)
+
+    # -- checkpoints ------------------------------------------------------------
+    def qa_config(self) -> dict:
+        return {"window": asdict(self.cfg.window), "postprocess": asdict(self.cfg.postprocess),
+                "training": {"model_name_or_path": self.cfg.model_name_or_path, "seed": self.cfg.seed,
+                             "strategy": self.strategy.name, "world_size": self.accelerator.num_processes}}
+
+    def write_model_meta(self, checkpoint_dir: Path) -> None:
+        """model_meta/ (config, tokenizer, qa_config): what consolidating a checkpoint needs besides weights."""
+        save_model_meta(checkpoint_dir / "model_meta", self.accelerator.unwrap_model(self.model).config,
+                        self.tokenizer, self.qa_config())
+
+    # -- set-up -------------------------------------------------------------------
+    def data_loader(self, train_set, sampler: EpochShuffle) -> DataLoader:
+        cfg = self.cfg
+        pad_id = self.tokenizer.pad_token_id or 0
+        # Fixed-length batches: the same shapes whatever the world size, so runs compare exactly.
+        # Its own generator: a new iterator draws a base seed from it, not from the global RNG stream that
+        # dropout uses and a checkpoint restores (mid-epoch resume would otherwise shift dropout by one draw).
+        return DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
+                          drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
+                          num_workers=cfg.dataloader_num_workers,
+                          collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
+
+    def start_record(self, engine: str, total_steps: int, num_epochs: int, train_windows: int) -> StartRecord:
+        cfg, acc, plan = self.cfg, self.accelerator, self.strategy.plan
+        summary = self.data_summary
+        return StartRecord(
+            strategy=self.strategy.name, engine=engine, zero_stage=self.strategy.zero_stage,
+            world_size=acc.num_processes, per_device_train_batch_size=cfg.per_device_train_batch_size,
+            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+            global_batch_size=cfg.per_device_train_batch_size * acc.num_processes * cfg.gradient_accumulation_steps,
+            mixed_precision=cfg.mixed_precision, num_optimizer_steps=total_steps, num_epochs=num_epochs,
+            train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
+            strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
+            train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
+            else {"source": cfg.data_source}, optim=cfg.optim,
+            schedule={"lr_scheduler_type": cfg.lr_scheduler_type, "learning_rate": cfg.learning_rate,
+                      "num_warmup_steps": cfg.num_warmup_steps(total_steps)},
+            seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window))
+
+    def setup(self) -> TrainingRun:
+        """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
+        cfg, acc = self.cfg, self.accelerator
+        check_writable(self.out, "output_dir", create_dir=True)
+        if self.strategy.accounting:  # global_batch_size: the accumulation this world size needs
+            self.log(self.strategy.accounting)
+        train_set = self.train_dataset()
+        sampler = EpochShuffle(len(train_set), cfg.seed)
+        loader = self.data_loader(train_set, sampler)
+        groups = param_groups(self.model, cfg)
+        param_names = parameter_order(self.model, groups)  # before prepare(): engines may replace the parameters
+        optimizer = self.strategy.make_optimizer(groups, cfg)
+        memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
+        model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
+        engine = self.strategy.check_engine(model)
+
+        batches_per_epoch = len(loader)
+        steps_per_epoch = math.ceil(batches_per_epoch / cfg.gradient_accumulation_steps)
+        if steps_per_epoch == 0:
+            raise ValueError(f"{cfg.train_file}: no training windows (check negative_keep_rate and the data)")
+        total_steps = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.num_train_epochs * steps_per_epoch)
+        num_epochs = math.ceil(total_steps / steps_per_epoch)
+        # Not passed to prepare(): Accelerate would step it once per process. The checkpointer saves its
+        # state in trainer_state.json (JSON, not a pickle).
+        scheduler = lr_schedule(optimizer, cfg, total_steps)
+        if warning := warmup_warning(cfg, total_steps):
+            self.log(warning)
+        start = self.start_record(engine, total_steps, num_epochs, len(train_set))
+        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), self.save_due,
+                                         cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log,
+                                         async_save=cfg.async_save, checkpoint_group=self.strategy.checkpoint_group,
+                                         record=lambda entry: self.metrics.write(entry))
+        run = TrainingRun(model, optimizer, scheduler, loader, sampler, batches_per_epoch, total_steps,
+                          num_epochs, start, memory)
+        path = self.resume_path()
+        if path:
+            target = ResumeTarget(model, partial(self.strategy.load_full_state, model),
+                                  partial(self.strategy.load_full_optimizer_state, model, optimizer, param_names),
+                                  param_names, cfg.seed)
+            run.step, run.epoch, run.skip = self.checkpointer.load(
+                path, start.resume_key(), batches_per_epoch, target,
+                manifest_checked=self.cfg.resume_from_checkpoint in ("latest", "auto"))
+            start.resumed_from = {"checkpoint": str(path), "step": run.step}
+        else:
+            self.checkpointer.note_earlier_checkpoints()
+        self.open_outputs(start)
+        return run
+
+    def resume_path(self) -> Optional[Path]:
+        """The checkpoint to continue from (None: start fresh); under `auto`, one line says which."""
+        spec = self.cfg.resume_from_checkpoint
+        path = find_checkpoint(self.out, spec, log=self.log) if spec else None
+        if spec == "auto":  # a requeued job's log says whether it continued
+            self.log(f"resume auto: continuing from {path}" if path
+                     else f"resume auto: no complete checkpoint in {self.out}; starting fresh")
+        return path
+
+    def open_outputs(self, start: StartRecord) -> None:
+        """metrics.jsonl's start record, the trackers, and config.yaml."""
+        cfg = self.cfg
+        self.metrics = MetricsLog(self.out / "metrics.jsonl", self.is_main, append=bool(cfg.resume_from_checkpoint))
+        record = start.as_dict()
+        self.metrics.write(record)
+        if cfg.report_to:  # once; Accelerate's trackers act on the main process only
+            self.accelerator.init_trackers(TRACKER_PROJECT, config=cfg.tracker_config())
+        self.log("accounting: " + ", ".join(f"{k}={v}" for k, v in record.items() if k != "event"))
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.yaml").write_text(cfg.to_yaml())
+
+    # -- training -------------------------------------------------------------
+    def train(self) -> dict:
+        run = self.setup()
+        if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
+            # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
+            self.log("cpu memory: " + retain_freed_memory()[1])
+        self.first_step = run.step + 1
+        with self.watchdog():
+            last_eval = self.train_loop(run)
+            self.finish(run, run.step, last_eval)
+        self.strategy.close()
+        return last_eval
+
+    def watchdog(self) -> Watchdog:
+        """The hang watchdog for the loop, and the collectives' timeout set from hang_timeout."""
+        cfg, acc = self.cfg, self.accelerator
+        if cfg.hang_timeout > 0:
+            strategy.set_collective_timeout(collective_timeout(cfg.hang_timeout))
+        # The rank that reports a hang appends its record, whichever rank it is (rank 0 may be the frozen one).
+        metrics = MetricsLog(self.out / "metrics.jsonl", True, append=True)
+        return Watchdog(self.progress, self.out, acc.process_index, acc.num_processes, cfg.hang_timeout,
+                        on_hang=metrics.write)
+
+    def train_loop(self, run: TrainingRun) -> dict:
+        """Every epoch from the resume position; returns the last dev scores. `run.step` follows the loop."""
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=run.total_steps, initial=run.step, disable=not self.is_main or self.cfg.disable_tqdm,
+                   desc=f"train [{self.strategy.name} x{self.accelerator.num_processes}]",
+                   dynamic_ncols=True, file=sys.stdout)
+        run.model.train()
+        last_eval = {}
+        meter = StepMeter(torch.zeros((), device=self.accelerator.device))
+        step = run.step
+        self.stop_request.armed = True
+        last_eval = self.evaluate_resumed_epoch(run) or last_eval
+        for epoch in range(run.epoch, run.num_epochs):
+            if step >= run.total_steps:
+                break
+            batches, run.skip = run.skip, 0
+            for batch in self.marked(self.epoch_batches(run, epoch, skip=batches)):
+                batches += 1
+                run.memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
+                want_norm = self.norm_wanted(step + 1, run.total_steps, epoch_end=batches == run.batches_per_epoch)
+                if not self.micro_step(run, batch, meter, want_norm):
+                    continue
+                step += 1
+                self.progress.mark("collective", step)
+                loss, flags = meter.close_step(self.accelerator, self.stop_request.flags())
+                self._check_finite(step, loss, meter.grad_norm)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
+                self.log_step(step, epoch, loss, meter, run.total_steps)
+                self.progress.mark("save")
+                self.checkpointer.maybe_save(step, epoch, batches)
+                if step < run.total_steps:
+                    self._stop_if_requested(step, epoch, batches, self.stop_request.agreed(flags))
+                if step >= run.total_steps:
+                    break
+            self.progress.mark("save")
+            self.checkpointer.maybe_save(step, epoch, batches, epoch_end=True)
+            last_eval = self.end_of_epoch(run.model, epoch, step, batches) or last_eval
+        bar.close()
+        run.step = step
+        return last_eval
+
+    def marked(self, batches):
+        """The batches of `batches`, each fetch marked as the `data` phase (a stuck loader shows as one)."""
+        it = iter(batches)
+        while True:
+            self.progress.mark("data")
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch
+
+    def save_due(self, step: int, epoch_end: bool) -> bool:
+        """The config's save_due, and save_first_step's probe after the first step this start runs."""
+        return self.cfg.save_due(step, epoch_end) or (self.cfg.save_first_step and step == self.first_step
+                                                      and not epoch_end)
+
+    def epoch_batches(self, run: TrainingRun, epoch: int, skip: int):
+        """The loader for `epoch`, past its first `skip` batches (a resumed run's position)."""
+        loader = self.accelerator.skip_first_batches(run.loader, skip) if skip else run.loader
+        # Accelerate's loader re-sets the sampler's epoch from its own counter at each __iter__, and that
+        # counter starts at 0 in a new process: a resumed run would replay epoch 0's order. So the epoch
+        # is set on the loader itself (the skipping one too), and on the sampler, which a loader that was
+        # not prepared (tests/faulty_train.py same-data) iterates directly.
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        run.sampler.set_epoch(epoch)
+        return loader
+
+    def micro_step(self, run: TrainingRun, batch: dict, meter: StepMeter, want_norm: bool = True) -> bool:
+        """Forward and backward one micro-batch; the optimizer steps on the last of an accumulation.
+        True when it did (an optimizer step ended). `want_norm`: see `norm_wanted`."""
+        acc = self.accelerator
+        with acc.accumulate(run.model):
+            self.progress.mark("forward")
+            out = run.model(**batch)
+            self.progress.mark("backward")
+            acc.backward(out["loss"])
+            meter.loss_sum += out["loss"].detach()
+            meter.micro += 1
+            meter.samples += batch["input_ids"].shape[0] * acc.num_processes
+            if acc.sync_gradients:
+                self.progress.mark("optimizer")
+                meter.lr = run.scheduler.get_last_lr()[0]  # the rate this step uses
+                meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm, want_norm)
+                run.optimizer.step()
+                run.scheduler.step()
+                run.optimizer.zero_grad(set_to_none=True)
+        return acc.sync_gradients
+
+    def norm_wanted(self, step: int, total_steps: int, epoch_end: bool) -> bool:
+        """Whether step `step` needs the gradient norm when nothing is clipped: for its log record, and
+        before a save (a non-finite gradient with a finite loss must not reach a checkpoint). Between
+        them a diverged model shows in the next step's loss, checked every step."""
+        cfg = self.cfg
+        return step % cfg.logging_steps == 0 or step == total_steps or self.save_due(step, epoch_end)
+
+    def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
+        """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
+        if step % self.cfg.logging_steps != 0 and step != total_steps:
+            return
+        now = time.perf_counter()
+        elapsed = now - meter.t_log
+        record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": meter.grad_norm,
+                  "lr": meter.lr, "step_time_s": meter.step_time,
+                  "samples_per_s": meter.samples / max(elapsed, 1e-9)}
+        self.metrics.write(record)
+        if self.cfg.report_to:
+            self.accelerator.log(tracker_values(record, "train"), step=step)
+        meter.t_log, meter.samples = now, 0  # windows tile the clock: writing this record counts in the next
+
+    def evaluate_resumed_epoch(self, run: TrainingRun) -> dict | None:
+        """A run resumed at the end of an epoch (or at its last step) evaluates that epoch first: its
+        evaluation may not have run, stopped by a signal or killed. Its scores are those the
+        uninterrupted run wrote there; an evaluation that did finish before is only repeated."""
+        if run.start.resumed_from is None:
+            return None
+        if run.skip == 0 and run.epoch > 0:  # the checkpoint closed epoch - 1
+            return self.end_of_epoch(run.model, run.epoch - 1, run.step, run.batches_per_epoch)
+        if run.step >= run.total_steps:  # max_steps ended the run inside this epoch
+            return self.end_of_epoch(run.model, run.epoch, run.step, run.skip)
+        return None
+
+    def end_of_epoch(self, model, epoch: int, step: int, batches: int) -> dict | None:
+        """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation). A stop request
+        ends the evaluation at its next batch with a checkpoint at `step` (`batches` into `epoch`)."""
+        cfg = self.cfg
+        if not (cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files"):
+            return None
+        try:
+            result = self.evaluate(model)
+        except EvaluationStopped as stop:  # a signal is set: this checkpoints and raises TrainingStopped
+            self._stop_if_requested(step, epoch, batches, stop.signum,
+                                    during=f"the evaluation of epoch {epoch} (a resumed run evaluates it again)")
+        self.metrics.write({"event": "eval", "epoch": epoch, "step": step, **result})
+        if cfg.report_to:
+            self.accelerator.log(tracker_values(result, "eval"), step=step)
+        self.log(f"dev after epoch {epoch} (step {step}):\n{format_report(result)}")
+        return result
+
+    def finish(self, run: TrainingRun, step: int, last_eval: dict) -> None:
+        """The model directory, the end record (with each rank's peak memory when measured), shutdown."""
+        acc = self.accelerator
+        self.progress.mark("save")
+        self.checkpointer.wait()  # an asynchronous save still being written: complete, or its error, first
+        self.save_final(run.model)
+        end = {"event": "end", "step": step, "dev": last_eval or None}
+        if self.cfg.measure_memory:
+            import resource
+
+            from accelerate.utils import gather_object
+
+            # ru_maxrss is in KiB on Linux.
+            mine = {**run.memory, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+            mine.pop("step", None)
+            end["memory_per_rank"] = gather_object([mine])
+        self.metrics.write(end)
+        self.progress.mark("collective")
+        acc.wait_for_everyone()
+
+    def _check_finite(self, step: int, loss: float, grad_norm) -> None:
+        """Stop before anything is saved from a diverged model. The loss is reduced over ranks and the
+        norm is global, so every rank stops at the same step."""
+        if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
+            return
+        raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
+                              f"{self.checkpointer.last_good()}", EXIT_FAULT)
+
+    def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int, during: str = "") -> None:
+        """Checkpoint at `step` and stop (`during`: where, when not between optimizer steps)."""
+        if not signum:
+            return
+        path = self.checkpointer.save_now(step, epoch, batches)
+        name = signal.Signals(signum).name
+        # The record a script reads to tell "stopped and saved" from a crash (scripts/launch_slurm.sh).
+        self.metrics.write({"event": "stopped", "signal": name, "step": step, "checkpoint": str(path)})
+        where = f" during {during}" if during else ""
+        raise TrainingStopped(f"stopped by {name} at step {step}{where}: saved {path}; continue with --resume "
+                              "latest", EXIT_STOPPED)
+
+    def save_final(self, model) -> None:
+        acc = self.accelerator
+        self.progress.mark("save")
+        acc.wait_for_everyone()
+        state = self.strategy.full_state_dict(model)  # full fp32 weights on the main process, whatever the strategy
+        if self.is_main:
+            # model.tmp: save_model_dir's temporary name; a full disk removes it and ends in one line.
+            with removed_if_disk_full(self.out / "model.tmp", lambda: disk_full(self.out / "model")):
+                path = save_model_dir(self.out / "model", state, acc.unwrap_model(model).config, self.tokenizer,
+                                      self.qa_config())
+            self.log(f"model directory: {path}")
