@@ -146,11 +146,17 @@ def test_report_to_save_strategy_and_scheduler_names():
         load_config(None, ["--report_to", "tensorbored"])
     with pytest.raises(ValueError, match="save_strategy must be"):
         load_config(None, ["--save_strategy", "sometimes"])
-    epoch = load_config(None, ["--save_strategy", "epoch", "--save_steps", "2"])
-    assert not epoch.save_due(2, epoch_end=False) and epoch.save_due(3, epoch_end=True)
-    steps = load_config(None, ["--save_steps", "2"])
-    assert steps.save_due(2, epoch_end=False) and not steps.save_due(3, epoch_end=False)
-    assert not load_config(None, ["--save_strategy", "no", "--save_steps", "2"]).save_due(2, epoch_end=False)
+    from solution.checkpoints.checkpointer import SavePolicy
+
+    epoch = SavePolicy.from_config(load_config(None, ["--save_strategy", "epoch", "--save_steps", "2"]))
+    assert not epoch(2, epoch_end=False) and epoch(3, epoch_end=True)
+    steps = SavePolicy.from_config(load_config(None, ["--save_steps", "2"]))
+    assert steps(2, epoch_end=False) and not steps(3, epoch_end=False) and not steps(4, epoch_end=True)
+    assert not SavePolicy.from_config(load_config(None, ["--save_strategy", "no", "--save_steps", "2"]))(2, False)
+    probe = SavePolicy.from_config(load_config(None, ["--save_steps", "10", "--save_first_step", "true"]))
+    assert probe(1, epoch_end=False) and not probe(1, epoch_end=True) and not probe(2, epoch_end=False)
+    probe.first_step = 6  # a resumed start at step 5 probes after step 6
+    assert probe(6, epoch_end=False) and not probe(1, epoch_end=False) and probe(10, epoch_end=False)
     from transformers import SchedulerType
 
     assert set(config_module.LR_SCHEDULERS) <= {t.value for t in SchedulerType}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import MISSING
+from dataclasses import MISSING, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
@@ -39,11 +39,40 @@ from solution.checkpoints.state import (
 from solution.common.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
 from solution.common.json_types import json_type_ok
 
+
+@dataclass
+class SavePolicy:
+    """When a checkpoint is written: the one place that decides it. The checkpointer asks it after every
+    optimizer step, and the trainer asks the checkpointer (a step before a save needs its gradient norm).
+
+    strategy "steps": every `steps` optimizer steps; "epoch": after the step that closes an epoch; "no": never.
+    `first_step`: also after this step (save_first_step: the first step this start runs, a probe that a
+    save works before hours of training; the trainer sets it once it knows where the run starts)."""
+
+    strategy: str = "no"
+    steps: int = 0
+    first_step: Optional[int] = None
+
+    @classmethod
+    def from_config(cls, cfg) -> "SavePolicy":
+        """From the training config's save_strategy, save_steps and save_first_step (first step 1 until a
+        resume says otherwise)."""
+        return cls(cfg.save_strategy, cfg.save_steps, 1 if cfg.save_first_step else None)
+
+    def __call__(self, step: int, epoch_end: bool) -> bool:
+        """Whether a checkpoint is written after optimizer step `step` (epoch_end: the step closes an epoch)."""
+        if self.strategy == "epoch" and epoch_end:
+            return True
+        if epoch_end:
+            return False  # the epoch's question only: the loop asked about this step as a step just before
+        return (self.strategy == "steps" and self.steps > 0 and step % self.steps == 0) or step == self.first_step
+
+
 MIN_KEPT = 2  # pruning keeps at least this many: a checkpoint that fails its manifest needs one to fall back to
 
 
 class Checkpointer:
-    """Decides when to save (`save_due(step, epoch_end)`, the config's), writes checkpoint-N atomically,
+    """Decides when to save (`save_due(step, epoch_end)`: a `SavePolicy`, or any such function), writes checkpoint-N atomically,
     moves `latest`, prunes beyond `save_total_limit`, and loads a checkpoint back after checking it fits.
 
     `write_meta(tmp_dir)` adds what consolidation needs (model_meta/) on the main process."""

@@ -283,12 +283,6 @@ class TrainConfig:
         ratio = next(r for r in (self.warmup_steps, self.warmup_ratio, DEFAULT_WARMUP_RATIO) if r is not None)
         return int(ratio * num_total_steps)
 
-    def save_due(self, step: int, epoch_end: bool) -> bool:
-        """Whether a checkpoint is written after this optimizer step (epoch_end: the step closes an epoch)."""
-        if self.save_strategy == "epoch":
-            return epoch_end
-        return self.save_strategy == "steps" and self.save_steps > 0 and not epoch_end and step % self.save_steps == 0
-
     def tracker_config(self) -> dict:
         """Every setting by its plain name, as trackers store hyperparameters (scalars and strings only)."""
         flat = {}

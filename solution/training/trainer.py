@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from solution.answers.inference import collate, model_runner, predict_documents
-from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.checkpointer import Checkpointer, SavePolicy
 from solution.checkpoints.resume import ResumeTarget
 from solution.checkpoints.state import find_checkpoint
 from solution.common.fsutil import check_writable, disk_full_message, removed_if_disk_full
@@ -180,7 +180,6 @@ class Trainer:
         self._dev_gold = None  # loaded once, on the first evaluation
         self.checkpointer: Checkpointer | None = None  # set up with the scheduler, in setup()
         self.progress = Progress()  # the step and phase this rank is in, for the hang watchdog
-        self.first_step = 1  # the first optimizer step this start runs (save_first_step saves after it)
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -333,7 +332,7 @@ class Trainer:
         if warning := warmup_warning(cfg, total_steps):
             self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set))
-        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), self.save_due,
+        self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), SavePolicy.from_config(cfg),
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log,
                                          async_save=cfg.async_save, checkpoint_group=self.strategy.checkpoint_group,
                                          record=lambda entry: self.metrics.write(entry))
@@ -381,7 +380,8 @@ class Trainer:
         if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
             # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
             self.log("cpu memory: " + retain_freed_memory()[1])
-        self.first_step = run.step + 1
+        if self.cfg.save_first_step:
+            self.checkpointer.save_due.first_step = run.step + 1  # the first step this start runs
         with self.watchdog():
             last_eval = self.train_loop(run)
             self.finish(run, run.step, last_eval)
@@ -452,11 +452,6 @@ class Trainer:
                 return
             yield batch
 
-    def save_due(self, step: int, epoch_end: bool) -> bool:
-        """The config's save_due, and save_first_step's probe after the first step this start runs."""
-        return self.cfg.save_due(step, epoch_end) or (self.cfg.save_first_step and step == self.first_step
-                                                      and not epoch_end)
-
     def epoch_batches(self, run: TrainingRun, epoch: int, skip: int):
         """The loader for `epoch`, past its first `skip` batches (a resumed run's position)."""
         loader = self.accelerator.skip_first_batches(run.loader, skip) if skip else run.loader
@@ -495,7 +490,7 @@ class Trainer:
         before a save (a non-finite gradient with a finite loss must not reach a checkpoint). Between
         them a diverged model shows in the next step's loss, checked every step."""
         cfg = self.cfg
-        return step % cfg.logging_steps == 0 or step == total_steps or self.save_due(step, epoch_end)
+        return step % cfg.logging_steps == 0 or step == total_steps or self.checkpointer.save_due(step, epoch_end)
 
     def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
         """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
