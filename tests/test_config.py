@@ -332,3 +332,26 @@ def test_overrun_labels_need_overrun_scoring():
     with pytest.raises(ValueError, match="long_overrun_labels is true but long_overrun is false"):
         TrainConfig(window=WindowConfig(long_overrun_labels=True))
     TrainConfig(window=WindowConfig(long_overrun_labels=True), postprocess=PostprocessConfig(long_overrun=True))
+
+
+def test_set_key_value_and_key_value_are_one_parser_with_the_same_boolean_words():
+    """`--set KEY=VALUE` (as predict and evaluate take post-processing settings) is `--KEY VALUE`, and both
+    read true/false with the same words as post-processing's --set does."""
+    from solution.answers.postprocess import PostprocessConfig, apply_overrides
+    from solution.training.config import parse_command_line
+
+    for word, value in (("on", True), ("off", False), ("yes", True), ("0", False)):
+        _, dashes = parse_command_line(["--disable_tqdm", word], "train", "")
+        _, sets = parse_command_line(["--set", f"disable_tqdm={word}"], "train", "")
+        assert load_config(None, dashes).disable_tqdm is value
+        assert load_config(None, sets).disable_tqdm is value
+        assert apply_overrides(PostprocessConfig(), [f"top_level_only={word}"]).top_level_only is value
+    _, sets = parse_command_line(["--set", "learning_rate=0.5", "--set", "n_best_size=3"], "train", "")
+    cfg = load_config(None, sets)
+    assert cfg.learning_rate == 0.5 and cfg.postprocess.n_best_size == 3
+    with pytest.raises(ValueError, match="no_such_setting"):
+        parse_command_line(["--set", "no_such_setting=1"], "train", "")
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        parse_command_line(["--set", "learning_rate"], "train", "")
+    with pytest.raises(ValueError, match="given twice"):
+        parse_command_line(["--learning_rate", "1", "--set", "learning_rate=2"], "train", "")

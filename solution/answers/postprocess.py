@@ -63,11 +63,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from solution.common.values import coerce
 from solution.data.nq import containing_candidate
 from solution.windows.featurizer import ANSWER_TYPES
 
@@ -141,13 +143,13 @@ class PostprocessConfig:
             raise ValueError(f"score_space must be one of {', '.join(SCORE_SPACES)}, got {self.score_space!r}")
 
 
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def apply_overrides(cfg: PostprocessConfig, overrides) -> PostprocessConfig:
-    """A copy of `cfg` with each "key=value" applied, typed by the field (bool, int, float, str).
-    An unknown key or a value that does not parse is a ValueError naming the key."""
-    types = {f.name: f.type for f in dataclasses.fields(PostprocessConfig)}
+    """A copy of `cfg` with each "key=value" applied, typed by the field as training's command line types
+    its settings (`common.values.coerce`: the same words for true and false). An unknown key or a value
+    that does not parse is a ValueError naming the key."""
+    types = typing.get_type_hints(PostprocessConfig)
     changes = {}
     for item in overrides:
         key, sep, text = str(item).partition("=")
@@ -156,20 +158,11 @@ def apply_overrides(cfg: PostprocessConfig, overrides) -> PostprocessConfig:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         if key not in types:
             raise ValueError(f"--set {key}: unknown post-processing setting (known: {', '.join(sorted(types))})")
-        kind = types[key] if isinstance(types[key], str) else types[key].__name__
+        kind = getattr(types[key], "__name__", str(types[key]))
         try:
-            if kind == "bool":
-                if text.lower() not in _TRUE + _FALSE:
-                    raise ValueError("expected true or false")
-                value = text.lower() in _TRUE
-            elif kind == "int":
-                value = int(text)
-            elif kind == "float":
-                value = float(text)
-                if not math.isfinite(value):
-                    raise ValueError("must be a finite number")
-            else:
-                value = text
+            value = coerce(text, types[key])
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("must be a finite number")
         except ValueError as e:
             raise ValueError(f"--set {key}={text}: not a valid {kind} ({e})") from None
         changes[key] = value

@@ -37,7 +37,7 @@ from solution.checkpoints.state import (
     short_value,
 )
 from solution.common.fsutil import atomic_write_text, disk_full_message, publish_dir, removed_if_disk_full
-from solution.common.json_types import json_type_ok
+from solution.common.values import json_type_ok
 
 
 @dataclass

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable, Optional, get_type_hints
 
 from solution.checkpoints.layout import verify_manifest
-from solution.common.json_types import json_type_ok
 from solution.common.settings import read_settings_file
+from solution.common.values import json_type_ok
 
 CHECKPOINT_FORMAT = "nq-bert-qa-checkpoint/1"
 LATEST = "latest"  # output_dir/latest names the newest complete checkpoint; written last

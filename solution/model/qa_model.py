@@ -33,7 +33,7 @@ from torch import nn
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.common.fsutil import replace_dir
-from solution.common.json_types import json_type_ok
+from solution.common.values import json_type_ok
 from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
 
 QA_CONFIG_FILE = "qa_config.json"

@@ -31,6 +31,7 @@ import yaml
 from solution.answers.postprocess import PostprocessConfig
 from solution.common import cli
 from solution.common.settings import read_settings_file
+from solution.common.values import coerce
 from solution.windows.featurizer import WindowConfig
 from solution.windows.sampling import NegativeSampling
 
@@ -340,46 +341,12 @@ def _hints(cls) -> dict:
 
 
 def _coerce(value: Any, typ, name: str) -> Any:
-    """Convert a YAML or command-line value to the field's declared type."""
-    origin = typing.get_origin(typ)
-    if origin is typing.Union:  # Optional[X]
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
-            return None
-        return _coerce(value, args[0], name)
+    """Convert a YAML or command-line value to the field's declared type (`common.values.coerce`)."""
     try:
-        if typ is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
-                return value.lower() in ("true", "yes", "1")
-            raise ValueError
-        if typ is int:
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if typ is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if typ is str:
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise ValueError
-            return str(value)
-        if typ is list or origin is list:
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
-                raise ValueError
-            return [v.strip() for v in items if v.strip()]
-        if typ is dict or origin is dict:
-            value = yaml.safe_load(value) if isinstance(value, str) else value
-            if not isinstance(value, dict):
-                raise ValueError
-            return value
-    except (TypeError, ValueError, yaml.YAMLError):
+        return coerce(value, typ)
+    except (TypeError, ValueError):
         tname = getattr(typ, "__name__", str(typ))
         raise ValueError(f"config: {name} expects {tname}, got {value!r}") from None
-    return value
 
 
 def _field_owner(sections: Optional[dict] = None) -> dict:
@@ -577,6 +544,9 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
                                          "the options below override it")
     parser.add_argument("--resume", metavar="CHECKPOINT", help="continue from output_dir/checkpoint-N, `latest`, "
                         "or `auto` (latest if there is one, else start fresh)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="a setting as predict and evaluate take theirs: --set KEY=VALUE is --KEY VALUE "
+                             "(true/false as true, yes, 1, on or false, no, 0, off in both); repeatable")
     # The `deepspeed` launcher appends --local_rank=N; the rank is read from the environment instead.
     parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     _add_fields(parser, TrainConfig)
@@ -604,7 +574,16 @@ def parse_command_line(argv: list, prog: str, description: str) -> tuple:
     """(config file or None, overrides as `--name value` strings) from the training command line."""
     args, rest = build_parser(prog, description).parse_known_args(_attach_dash_values(argv))
     parse_overrides(rest)  # anything argparse did not know: an error naming it (with a close name)
-    given = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank")}
+    given = {k: v for k, v in vars(args).items() if k not in ("config", "resume", "local_rank", "set")}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"command line: --set {item!r}: expected KEY=VALUE")
+        key = key.strip().replace("-", "_")
+        parse_overrides([f"--{key}", value])  # an unknown key: the same error as --KEY VALUE's
+        if key in given:
+            raise ValueError(f"command line: {key} is given twice (--{key} and --set {key}=...)")
+        given[key] = value
     if args.resume:
         given["resume_from_checkpoint"] = args.resume
     overrides = [item for name, value in given.items() for item in (f"--{name}", value)]
