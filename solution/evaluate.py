@@ -187,12 +187,12 @@ def run_tune(args: argparse.Namespace) -> int:
 def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:
     """--tune --metric nq: the thresholds maximising the mean of the package's long and short F1."""
     from solution import nq_official
-    from solution.tuning import tune, write_thresholds
+    from solution.tuning import write_thresholds
 
     gold = nq_official.load_gold(args.gold)
     subset = [r for r in records if nq_official.nq_example_id(r["example_id"]) in gold.labels]
     before = nq_official.score_records(subset, gold, cfg)
-    best = tune(records, gold, cfg=cfg, metric="nq")
+    best = nq_official.tune(records, gold, cfg=cfg)
     after, tuned = best["result"], best["thresholds"]
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
 

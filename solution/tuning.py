@@ -24,8 +24,7 @@ re-scored with `metric.score` itself.
 `metric="mlebench"` maximises MLE-bench's score instead (`solution.mlebench`): the share of right
 rows, 1 - (FP + FN) / rows, against the first annotation (the caller's gold). That objective is
 linear in the counts, so the four separate thresholds are each chosen alone, and the joint pair
-by the same table. The result then also holds "mlebench_score". `metric="nq"` is NQ's official F1
-(`solution.nq_official.tune`, gold from `nq_official.load_gold`).
+by the same table. The result then also holds "mlebench_score".
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from solution.fsutil import atomic_write_text
 from solution.metric import parse_prediction, score
 from solution.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
 
-METRICS = ("kaggle", "mlebench", "nq")
+METRICS = ("kaggle", "mlebench")
 SCORE_FIELDS = ("example_id", "raw_long", "raw_short", "answer_type", "score", "short_score")
 TYPE_SCORE_FIELDS = ("yes_score", "no_score")  # needed by the separate-threshold search only
 
@@ -104,14 +103,11 @@ def _matched(records: list, gold: dict) -> list:
 
 
 def objective(result: dict, metric: str = "kaggle") -> float:
-    """The figure `tune` maximises, from a `metric.score` result: micro-F1, or MLE-bench's score (or NQ's mean
-    F1 from an `nq_official.score` result)."""
+    """The figure `tune` maximises, from a `metric.score` result: micro-F1, or MLE-bench's score."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
     if metric == "kaggle":
         return result["micro_f1"]
-    if metric == "nq":  # an `nq_official.score` result
-        return result["mean_f1"]
     rows = 2 * result["num_examples"]
     return mlebench.score_of(rows - result["fp"] - result["fn"], rows)
 
@@ -129,9 +125,6 @@ def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig 
     `thresholds` holds every tuned PostprocessConfig field: the four of them when `cfg.separate_thresholds`."""
     if metric not in METRICS:  # before any work
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    if metric == "nq":  # NQ's official F1 (the package decides what is right): `gold` is an nq_official.NQGold
-        from solution.nq_official import tune as tune_nq
-        return tune_nq(records, gold, cfg, max_grid)
     if cfg is not None and cfg.separate_thresholds:
         return tune_separate(records, gold, cfg, max_grid, metric)
     records = _matched(records, gold)

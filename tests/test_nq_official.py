@@ -272,3 +272,92 @@ def test_real_dev_lines_first_annotator_against_the_package(tmp_path):
     ours = nq_official.score_files(pred, dev)
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value, abs=1e-9), key
+
+
+# -- submission.predict --nq-predictions: the CSV's answers in NQ's format ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from test_model_dir import write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("model") / "model")
+
+
+def predict_both(model_dir, data, out_dir, *extra):
+    """submission.predict writing the CSV, the scores and the NQ JSON; (csv rows, scores, NQ entries by id)."""
+    from solution.metric import read_submission
+    from submission import predict
+
+    csv, scores, nq = out_dir / "sub.csv", out_dir / "scores.jsonl", out_dir / "nq.json"
+    code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(csv), "--scores-out",
+                         str(scores), "--nq-predictions", str(nq), "--quiet", *extra])
+    assert code == 0
+    entries = json.loads(nq.read_text())["predictions"]
+    return read_submission(csv), [json.loads(x) for x in scores.read_text().splitlines()], \
+        {e["example_id"]: e for e in entries}, nq
+
+
+def assert_same_answers(rows: dict, records: list, entries: dict, cfg):
+    """Every NQ entry holds its document's two CSV rows and the scores the thresholds compare."""
+    assert len(entries) == len(records) == len(rows) // 2
+    for r in records:
+        e = entries[int(r["example_id"])]
+        la, shorts = e["long_answer"], e["short_answers"]
+        long = f"{la['start_token']}:{la['end_token']}" if la["start_token"] >= 0 else ""
+        short = e["yes_no_answer"] if e["yes_no_answer"] != "NONE" else (
+            f"{shorts[0]['start_token']}:{shorts[0]['end_token']}" if shorts else "")
+        assert (long, short) == (rows[f"{r['example_id']}_long"], rows[f"{r['example_id']}_short"])
+        assert la["start_byte"] == la["end_byte"] == -1 and all(s["start_byte"] == -1 for s in shorts)
+        assert (e["long_answer_score"], e["short_answers_score"]) == nq_official.row_scores(r, cfg)
+
+
+def test_predict_writes_the_csv_answers_in_nq_format(model_dir, tmp_path, capsys):
+    from conftest import nq_line
+
+    from solution.postprocess import PostprocessConfig
+
+    # Thresholds below every score: the tiny random model's answers are written, not blanked.
+    sets = ["--set", "long_threshold=-1000", "--set", "short_threshold=-1000"]
+    gold = write_jsonl(tmp_path / "gold.jsonl", [nq_line(example_id=str(-5 - i), long=0, shorts=[(12, 14)])
+                                                 for i in range(4)])
+    rows, records, entries, nq = predict_both(model_dir, gold, tmp_path, *sets)
+    assert_same_answers(rows, records, entries, PostprocessConfig())
+    assert any(rows.values())
+    theirs = package_cli(gold, nq, tmp_path, "--long_non_null_threshold=1", "--short_non_null_threshold=1")
+    ours = nq_official.score_files(nq, gold)
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-9), key
+    capsys.readouterr()
+
+
+def test_predict_refuses_nq_predictions_over_its_input(model_dir, tmp_path, capsys):
+    from conftest import nq_line
+
+    from submission import predict
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id="1", annotations=False)])
+    text = data.read_text()
+    code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(tmp_path / "a.csv"),
+                         "--nq-predictions", str(data), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --nq-predictions {data} is the same file as --input") and \
+        err.count("\n") == 1, err
+    assert data.read_text() == text and not (tmp_path / "a.csv").exists()
+
+
+def test_real_dev_lines_predict_and_score_with_the_package(model_dir, tmp_path, capsys):
+    """The pipeline on real NQ: predict the ten five-way dev lines with --nq-predictions, then our evaluate
+    --metric nq and the package's own nq_eval on the same files agree."""
+    from solution.postprocess import PostprocessConfig
+
+    dev = real_nq("simplified-nq-dev-sample.jsonl")
+    rows, records, entries, nq = predict_both(model_dir, dev, tmp_path, "--set", "long_threshold=-1000")
+    assert_same_answers(rows, records, entries, PostprocessConfig())
+    theirs = package_cli(dev, nq, tmp_path)
+    capsys.readouterr()  # predict's own lines
+    assert evaluate.main(["--metric", "nq", "--nq-predictions", str(nq), "--gold", str(dev), "--json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["num_examples"] == 10 and ours["non_null_threshold"] == 2
+    for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-9), key
