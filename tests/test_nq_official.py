@@ -361,3 +361,32 @@ def test_real_dev_lines_predict_and_score_with_the_package(model_dir, tmp_path, 
     assert ours["num_examples"] == 10 and ours["non_null_threshold"] == 2
     for key, value in theirs.items():
         assert ours[key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_the_worked_example_of_docs_submission(tmp_path):
+    """docs/submission.md's example, three documents scored by the three metrics: Kaggle 1.0 (every
+    annotator, each short span alone), MLE-bench 5/6 (the first annotator, right blanks count), NQ long
+    F1 2/3 and short F1 0 (2 of 5 annotators make a gold answer, a short answer is a whole set)."""
+    from solution import metric, mlebench
+
+    doc = " ".join(f"w{i}" for i in range(100))
+    cands = [{"start_token": 10, "end_token": 30, "top_level": True}, {"start_token": 40, "end_token": 90, "top_level": True}]
+
+    def a(long=None, shorts=(), yes_no="NONE"):
+        la = {"start_token": -1, "end_token": -1, "candidate_index": -1} if long is None else \
+            {"start_token": long[0], "end_token": long[1], "candidate_index": int(long[0] == 40)}
+        return {"long_answer": la, "yes_no_answer": yes_no,
+                "short_answers": [{"start_token": s, "end_token": e} for s, e in shorts]}
+
+    anns = {11: [a((40, 90), [(45, 47)]), a((40, 90), [(45, 47), (50, 52)]), a((40, 90)), a(), a()],
+            22: [a((10, 30), yes_no="YES"), a(), a(), a(), a()], 33: [a()] * 5}
+    gold = write_jsonl(tmp_path / "gold.jsonl", [{"example_id": k, "question_text": "q", "document_text": doc,
+                                                  "long_answer_candidates": cands, "annotations": v}
+                                                 for k, v in anns.items()])
+    rows = {"11_long": "40:90", "11_short": "50:52", "22_long": "10:30", "22_short": "YES", "33_long": "", "33_short": ""}
+    kaggle = metric.score(rows, metric.load_gold(gold))
+    assert (kaggle["micro_f1"], kaggle["tp"], kaggle["fp"], kaggle["fn"]) == (1.0, 4, 0, 0)
+    assert mlebench.score_predictions(rows, mlebench.read_answers(gold))["score"] == pytest.approx(5 / 6)
+    nq = nq_official.score(nq_official.rows_labels(rows), nq_official.load_gold(gold))
+    assert (nq["long-answer-precision"], nq["long-answer-recall"], nq["short-answer-f1"]) == (0.5, 1.0, 0)
+    assert nq["long-answer-f1"] == pytest.approx(2 / 3)
