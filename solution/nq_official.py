@@ -407,7 +407,7 @@ def rows_labels(rows: dict) -> dict:
 
 
 def format_report(r: dict) -> str:
-    lines = [f"NQ official evaluation ({PACKAGE}'s nq_eval): {r['num_examples']} examples; gold: {r['gold_rule']}",
+    lines = [f"NQ official evaluation (nq_eval of the {PACKAGE} package): {r['num_examples']} examples; gold: {r['gold_rule']}",
              "answers as written (compute_final_f1):",
              f"{'':7} {'F1':>7} {'P':>7} {'R':>7}"]
     for kind in ("long", "short"):

@@ -43,7 +43,6 @@ from solution.inference import model_runner, submission_rows  # noqa: E402
 from solution.memory import cpu_native_bf16  # noqa: E402
 from solution.model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
-from solution.nq_official import PredictionsWriter  # noqa: E402
 from solution.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.windows import Featurizer, WindowConfig  # noqa: E402
 
@@ -203,7 +202,7 @@ def thresholds_note(tuned, overrides=()) -> str:
         return "thresholds: from --set"
     if not isinstance(tuned, dict):
         return ("thresholds: the defaults, never tuned (python -m solution.evaluate --tune ... "
-                "[--metric mlebench] tunes them)")
+                "[--metric mlebench|nq] tunes them)")
     metric = tuned.get("metric", "kaggle")  # tuned before the metric was recorded: only Kaggle's existed
     what = {"mlebench": "MLE-bench's grader", "nq": "NQ's official F1"}.get(metric, "Kaggle's micro-F1")
     return f"thresholds: tuned for {metric} ({what}) on {tuned.get('gold', '?')}, {tuned.get('documents', '?')} documents"
@@ -266,6 +265,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     for what, path in (("--scores-out", scores_out), ("--nq-predictions", nq_predictions)):
         if path:
             check_writable(path, what)
+    if nq_predictions:  # here, not at the top: the Kaggle kernel copies only the modules a submission needs
+        from solution.nq_official import PredictionsWriter
     groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
                                                  precision)
     post = apply_overrides(post, overrides)
