@@ -275,6 +275,10 @@ def _check_entry(entry, where: str, fail) -> None:
             v = s.get(key)
             if isinstance(v, bool) or not isinstance(v, int):
                 fail(f"{where}.{name}.{key}", f"expected an integer (-1: none), got {v!r}")
+        for unit in ("token", "byte"):  # what the package's Span refuses, named here
+            start, end = s[f"start_{unit}"], s[f"end_{unit}"]
+            if (start < 0) != (end < 0) or 0 <= end <= start:
+                fail(f"{where}.{name}", f"start_{unit} {start}, end_{unit} {end}: expected start < end, or both -1")
     for key in ("long_answer_score", "short_answers_score"):
         v = entry.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -282,6 +286,8 @@ def _check_entry(entry, where: str, fail) -> None:
     yes_no = entry.get("yes_no_answer", "NONE")
     if not isinstance(yes_no, str) or yes_no.lower() not in ("yes", "no", "none"):
         fail(f"{where}.yes_no_answer", f"expected YES, NO or NONE, got {yes_no!r}")
+    if yes_no.lower() != "none" and any(s["start_token"] >= 0 or s["start_byte"] >= 0 for s in entry.get("short_answers", [])):
+        fail(f"{where}.yes_no_answer", f"{yes_no} beside short answer spans (the package refuses both together)")
 
 
 def _list(entry: dict, key: str, where: str, fail) -> list:

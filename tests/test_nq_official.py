@@ -166,6 +166,12 @@ def test_evaluate_json_prints_the_package_names(tmp_path, capsys):
     ('{"predictions": [{"example_id": 5, "long_answer": {"start_token": 1, "end_token": 3}, "long_answer_score": 1, '
      '"short_answers_score": 0}]}', "field 'predictions[0].long_answer.start_byte'"),
     ('{"predictions": [{"example_id": 5, "long_answer_score": 1}]}', "field 'predictions[0].short_answers_score'"),
+    ('{"predictions": [{"example_id": 5, "long_answer": {"start_token": 4, "end_token": 4, "start_byte": -1, '
+     '"end_byte": -1}, "long_answer_score": 1, "short_answers_score": 0}]}',
+     "field 'predictions[0].long_answer': start_token 4, end_token 4: expected start < end"),
+    ('{"predictions": [{"example_id": 5, "short_answers": [{"start_token": 1, "end_token": 3, "start_byte": -1, '
+     '"end_byte": -1}], "yes_no_answer": "YES", "long_answer_score": 1, "short_answers_score": 0}]}',
+     "field 'predictions[0].yes_no_answer': YES beside short answer spans"),
     ('{"predictions": [{"example_id": 5, "long_answer_score": 1, "short_answers_score": NaN}]}',
      "field 'predictions[0].short_answers_score'"),
     ('{"predictions": [{"example_id": 5, "long_answer_score": 1, "short_answers_score": 0}]}',
