@@ -6,7 +6,7 @@
     python -m solution.evaluate --metric nq --nq-predictions predictions.json --gold simplified-nq-dev.jsonl [--json]
     python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
     python -m solution.evaluate --tune --scores dev-scores.jsonl --gold dev.jsonl --model runs/x/model \
-        [--set separate_thresholds=true] [--metric mlebench]
+        [--set separate_thresholds=true] [--metric mlebench|nq]
 
 `--metric kaggle` (the default) is the competition's micro-F1 (`solution.metric`);
 `--metric mlebench` is MLE-bench's grader (`solution.mlebench`): the share of right rows, right
