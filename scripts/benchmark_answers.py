@@ -22,8 +22,11 @@ retraining). A model's `train_seconds` counts both stages. Every variant is scor
    dev-tuned thresholds (`test_f1`), split long / short / YES / NO.
 
 Every F1 carries its 95% bootstrap interval over documents (`solution.scoring.intervals.f1_interval`;
-`dev_f1_ci` is that of the dev-tuned predictions), the number of documents, and MLE-bench's score
-of the same predictions (`solution.scoring.mlebench`: `dev_mlebench`, `test_mlebench`). A technique's
+`dev_f1_ci` is that of the dev-tuned predictions), the number of documents, MLE-bench's score
+of the same predictions (`solution.scoring.mlebench`: `dev_mlebench`, `test_mlebench`), and the NQ paper's units:
+the official long and short F1 of the same answers (`solution.scoring.nq_official`, the natural-questions
+package's F1 of the answers as written; five-way gold: an answer where 2 of 5 annotators gave one),
+each with its bootstrap interval (`dev_nq_long_f1`, `dev_nq_long_f1_ci`, `test_nq_short_f1`, ...). A technique's
 enabled row carries its paired difference against the same seed's baseline on the same documents
 (`intervals.paired_difference`: `test_f1_delta`, `dev_f1_delta` and their `_ci`).
 
@@ -31,6 +34,9 @@ Beside the techniques:
 
 * `lexical`: `solution.lexical` (no training), its two thresholds tuned on dev, applied to test;
   each baseline row carries `lexical_delta` (baseline minus lexical on the same test documents).
+* `first_paragraph`: the NQ paper's reference (Kwiatkowski et al. 2019: 27.8 long F1 on NQ dev): the
+  first top-level paragraph candidate (`<P>`) as the long answer, never a short answer; no model, no
+  thresholds.
 * `ensemble`: the baselines of the first two seeds averaged, and of three (a third seed trained for
   it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
@@ -79,7 +85,7 @@ TECHNIQUES = {
     "max_windows": ([], ["max_windows_per_document=0"]),
     "max_windows_4": ([], ["max_windows_per_document=4"]),
 }
-NO_TECHNIQUE = ("baseline", "lexical", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
+NO_TECHNIQUE = ("baseline", "lexical", "first_paragraph", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
 # --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
 # be measured; the rows are named apart, since their documents are not the other rows'.
@@ -156,15 +162,34 @@ def score_rows(predictions: dict, gold_path: str) -> dict:
     return score(predictions, gold) | yes_no_split(predictions, gold)
 
 
+@functools.lru_cache(maxsize=None)
+def nq_gold_of(path: str):
+    from solution.scoring.nq_official import load_gold
+    return load_gold(path)
+
+
+def nq_figures(split: str, predictions: dict, gold_path: str) -> dict:
+    """{SPLIT_nq_long_f1, SPLIT_nq_long_f1_ci, SPLIT_nq_short_f1, SPLIT_nq_short_f1_ci}: the package's F1 of the
+    rows as written, each with its bootstrap interval over documents."""
+    from solution.scoring import nq_official
+    from solution.scoring.intervals import f1_interval
+    gold = nq_gold_of(gold_path)
+    labels = nq_official.rows_labels(predictions)
+    official, counts = nq_official.score(labels, gold), nq_official.document_counts(labels, gold)
+    return {k: v for kind in ("long", "short") for k, v in (
+        (f"{split}_nq_{kind}_f1", official[f"{kind}-answer-f1"]), (f"{split}_nq_{kind}_f1_ci", f1_interval(counts[kind])["ci"]))}
+
+
 def figures(split: str, predictions: dict, gold_path: str) -> tuple:
-    """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench}, per-document (tp, fp, fn)) of one split."""
+    """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench, SPLIT_nq_...}, per-document (tp, fp, fn)) of one split."""
     from solution.scoring.intervals import f1_interval
     from solution.scoring.metric import document_counts
     from solution.scoring.mlebench import score_predictions
     counts = document_counts(predictions, gold_of(gold_path))
     iv = f1_interval(counts)
     return {f"{split}_f1_ci": iv["ci"], f"num_{split}_documents": iv["num_documents"],
-            f"{split}_mlebench": score_predictions(predictions, answers_of(gold_path))["score"]}, counts
+            f"{split}_mlebench": score_predictions(predictions, answers_of(gold_path))["score"],
+            **nq_figures(split, predictions, gold_path)}, counts
 
 
 def deltas(ref: dict, row: dict) -> dict:
@@ -319,6 +344,33 @@ def lexical_row(corpus: dict) -> dict:
            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": {"dev": dev_counts}}
     if corpus["test"]:
         test_rows = predictions_with(lexical_records(corpus["test"]), tuned)
+        test = score_rows(test_rows, corpus["test_gold"])
+        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
+    split = row.get("test") or dev
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+
+
+def first_paragraph_rows(path: str) -> dict:
+    """{row id: PredictionString} of the NQ paper's first-paragraph baseline: the first top-level candidate
+    that is a paragraph (`<P>`) as the long answer, blank where a page has none; every short row blank."""
+    from solution.data.nq import read_examples
+    rows = {}
+    for ex in read_examples(path):
+        first = next((c for c in ex.candidates if c.top_level and ex.tokens[c.start_token] == "<P>"), None)
+        rows[f"{ex.example_id}_long"], rows[f"{ex.example_id}_short"] = first.as_prediction() if first else "", ""
+    return rows
+
+
+def first_paragraph_row(corpus: dict) -> dict:
+    """The first-paragraph reference scored as every row is: no thresholds, so dev untuned is dev tuned."""
+    dev_rows = first_paragraph_rows(corpus["dev"])
+    dev = score_rows(dev_rows, corpus["dev"])
+    dev_figures, dev_counts = figures("dev", dev_rows, corpus["dev"])
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": dev["micro_f1"], **dev_figures, "dev_untuned": dev,
+           "thresholds": None, "test_f1": None, "_counts": {"dev": dev_counts}}
+    if corpus["test"]:
+        test_rows = first_paragraph_rows(corpus["test"])
         test = score_rows(test_rows, corpus["test_gold"])
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
@@ -484,11 +536,13 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
     `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results."""
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
+    first_paragraph = attempt({"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0},
+                              lambda: first_paragraph_row(corpus))
     baselines, per_technique, ensembles, curve = {}, {}, [], []
     names = techniques + ([YES_NO_TECHNIQUE[0]] if "thresholds" in techniques and corpus.get("yes_no") else [])
 
     def rows() -> list:
-        out_rows = [lexical]
+        out_rows = [lexical, first_paragraph]
         for seed in plan["seeds"]:
             out_rows += [baselines[seed]] if seed in baselines else []
             out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
@@ -540,12 +594,13 @@ def _on(r: dict) -> str:
 
 def table(rows: list, title: str) -> str:
     lines = [f"| technique ({title}) | on | seed | train/dev/test docs | dev F1 untuned | dev F1 tuned [95% CI] "
-             "| test F1 (dev-tuned) [95% CI] | test delta [95% CI] | MLE-bench test | long | short | YES | NO |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| test F1 (dev-tuned) [95% CI] | test delta [95% CI] | MLE-bench test | long | short | YES | NO "
+             "| NQ long F1 [95% CI] | NQ short F1 [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         head = f"| {r['technique']} | {_on(r)} | {r['seed']} "
         if "error" in r:
-            lines.append(head + f"| failed: {r['error'][:80]} ||||||||||")
+            lines.append(head + f"| failed: {r['error'][:80]} ||||||||||||")
             continue
         delta = _ci(r.get("test_f1_delta"), r.get("test_f1_delta_ci"), signed=True)
         if "test_f1_delta" not in r and "dev_f1_delta" in r:  # no test gold (real corpus): the dev-tuned delta
@@ -555,8 +610,17 @@ def table(rows: list, title: str) -> str:
         docs = "/".join(str(r.get(k, "-")) for k in ("num_train_documents", "num_dev_documents", "num_test_documents"))
         lines.append(head + f"| {docs} | {_f(r['dev_f1_untuned'])} | {_ci(r['dev_f1_tuned'], r['dev_f1_ci'])} "
                      f"| {_ci(r['test_f1'], r.get('test_f1_ci'))} | {delta} | {_f(r.get('test_mlebench'))} "
-                     f"| {_f(r['long_f1'])} | {_f(r['short_f1'])} | {_f(r['yes_f1'])} | {_f(r['no_f1'])} |")
+                     f"| {_f(r['long_f1'])} | {_f(r['short_f1'])} | {_f(r['yes_f1'])} | {_f(r['no_f1'])} "
+                     f"| {_nq(r, 'long')} | {_nq(r, 'short')} |")
     return "\n".join(lines)
+
+
+def _nq(r: dict, kind: str) -> str:
+    """The NQ official F1 of the test rows (dev where there is no test gold) with its interval."""
+    split = "test" if r.get(f"test_nq_{kind}_f1") is not None else "dev"
+    if r.get(f"{split}_nq_{kind}_f1") is None:  # a row of a record written before these figures
+        return "-"
+    return _ci(r[f"{split}_nq_{kind}_f1"], r.get(f"{split}_nq_{kind}_f1_ci")) + (" (dev)" if split == "dev" else "")
 
 
 def _key(rows: list) -> str:

@@ -58,7 +58,7 @@ CODE = ["solution/__init__.py",
         "solution/data/__init__.py", "solution/data/nq.py", "solution/data/words.py",
         "solution/windows/__init__.py", "solution/windows/featurizer.py",
         "solution/answers/__init__.py", "solution/answers/postprocess.py", "solution/answers/inference.py",
-        "solution/answers/ensemble.py",
+        "solution/answers/ensemble.py", "solution/answers/nq_format.py",
         "solution/model/__init__.py", "solution/model/qa_model.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")

@@ -3,13 +3,17 @@
     python -m solution.evaluate --submission submission.csv --gold simplified-nq-dev.jsonl
     python -m solution.evaluate --submission submission.csv --gold dev.jsonl.gz --json
     python -m solution.evaluate --submission submission.csv --gold test-gold.jsonl --metric mlebench --json
+    python -m solution.evaluate --metric nq --nq-predictions predictions.json --gold simplified-nq-dev.jsonl [--json]
     python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
     python -m solution.evaluate --tune --scores dev-scores.jsonl --gold dev.jsonl --model runs/x/model \
-        [--set separate_thresholds=true] [--metric mlebench]
+        [--set separate_thresholds=true] [--metric mlebench|nq]
 
 `--metric kaggle` (the default) is the competition's micro-F1 (`solution.scoring.metric`);
 `--metric mlebench` is MLE-bench's grader (`solution.scoring.mlebench`): the share of right rows, right
-blanks included, against the first annotation only. `--tune` maximises the one chosen.
+blanks included, against the first annotation only; `--metric nq` is Natural Questions' official
+evaluation (`solution.scoring.nq_official`: Google's `natural-questions` package computes every figure) of a
+predictions JSON (`submission.predict --nq-predictions`). `--tune` maximises the one chosen (for nq: the
+mean of the package's long and short F1 of the answers as written).
 
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
 file) print `error: <message>` on stderr and exit with status 2. `--validate`
@@ -27,7 +31,7 @@ from pathlib import Path
 from solution.scoring.metric import format_report, load_gold, read_submission, score
 
 EXIT_USER_ERROR = 2
-METRICS = ("kaggle", "mlebench")
+METRICS = ("kaggle", "mlebench", "nq")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,11 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "gold example; PredictionString is blank, start:end, YES or NO")
     parser.add_argument("--gold", metavar="JSONL",
                         help="gold simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
+    parser.add_argument("--nq-predictions", metavar="JSON",
+                        help="--metric nq: predictions in NQ's JSON format (submission.predict --nq-predictions)")
     parser.add_argument("--metric", choices=METRICS, default="kaggle",
                         help="kaggle (default): the competition's micro-F1 over every annotation; mlebench: "
                              "MLE-bench's grade.py, the share of right rows (right blanks count) against the "
-                             "first annotation, with its refusals; --json gives it as 'score'. With --tune: "
-                             "the metric the thresholds maximise")
+                             "first annotation, with its refusals; --json gives it as 'score'; nq: NQ's official "
+                             "nq_eval (the natural-questions package) on --nq-predictions, five-way gold: an answer "
+                             "where >= 2 of 5 annotators gave one, one-annotation gold: that annotation; --json "
+                             "prints the package's own metric names. With --tune: the metric the thresholds "
+                             "maximise (nq: the mean of long-answer-f1 and short-answer-f1)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (micro_f1, precision, recall, tp, fp, fn, long, short, "
                              "num_examples) instead of the table")
@@ -74,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_score(args: argparse.Namespace) -> int:
     """The default mode: read, score, print the report (or one JSON object)."""
+    if args.metric == "nq":
+        from solution.scoring import nq_official
+
+        result = nq_official.score_files(args.nq_predictions, args.gold)
+        print(json.dumps(result) if args.json else nq_official.format_report(result))
+        return 0
     if args.metric == "mlebench":
         from solution.scoring import mlebench
 
@@ -137,6 +152,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
     cfg = tune_config(args)  # first: a bad --set needs no files read
     records = read_scores(args.scores)
+    if args.metric == "nq":
+        return run_tune_nq(args, cfg, records)
     # MLE-bench grades against the first annotation only; Kaggle against every annotation.
     gold = load_gold(args.gold, first_annotation_only=args.metric == "mlebench")
     subset = {r["example_id"]: gold[r["example_id"]] for r in records if r["example_id"] in gold}
@@ -167,6 +184,37 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:
+    """--tune --metric nq: the thresholds maximising the mean of the package's long and short F1."""
+    from solution.scoring import nq_official
+    from solution.scoring.tuning import write_thresholds
+
+    gold = nq_official.load_gold(args.gold)
+    subset = [r for r in records if nq_official.nq_example_id(r["example_id"]) in gold.labels]
+    before = nq_official.score_records(subset, gold, cfg)
+    best = nq_official.tune(records, gold, cfg=cfg)
+    after, tuned = best["result"], best["thresholds"]
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+
+    def text(r: dict) -> str:
+        return f"NQ mean F1 {r['mean_f1']:.4f} (long {r['long-answer-f1']:.4f}, short {r['short-answer-f1']:.4f})"
+
+    say(f"thresholds before: {_thresholds_text({k: getattr(cfg, k) for k in tuned})}: {text(before)}")
+    say(f"tuned for nq: {_thresholds_text(tuned)}: {text(after)} on {after['num_examples']} documents "
+        f"(gold: {gold.rule})")
+    if args.model:
+        others = {k: getattr(cfg, k) for k in (o.partition("=")[0].strip() for o in args.overrides)}
+        others.update({k: v for k, v in tuned.items() if k not in ("long_threshold", "short_threshold")})
+        tuned_on = {"metric": "nq", "gold": str(args.gold), "documents": after["num_examples"],
+                    "nq_mean_f1_before": before["mean_f1"], "nq_mean_f1_after": after["mean_f1"]}
+        path = write_thresholds(args.model, best["long_threshold"], best["short_threshold"], tuned_on, others)
+        say(f"written to {path} (tuned for nq)")
+    if args.json:
+        print(json.dumps({"metric": "nq", "before": before, "after": after, "long_threshold": best["long_threshold"],
+                          "short_threshold": best["short_threshold"], "thresholds": tuned}))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -175,6 +223,9 @@ def main(argv=None) -> int:
         mode, ok, need = run_validate, bool(args.test), "--validate needs --test TEST_JSONL"
     elif args.tune:
         mode, ok, need = run_tune, bool(args.scores and args.gold), "--tune needs --scores JSONL and --gold JSONL"
+    elif args.metric == "nq":
+        mode, ok, need = run_score, bool(args.nq_predictions and args.gold), \
+            "--metric nq needs --nq-predictions JSON and --gold JSONL"
     else:
         mode, ok = run_score, bool(args.submission and args.gold)
         need = "scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)"

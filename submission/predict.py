@@ -2,6 +2,7 @@
 
     python -m submission.predict --model runs/demo/model --input simplified-nq-test.jsonl --output submission.csv
     python -m submission.predict --model runs/a/model --model runs/b/model [--weights 2,1] --input ... --output ...
+    python -m submission.predict --model runs/demo/model --input dev.jsonl --output dev.csv --nq-predictions dev-nq.json
 
 Runs where a Kaggle code-competition notebook runs: internet off, no extra
 packages. It imports torch, transformers, numpy and the project's own
@@ -10,7 +11,7 @@ deepspeed, and never the network (HF_HUB_OFFLINE is set before transformers
 loads). Everything it needs (weights, tokenizer, window and post-processing
 settings) comes from the model directory.
 
-The CSV and the scores file are written under temporary names and renamed
+The CSV, the scores file and the NQ predictions JSON are written under temporary names and renamed
 when whole; an error, SIGTERM or Ctrl-C removes them (exit status 128 + the
 signal) and leaves what the real names held. An output that is the input, a
 model file or the other output is refused before anything runs.
@@ -37,7 +38,7 @@ import torch  # noqa: E402
 
 from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
 from solution.answers.inference import model_runner, submission_rows  # noqa: E402
-from solution.answers.postprocess import PostprocessConfig, apply_overrides, score_record  # noqa: E402
+from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
 from solution.common.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
 from solution.common.precision import resolve_precision  # noqa: E402
@@ -73,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scores-out", default=None, metavar="JSONL",
                    help="also write each document's answers before the thresholds and its scores "
                         "(for python -m solution.evaluate --tune)")
+    p.add_argument("--nq-predictions", default=None, metavar="JSON",
+                   help="also write the same answers in Natural Questions' predictions format (token spans, "
+                        "byte offsets -1, each row with the score its threshold compares), for python -m "
+                        "solution.evaluate --metric nq or the natural-questions package's nq_eval")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one post-processing setting of the model directory for this run (repeatable), "
                         "e.g. --set top_level_only=true --set n_best_size=3")
@@ -180,9 +185,9 @@ def thresholds_note(tuned, overrides=()) -> str:
         return "thresholds: from --set"
     if not isinstance(tuned, dict):
         return ("thresholds: the defaults, never tuned (python -m solution.evaluate --tune ... "
-                "[--metric mlebench] tunes them)")
+                "[--metric mlebench|nq] tunes them)")
     metric = tuned.get("metric", "kaggle")  # tuned before the metric was recorded: only Kaggle's existed
-    what = "MLE-bench's grader" if metric == "mlebench" else "Kaggle's micro-F1"
+    what = {"mlebench": "MLE-bench's grader", "nq": "NQ's official F1"}.get(metric, "Kaggle's micro-F1")
     return f"thresholds: tuned for {metric} ({what}) on {tuned.get('gold', '?')}, {tuned.get('documents', '?')} documents"
 
 
@@ -228,18 +233,23 @@ def _blank_rows_for_skipped(stats: ReadStats, written: set, writer, failed: list
 
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
-                 scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=()) -> dict:
+                 scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=(),
+                 nq_predictions: Optional[str] = None) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed.
 
     `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights); `overrides`:
-    post-processing settings for this run (--set KEY=VALUE), over the first weighted model's."""
+    post-processing settings for this run (--set KEY=VALUE), over the first weighted model's; `nq_predictions`:
+    also the same rows in NQ's predictions JSON (`nq_official.PredictionsWriter`)."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     precision = resolve_precision(precision, device)
-    check_paths_apart([("--output", output_path), ("--scores-out", scores_out)],
+    check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
                       [("--input", input_path), *_model_files(model_dirs)])
     check_writable(output_path, "--output")  # before the models load, not after every document is scored
-    if scores_out:
-        check_writable(scores_out, "--scores-out")
+    for what, path in (("--scores-out", scores_out), ("--nq-predictions", nq_predictions)):
+        if path:
+            check_writable(path, what)
+    if nq_predictions:  # here, not at the top: the Kaggle kernel copies only the modules a submission needs
+        from solution.answers.nq_format import PredictionsWriter
     groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
                                                  precision)
     post = apply_overrides(post, overrides)
@@ -252,7 +262,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     # Both files go to temporary names and are renamed only when whole: never half a submission
     # under the real name, and a full disk or an error removes the temporary files.
     with bar, atomic_output(output_path, "w", newline="") as f, \
-            (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores:
+            (atomic_output(scores_out, "w") if scores_out else contextlib.nullcontext()) as scores, \
+            (PredictionsWriter(nq_predictions, post) if nq_predictions else contextlib.nullcontext()) as nq:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
         try:
@@ -262,6 +273,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
                 written.add(pred.example_id)
                 if scores:
                     scores.write(json.dumps(score_record(pred)) + "\n")
+                if nq:  # the same answers as the CSV's rows, in NQ's format
+                    nq.write(pred)
                 if pred.error:
                     if on_error == "raise":
                         raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
@@ -275,6 +288,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
             fatal = str(e)
         blank, unrecoverable = _blank_rows_for_skipped(stats, written, writer, failed)
         rows += blank
+        for item in failed:
+            if nq and "line" in item:  # a skipped line's blank rows: blank in NQ's format too
+                nq.write(blank_prediction(item["example_id"]))
         f.flush()  # a full disk shows here, before the scores file is renamed
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
@@ -296,7 +312,7 @@ def main(argv=None) -> int:
         with stop_on_signals():
             result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                                   args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
-                                  args.overrides)
+                                  args.overrides, args.nq_predictions)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -306,6 +322,8 @@ def main(argv=None) -> int:
     print(f"wrote {args.output}: {result['rows']} rows for {result['rows'] // 2} "
           f"documents ({result['windows']} windows run{_through(result['models'])}, {result['precision']}) "
           f"in {result['seconds']:.1f}s")
+    if args.nq_predictions:
+        print(f"wrote {args.nq_predictions}: the same answers in NQ's predictions format")
     print(result["thresholds"])
     problems = 0
     if result["skipped"]:

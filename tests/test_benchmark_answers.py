@@ -42,6 +42,30 @@ def test_yes_no_split(tmp_path):
     assert split["yes"]["micro_f1"] == 2 / (2 + 2 + 1)
 
 
+def five_way(**kw):
+    obj = nq_line(**kw)
+    obj["annotations"] = obj["annotations"] * 5
+    return obj
+
+
+def test_first_paragraph_row_in_the_nq_papers_units(tmp_path):
+    """The NQ paper's baseline: the first top-level <P> as the long answer, no short answer; its official
+    long F1 here is 2 x 1 right / (3 predicted + 2 gold), counted by hand: the package's figure."""
+    pytest.importorskip("natural_questions")
+    gold = write_jsonl(tmp_path / "dev.jsonl", [five_way(example_id="1", long=0, shorts=[(12, 14)]),
+                                                five_way(example_id="2", long=4), five_way(example_id="3")])
+    rows = bench.first_paragraph_rows(str(gold))
+    assert rows == {"1_long": "6:18", "1_short": "", "2_long": "6:18", "2_short": "", "3_long": "6:18", "3_short": ""}
+    row = bench.first_paragraph_row({"dev": str(gold), "test": None})
+    assert row["dev_nq_long_f1"] == pytest.approx(2 * 1 / (3 + 2)) and row["dev_nq_short_f1"] == 0
+    assert row["dev_nq_long_f1_ci"][0] <= row["dev_nq_long_f1"] <= row["dev_nq_long_f1_ci"][1]
+    assert row["dev_f1_tuned"] == row["dev_f1_untuned"] == pytest.approx(2 * 1 / (2 * 1 + 2 + 1))  # Kaggle: 1 TP, 2 FP, 1 FN
+    line = bench.table([{"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0} | row],
+                       "check").splitlines()[-1]
+    assert line.endswith(f"| {row['dev_nq_long_f1']:.3f} [{row['dev_nq_long_f1_ci'][0]:.3f}, "
+                         f"{row['dev_nq_long_f1_ci'][1]:.3f}] (dev) | 0.000 [0.000, 0.000] (dev) |"), line
+
+
 def f1(counts):
     tp, fp, fn = np.sum(counts, axis=0)
     return 2 * tp / (2 * tp + fp + fn)
@@ -129,6 +153,10 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
         _check_intervals(x, 9 if x["technique"] == "thresholds_yes_no" else 6)
     lexical = next(x for x in rows if x["technique"] == "lexical")
     assert lexical["num_train_documents"] == 0
+    assert next(x for x in rows if x["technique"] == "first_paragraph")["thresholds"] is None
+    for x in rows:  # the NQ paper's units: official long and short F1, each inside its interval
+        for key in ("dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1"):
+            assert x[f"{key}_ci"][0] <= x[key] <= x[f"{key}_ci"][1], (x["technique"], key)
     base = next(x for x in rows if x["technique"] == "baseline" and x["seed"] == 0)
     assert _close(base["lexical_delta"], base["test_f1"] - lexical["test_f1"])
     assert base["lexical_delta_ci"][0] <= base["lexical_delta"] <= base["lexical_delta_ci"][1]
