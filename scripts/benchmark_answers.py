@@ -270,13 +270,14 @@ def cached_run(base, cache: dict, batch: dict) -> tuple:
 RUNNERS = CachedRunner()
 
 
-def predict(models: list, cfg, path: str, out_csv: Path) -> tuple:
+def predict(models: list, cfg, path: str, out_csv: Path, window_sets: list = ()) -> tuple:
     """(document predictions, {row id: PredictionString}, windows run) of one model, or of several
-    averaged (equal weights); the rows are also written as a submission CSV."""
+    averaged (equal weights), with `window_sets` (--set items of the window settings) over the first
+    model's window settings; the rows are also written as a submission CSV."""
     import csv
 
     from solution.answers.ensemble import weighted_runner
-    from solution.answers.inference import predict_documents, submission_rows
+    from solution.answers.inference import predict_documents, submission_rows, with_overrides
     from solution.data.nq import read_examples
     from solution.windows.featurizer import Featurizer, WindowConfig
 
@@ -287,8 +288,8 @@ def predict(models: list, cfg, path: str, out_csv: Path) -> tuple:
         num_windows[0] += len(batch["input_ids"])
         return averaged(batch)
 
-    featurizer = Featurizer(loaded[0][1], WindowConfig(**loaded[0][2]["window"]))
-    preds = list(predict_documents(counted, featurizer, read_examples(path), cfg))
+    window, _ = with_overrides(WindowConfig(**loaded[0][2]["window"]), cfg, window_sets)
+    preds = list(predict_documents(counted, Featurizer(loaded[0][1], window), read_examples(path), cfg))
     rows = dict(submission_rows(preds))
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
@@ -302,13 +303,17 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     model's post-processing settings, with `sets` over them, as `submission.predict` does)."""
     from dataclasses import replace
 
-    from solution.answers.postprocess import PostprocessConfig, apply_overrides, score_record
+    from solution.answers.inference import WINDOW_OVERRIDES, with_overrides
+    from solution.answers.postprocess import PostprocessConfig, score_record
     from solution.scoring.metric import read_submission
     from solution.scoring.tuning import predictions_with, tune
+    from solution.windows.featurizer import WindowConfig
 
     d.mkdir(parents=True, exist_ok=True)
-    cfg = apply_overrides(PostprocessConfig(**RUNNERS.get(models[0])[2]["postprocess"]), sets)
-    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv")
+    meta = RUNNERS.get(models[0])[2]
+    _, cfg = with_overrides(WindowConfig(**meta["window"]), PostprocessConfig(**meta["postprocess"]), sets)
+    window_sets = [s for s in sets if s.partition("=")[0] in WINDOW_OVERRIDES]
+    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
     dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
     records = [score_record(p) for p in dev_preds]
     best = tune(records, gold_of(corpus["dev"]), cfg=cfg)
@@ -319,7 +324,7 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
            "dev_untuned": dev, "thresholds": best["thresholds"], "num_dev_windows": dev_windows, "test_f1": None,
            "_counts": {"dev": dev_counts}}
     if corpus["test"]:
-        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv")
+        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
         test = score_rows(read_submission(d / "test.csv"), corpus["test_gold"])
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test, "num_test_windows": test_windows}

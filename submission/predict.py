@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.answers.inference import model_runner, submission_rows  # noqa: E402
+from solution.answers.inference import model_runner, submission_rows, with_overrides  # noqa: E402
 from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
 from solution.common.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
@@ -252,7 +252,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         from solution.answers.nq_format import PredictionsWriter
     groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
                                                  precision)
-    post = apply_overrides(post, overrides)
+    for group in groups:  # which windows run is a window setting, so --set may change it per group
+        group.featurizer.config, post_of_group = with_overrides(group.featurizer.config, post, overrides)
+    post = post_of_group if groups else apply_overrides(post, overrides)
     stats = ReadStats()
     t0 = time.perf_counter()
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
@@ -308,7 +310,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        apply_overrides(PostprocessConfig(), args.overrides)  # a bad --set fails before the model loads
+        with_overrides(WindowConfig(), PostprocessConfig(), args.overrides)  # a bad --set fails before the models load
         with stop_on_signals():
             result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                                   args.precision, args.on_error, args.quiet, args.scores_out, args.weights,

@@ -355,3 +355,21 @@ def test_set_key_value_and_key_value_are_one_parser_with_the_same_boolean_words(
         parse_command_line(["--set", "learning_rate"], "train", "")
     with pytest.raises(ValueError, match="given twice"):
         parse_command_line(["--learning_rate", "1", "--set", "learning_rate=2"], "train", "")
+
+
+def test_the_first_pass_is_a_window_setting_and_its_old_place_still_loads(tmp_path):
+    """`max_windows_per_document` decides which windows the model runs: a window setting, which training's
+    dev evaluation and prediction read alike. A config that gives it under postprocess, as configs did
+    before, still loads, the value moved to window."""
+    old = tmp_path / "old.yaml"
+    old.write_text("postprocess:\n  max_windows_per_document: 8\n  long_overrun: true\n")
+    cfg = load_config(str(old))
+    assert cfg.window.max_windows_per_document == 8 and cfg.postprocess.long_overrun
+    assert not hasattr(cfg.postprocess, "max_windows_per_document")
+    assert load_config(None, ["--max_windows_per_document", "4"]).window.max_windows_per_document == 4
+    both = tmp_path / "both.yaml"
+    both.write_text("postprocess:\n  max_windows_per_document: 8\nwindow:\n  max_windows_per_document: 4\n")
+    with pytest.raises(ValueError, match="max_windows_per_document"):
+        load_config(str(both))
+    for name in ("demo", "nq-profile"):
+        assert load_config(str(ROOT / f"configs/train/{name}.yaml")).window.max_windows_per_document > 0

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -85,20 +86,20 @@ def test_max_windows_per_document_keeps_the_windows_sharing_the_question_words(t
     from solution.answers.inference import select_windows
 
     ann = ex.tokens.index("Ann")
-    kept = select_windows(ex, windows, PostprocessConfig(max_windows_per_document=1))
+    kept = select_windows(ex, windows, PostprocessConfig(), replace(WINDOW, max_windows_per_document=1))
     assert len(kept) == 1 and ann in set(kept[0].nq_token_index.tolist())  # the window holding the answer
     assert windows.index(kept[0]) > 0  # not simply the first
-    kept = select_windows(ex, windows, PostprocessConfig(max_windows_per_document=3))
+    kept = select_windows(ex, windows, PostprocessConfig(), replace(WINDOW, max_windows_per_document=3))
     assert [windows.index(w) for w in kept] == sorted(windows.index(w) for w in kept)  # document order
-    assert select_windows(ex, windows, PostprocessConfig(max_windows_per_document=0)) == \
-        select_windows(ex, windows, PostprocessConfig())  # 0: no limit
+    assert select_windows(ex, windows, PostprocessConfig(), replace(WINDOW, max_windows_per_document=0)) == \
+        select_windows(ex, windows, PostprocessConfig(), WINDOW)  # 0: no limit
     # Through the prediction stream: the model sees two windows, and still finds the answer.
     seen: list = []
-    cfg = PostprocessConfig(max_windows_per_document=1)
-    [pred] = list(predict_documents(fake_model(tokenizer, seen), featurizer, [ex], cfg, batch_size=16))
+    capped = Featurizer(tokenizer, replace(WINDOW, max_windows_per_document=1))
+    [pred] = list(predict_documents(fake_model(tokenizer, seen), capped, [ex], PostprocessConfig(), batch_size=16))
     assert sum(seen) == 1 and pred.short == f"{ann}:{ann + 2}"
     with pytest.raises(ValueError, match="max_windows_per_document must be >= 0"):
-        PostprocessConfig(max_windows_per_document=-1)
+        replace(WINDOW, max_windows_per_document=-1)
 
 
 def test_a_document_without_candidates_is_blank_without_running_the_model(tokenizer):
@@ -210,3 +211,13 @@ def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig
                                             "not written (what it held before is kept)"), err
     assert sorted(p.name for p in out.iterdir()) == ["submission.csv"]
     assert (out / "submission.csv").read_text() == "the previous submission\n"
+
+
+def test_set_sends_the_first_pass_to_the_window_settings_and_the_rest_to_post_processing():
+    from solution.answers.inference import with_overrides
+
+    window, post = with_overrides(WINDOW, PostprocessConfig(), ["max_windows_per_document=4", "n_best_size=3"])
+    assert window.max_windows_per_document == 4 and post.n_best_size == 3
+    assert (window.max_seq_length, window.doc_stride) == (WINDOW.max_seq_length, WINDOW.doc_stride)
+    with pytest.raises(ValueError, match="unknown post-processing setting"):
+        with_overrides(WINDOW, PostprocessConfig(), ["max_seq_length=64"])  # how windows are cut: never at predict

@@ -260,7 +260,7 @@ def test_max_windows_per_document_caps_the_projected_windows(model_dir, test_fil
     capped = tmp_path / "capped"
     shutil.copytree(model_dir, capped)
     qa = json.loads((capped / "qa_config.json").read_text())
-    qa["postprocess"]["max_windows_per_document"] = 1
+    qa["window"]["max_windows_per_document"] = 1
     (capped / "qa_config.json").write_text(json.dumps(qa))
     full = project([model_dir], test_file, 1000)
     one = project([capped], test_file, 1000)

@@ -341,3 +341,20 @@ def test_a_format_2_directory_written_before_the_overrun_settings_loads_with_the
                                                o["postprocess"].pop("long_overrun")))
     _, _, meta = qa_model.load_model_dir(d)
     assert meta["window"]["long_overrun_labels"] is False and meta["postprocess"]["long_overrun"] is False
+
+
+def test_a_directory_with_the_first_pass_under_postprocess_loads_it_as_a_window_setting(good_dir, tmp_path):
+    """Before `max_windows_per_document` became a window setting, directories held it under postprocess."""
+    d = tmp_path / "model"
+    shutil.copytree(good_dir, d)
+    edit_json(d / "qa_config.json", lambda o: (o["window"].pop("max_windows_per_document"),
+                                               o["postprocess"].__setitem__("max_windows_per_document", 3)))
+    _, _, meta = qa_model.load_model_dir(d)
+    assert meta["window"]["max_windows_per_document"] == 3 and "max_windows_per_document" not in meta["postprocess"]
+    edit_json(d / "qa_config.json", lambda o: o["window"].__setitem__("max_windows_per_document", 3))
+    with pytest.raises(ValueError, match="under both postprocess and window"):
+        qa_model.load_model_dir(d)
+    edit_json(d / "qa_config.json", lambda o: (o["window"].pop("max_windows_per_document"),
+                                               o["postprocess"].pop("max_windows_per_document")))
+    _, _, meta = qa_model.load_model_dir(d)  # a format-2 directory written before the setting: every window
+    assert meta["window"]["max_windows_per_document"] == 0

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -371,7 +371,7 @@ def test_top_window_keep_keeps_the_windows_inference_runs_on(tmp_path, tokenizer
                                                           question="what is the capital river of vemoria")])
     truth = all_windows(path, tokenizer)["7"]
     example = next(read_examples(str(path)))
-    picked = select_windows(example, truth, PostprocessConfig(max_windows_per_document=2))
+    picked = select_windows(example, truth, PostprocessConfig(), replace(WINDOW, max_windows_per_document=2))
     expected = sorted(("7", w.window_index) for w in picked)
     assert len(expected) == 2 and expected != sorted(("7", w.window_index) for w in truth[:2])
     ds, s = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(NEVER, top_window_keep=2),

@@ -16,9 +16,15 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 import torch
 
-from solution.answers.postprocess import DocumentPrediction, PostprocessConfig, blank_prediction, postprocess_document
+from solution.answers.postprocess import (
+    DocumentPrediction,
+    PostprocessConfig,
+    apply_overrides,
+    blank_prediction,
+    postprocess_document,
+)
 from solution.data.nq import Example, candidate_array
-from solution.windows.featurizer import Featurizer, top_windows, windows_with_candidates
+from solution.windows.featurizer import Featurizer, WindowConfig, top_windows, windows_with_candidates
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
@@ -119,7 +125,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
 
     for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True):
         if not isinstance(ws, Exception):
-            ws = select_windows(ex, ws, cfg)
+            ws = select_windows(ex, ws, cfg, featurizer.config)
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
@@ -127,13 +133,26 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         yield from flush()
 
 
-def select_windows(example: Example, windows: list, cfg: PostprocessConfig) -> list:
+WINDOW_OVERRIDES = ("max_windows_per_document",)
+"""Window settings a prediction may change with --set: which windows run, never how they are cut (the
+model was trained on that)."""
+
+
+def with_overrides(window: WindowConfig, post: PostprocessConfig, overrides) -> tuple:
+    """(window, post) with each --set KEY=VALUE applied: `WINDOW_OVERRIDES` to the window settings, every
+    other key to post-processing's (`postprocess.apply_overrides`, which names an unknown key)."""
+    mine = [o for o in overrides if str(o).partition("=")[0].strip() in WINDOW_OVERRIDES]
+    return apply_overrides(window, mine), apply_overrides(post, [o for o in overrides if o not in mine])
+
+
+def select_windows(example: Example, windows: list, cfg: PostprocessConfig, window: WindowConfig) -> list:
     """The windows of a document that the model runs on, in document order: those holding a candidate
-    (`skip_windows_without_candidates`), then at most `max_windows_per_document` of them."""
+    (`skip_windows_without_candidates`), then at most the window settings' `max_windows_per_document`."""
     if cfg.skip_windows_without_candidates:
         windows = windows_with_candidates(example, windows)
-    if cfg.max_windows_per_document and len(windows) > cfg.max_windows_per_document:
-        windows = top_windows(example, windows, cfg.max_windows_per_document)
+    cap = window.max_windows_per_document
+    if cap and len(windows) > cap:
+        windows = top_windows(example, windows, cap)
     return windows
 
 

@@ -94,10 +94,6 @@ class PostprocessConfig:
     """Do not run the model on windows that hold no token of any long-answer candidate: they cannot
     give a long answer, and NQ's short answers lie inside long ones. Real NQ pages have many (39% of
     the 192-token windows of the real dev sample); the synthetic corpus has none."""
-    max_windows_per_document: int = 0
-    """Run the model on at most this many windows of a document (0: all of them), those sharing the
-    most of the question's content words (`inference.select_windows`): a cheap first pass that keeps
-    an ensemble inside a kernel's time limit (the 21st place kept each page's top paragraphs)."""
     top_level_only: bool = False
     """Score only top-level candidates as long answers (BERT-joint's skip_nested_contexts; 1st/7th place)."""
     subtract_type_null: bool = False
@@ -135,8 +131,6 @@ class PostprocessConfig:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.max_answer_length < 1:
             raise ValueError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
-        if self.max_windows_per_document < 0:
-            raise ValueError(f"max_windows_per_document must be >= 0 (0: every window), got {self.max_windows_per_document}")
         if self.n_best_size < 1:
             raise ValueError(f"n_best_size must be >= 1, got {self.n_best_size}")
         if self.score_space not in SCORE_SPACES:
@@ -145,11 +139,13 @@ class PostprocessConfig:
 
 
 
-def apply_overrides(cfg: PostprocessConfig, overrides) -> PostprocessConfig:
-    """A copy of `cfg` with each "key=value" applied, typed by the field as training's command line types
-    its settings (`common.values.coerce`: the same words for true and false). An unknown key or a value
-    that does not parse is a ValueError naming the key."""
-    types = typing.get_type_hints(PostprocessConfig)
+def apply_overrides(cfg, overrides):
+    """A copy of `cfg` (post-processing's settings, or the window settings a prediction may change) with
+    each "key=value" applied, typed by the field as training's command line types its settings
+    (`common.values.coerce`: the same words for true and false). An unknown key or a value that does not
+    parse is a ValueError naming the key."""
+    what = "post-processing" if isinstance(cfg, PostprocessConfig) else "window"
+    types = typing.get_type_hints(type(cfg))
     changes = {}
     for item in overrides:
         key, sep, text = str(item).partition("=")
@@ -157,7 +153,7 @@ def apply_overrides(cfg: PostprocessConfig, overrides) -> PostprocessConfig:
         if not sep or not key:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         if key not in types:
-            raise ValueError(f"--set {key}: unknown post-processing setting (known: {', '.join(sorted(types))})")
+            raise ValueError(f"--set {key}: unknown {what} setting (known: {', '.join(sorted(types))})")
         kind = getattr(types[key], "__name__", str(types[key]))
         try:
             value = coerce(text, types[key])

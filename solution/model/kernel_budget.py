@@ -107,8 +107,9 @@ def measure_windows(models: list, pages, limit: int) -> dict:
         key = group_key(m)
         if key in out:
             continue
-        featurizer = Featurizer(read_tokenizer(m.model_dir), WindowConfig(**m.window))
-        counts = [len(select_windows(ex, ws, post))
+        window = WindowConfig(**m.window)
+        featurizer = Featurizer(read_tokenizer(m.model_dir), window)
+        counts = [len(select_windows(ex, ws, post, window))
                   for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True)
                   if not isinstance(ws, Exception)]
         out[key] = sum(counts) / max(len(counts), 1)
@@ -144,7 +145,7 @@ def project(model_dirs: list, pages=None, num_documents: int = DEFAULT_DOCUMENTS
         per_model.append(row)
     return {"models": per_model, "measured": bool(pages), "pages": str(pages) if pages else None,
             "num_documents": num_documents, "hours": hours, "limit_hours": GPU_LIMIT_HOURS,
-            "max_windows_per_document": models[0].postprocess.get("max_windows_per_document", 0)}
+            "max_windows_per_document": models[0].window.get("max_windows_per_document", 0)}
 
 
 def format_projection(p: dict) -> str:
@@ -164,6 +165,6 @@ def format_projection(p: dict) -> str:
         lines.append(f"  all models on a {card}: {fp32:.2f} h in FP32 as this kernel runs ({verdict} the "
                      f"{p['limit_hours']:g} h GPU limit); {fp16:.2f} h with an FP16 path")
     if any(p["hours"][c]["fp32"] > p["limit_hours"] for c in CARDS):
-        lines.append("  to fit: fewer windows a document (--set max_windows_per_document=N at tuning and "
-                     "prediction, or in the model's qa_config.json), fewer or smaller models")
+        lines.append("  to fit: fewer windows a document (--set max_windows_per_document=N at prediction, or "
+                     "window.max_windows_per_document in the model's qa_config.json), fewer or smaller models")
     return "\n".join(lines)

@@ -55,7 +55,7 @@ FORMAT_1_VALUES = {
 # Settings added to format 2 after directories of it were written: such a directory lacks them and
 # gets the value that keeps its behaviour. Any other missing field of a format-2 file is an error.
 FORMAT_2_ADDED = {
-    "window": {"long_overrun_labels": False},
+    "window": {"long_overrun_labels": False, "max_windows_per_document": 0},
     "postprocess": {"long_overrun": False},
 }
 
@@ -320,9 +320,21 @@ def read_qa_config(path) -> dict:
     size = meta.get("tokenizer_size")
     if "tokenizer_size" in meta and not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
         raise ValueError(f"{path}: 'tokenizer_size' must be a positive integer, got {size!r}")
+    _move_first_pass(path, meta)
     for section, cls in QA_CONFIG_SECTIONS.items():
         meta[section] = _check_section(path, section, meta[section], cls, old_format=fmt != MODEL_DIR_FORMAT)
     return meta
+
+
+def _move_first_pass(path: Path, meta: dict) -> None:
+    """Directories written before `max_windows_per_document` became a window setting hold it under
+    postprocess: moved to window in memory (the file is never rewritten)."""
+    post, window = meta.get("postprocess"), meta.get("window")
+    if isinstance(post, dict) and isinstance(window, dict) and "max_windows_per_document" in post:
+        if "max_windows_per_document" in window:
+            raise ValueError(f"{path}: max_windows_per_document is given under both postprocess and window")
+        meta["postprocess"] = {k: v for k, v in post.items() if k != "max_windows_per_document"}
+        meta["window"] = {**window, "max_windows_per_document": post["max_windows_per_document"]}
 
 
 def _unreadable(path, e: Exception) -> ValueError:

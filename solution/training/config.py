@@ -379,8 +379,29 @@ def _twice(key: str, section: str, source: str) -> ValueError:
                       f"give it once")
 
 
+# Settings that moved to another section: (old section, key) -> new section. A config written before the
+# move still loads, the value going where the setting lives now.
+MOVED_KEYS = {("postprocess", "max_windows_per_document"): "window"}
+
+
+def _moved_keys(values: dict) -> dict:
+    """`values` with every setting of MOVED_KEYS taken out of its old section into its new one (a value
+    given in both places is refused by build_config as given twice)."""
+    values = dict(values)
+    for (old, key), new in MOVED_KEYS.items():
+        if isinstance(values.get(old), dict) and key in values[old]:
+            moved = values[old][key]
+            values[old] = {k: v for k, v in values[old].items() if k != key}
+            section = dict(values[new]) if isinstance(values.get(new), dict) else {}
+            if key in section or key in values:
+                raise _twice(key, new, "config")
+            values[new] = {**section, key: moved}
+    return values
+
+
 def build_config(values: dict, source: str = "config") -> TrainConfig:
     """A TrainConfig from a flat or sectioned dict, every value type-checked."""
+    values = _moved_keys(values)
     owners = _field_owner()
     top: dict = {}
     sections: dict = {s: {} for s in SECTIONS}

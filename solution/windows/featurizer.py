@@ -74,8 +74,16 @@ class WindowConfig:
     where it starts, from its first piece to the window's last document piece; otherwise it cannot be
     labelled at all (a paragraph longer than a window). Post-processing must score candidates the same
     way (`postprocess.long_overrun`)."""
+    max_windows_per_document: int = 0
+    """Run the model on at most this many windows of a document (0: all of them), those sharing the
+    most of the question's content words (`top_windows`): a cheap first pass that keeps an ensemble
+    inside a kernel's time limit (the 21st place kept each page's top paragraphs). Read by inference
+    and by training's dev evaluation alike; not by featurisation (training's windows are chosen by
+    `sampling`: set `top_window_keep` to the same N to train on the windows inference will run)."""
 
     def __post_init__(self):
+        if self.max_windows_per_document < 0:
+            raise ValueError(f"max_windows_per_document must be >= 0 (0: every window), got {self.max_windows_per_document}")
         if self.max_question_length < 1:
             raise ValueError(f"max_question_length must be >= 1, got {self.max_question_length}")
         capacity = self.max_seq_length - self.max_question_length - 3
