@@ -326,7 +326,9 @@ def test_corpus_stats_on_hand_built_lines(tmp_path):
                        "gold_top_level_share": 0.5, "gold_long_answers": 2,
                        # what the techniques need: the first line's gold is a nested list item
                        "annotated_documents": 2, "no_answer_documents": 0, "yes_no_documents": 0,
-                       "nested_gold_documents": 1, "short_answer_documents": 0}
+                       "nested_gold_documents": 1, "short_answer_documents": 0,
+                       # "who wrote the book": neither gold answer holds "wrote" or "book"
+                       "question_coverage_mean": 0.0, "question_coverage_none_share": 1.0, "coverage_documents": 2}
 
 
 def test_technique_needs_are_counted_per_document(tmp_path):
@@ -398,3 +400,78 @@ def test_corpus_stats_cli(tmp_path, capsys):
     assert corpus_stats.main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "bad.jsonl:2" in err
+
+
+# --- how much a question's words say where its answer is ------------------------------------------------
+
+def _overlap_lines(tmp_path):
+    """Five documents of one page titled Vemoria: coverage 1, 1/2 and 0, and two that do not count."""
+    doc = ("Vemoria - wikipedia <H1> Vemoria </H1> <P> Vemoria was founded by Ann Oss . </P> "
+           "<P> The state began in 1100 . </P> <P> Ann Oss ruled long . </P>")  # candidates: 0, 1, 2 (paragraphs)
+    five_way = nq_line("5", question="who started vemoria", document=doc, long=2)  # first annotation: null
+    five_way["annotations"] = nq_line(document=doc)["annotations"] + five_way["annotations"] + \
+        nq_line(document=doc, long=0)["annotations"]  # the third (founded) would say 1; the first non-null says 0
+    return write_jsonl(tmp_path / "overlap.jsonl", [
+        nq_line("1", question="who founded the republic of Vemoria", document=doc, long=0),  # {founde, republ}: 1/2
+        nq_line("2", question="when was the state of vemoria established", document=doc, long=1),  # {state, establ}: 1/2
+        nq_line("3", question="who was the founder", document=doc, long=0),  # {founde} ("founded", 6 letters): 1
+        nq_line("4", question="who founded vemoria", document=doc),  # no gold long answer: left out
+        nq_line("6", question="what is vemoria", document=doc, long=0),  # no content word but the title's: left out
+        five_way])  # {starte}: 0
+
+
+def test_question_coverage_of_the_gold_long_answer(tmp_path):
+    exs = list(read_examples(_overlap_lines(tmp_path)))
+    assert [corpus_stats.question_coverage(ex) for ex in exs] == [0.5, 0.5, 1.0, None, None, 0.0]
+    figures = corpus_stats.corpus_figures([tmp_path / "overlap.jsonl"])
+    assert {k: figures[k] for k in ("question_coverage_mean", "question_coverage_none_share", "coverage_documents")} \
+        == {"question_coverage_mean": 0.5, "question_coverage_none_share": 0.25, "coverage_documents": 4}
+    assert "first_pass_recall_at_8" not in figures  # the first pass needs a tokenizer: --first-pass
+    assert corpus_stats.main([str(tmp_path / "overlap.jsonl")]) == 0
+
+
+def test_first_pass_recall_counts_the_windows_the_first_pass_keeps(tmp_path):
+    """Windows cut by hand (one piece a word): the gold paragraph's window ranks below an earlier window
+    sharing as many question words, so the first pass reaches it at 2 windows, not at 1."""
+    import numpy as np
+
+    from solution.windows import DocumentEncoding, Window
+
+    doc_text = ("T - wikipedia <H1> T </H1> <P> a b founded c d </P> <P> e f g h i </P> "
+                "<P> j founded k l m </P> <P> n o p q r </P>")
+    ex = next(read_examples(write_jsonl(tmp_path / "fp.jsonl", [
+        nq_line("1", question="who founded x", document=doc_text, long=2)])))
+    text = np.array([i for i, t in enumerate(ex.tokens) if not is_html_token(t)], dtype=np.int32)
+    doc = DocumentEncoding(np.zeros(len(text), dtype=np.int32), text)  # pieces 0-3 title, 4-8, 9-13, 14-18, 19-23
+
+    def windows(width, starts):
+        out = []
+        for k, s in enumerate(starts):
+            e = min(s + width, len(text))
+            nq_idx = np.concatenate([[-1, -1], text[s:e], [-1]]).astype(np.int32)  # [CLS] q [SEP] pieces [SEP]
+            types = np.array([0, 0] + [1] * (e - s + 1), dtype=np.int8)
+            out.append(Window("1", k, np.zeros(len(nq_idx), np.int32), types, nq_idx, doc_start=s))
+        return out
+
+    # The paragraphs' windows: {founded, x} shares 1/2, 0, 1/2, 0; a tie goes to the earlier window.
+    assert corpus_stats.first_pass_hits(ex, doc, windows(5, (4, 9, 14, 19)), ns=(1, 2)) == {1: False, 2: True}
+    # Windows of 3 pieces hold no paragraph whole: a window holding the gold's first piece (14) counts. "founded"
+    # is piece 6 (windows starting at 4 and 6) and piece 15 (the window starting at 14, which holds piece 14).
+    hits = corpus_stats.first_pass_hits(ex, doc, windows(3, range(0, 24, 2)), ns=(1, 2, 3))
+    assert hits == {1: False, 2: False, 3: True}
+
+
+def test_corpus_stats_first_pass_flag_uses_the_default_tokenizer(tmp_path, capsys):
+    path = _overlap_lines(tmp_path)
+    assert corpus_stats.main([str(path), "--json", "--first-pass"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    # One window a page: every gold long answer among the windows kept.
+    assert {k: figures[k] for k in ("first_pass_recall_at_4", "first_pass_recall_at_8", "first_pass_recall_at_16",
+                                    "first_pass_documents")} == {"first_pass_recall_at_4": 1.0,
+                                                                 "first_pass_recall_at_8": 1.0,
+                                                                 "first_pass_recall_at_16": 1.0,
+                                                                 "first_pass_documents": 4}
+    assert corpus_stats.main([str(path), "--first-pass"]) == 0
+    out = capsys.readouterr().out
+    assert "| share of gold long answers holding none of the question's content words | 0.25 |" in out
+    assert "| first pass recall: a window holding the gold long answer among the 8 kept | 1.00 |" in out
