@@ -180,6 +180,13 @@ def nq_corpus(tmp_path_factory):
     return _write(tmp_path_factory.mktemp("synth-nq"), profile="nq", num_train=300, num_dev=20, num_test=20)
 
 
+@pytest.fixture(scope="module")
+def lexical_corpus(tmp_path_factory):
+    """The same sizes of the nq-lexical profile (the nq profile before its questions needed reading)."""
+    return _write(tmp_path_factory.mktemp("synth-nq-lexical"), profile="nq-lexical", num_train=300, num_dev=20,
+                  num_test=20)
+
+
 def _assert_close(figures: dict, target: dict) -> None:
     for key, _, kind in corpus_stats.ROWS:
         got, want = figures[key], target[key]
@@ -236,11 +243,11 @@ def test_nq_profile_answers_mix_and_five_way_gold(nq_corpus):
     assert 1 <= nested <= 20  # a few gold long answers are nested candidates, most are top-level
 
 
-def test_nq_questions_words_also_appear_in_distractor_passages(nq_corpus):
+def test_nq_lexical_questions_words_also_appear_in_distractor_passages(lexical_corpus):
     # An attribute question's words ("capital") appear outside the gold passage too, stated about the
     # neighbour: keyword matching alone finds two passages, only the entity's name tells them apart.
     outside = questions = 0
-    for ex in read_examples(nq_corpus["train"]):
+    for ex in read_examples(lexical_corpus["train"]):
         ann = ex.annotations[0]
         if ex.answer_type != "SHORT":
             continue
@@ -276,9 +283,10 @@ def test_nq_profile_does_not_depend_on_the_hash_seed(tmp_path):
 
 
 def test_cli_profile_flag(tmp_path, capsys):
-    synth.main(["--out", str(tmp_path), "--profile", "nq", "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
-    assert "profile nq" in capsys.readouterr().out
-    assert min(len(ex.tokens) for ex in read_examples(tmp_path / "simplified-nq-train.jsonl")) >= 1000
+    for profile in ("nq", "nq-lexical"):
+        synth.main(["--out", str(tmp_path), "--profile", profile, "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
+        assert f"profile {profile}," in capsys.readouterr().out
+        assert min(len(ex.tokens) for ex in read_examples(tmp_path / "simplified-nq-train.jsonl")) >= 1000
     with pytest.raises(SystemExit) as exc:
         synth.main(["--out", str(tmp_path), "--profile", "hard"])
     assert exc.value.code == 2
@@ -306,6 +314,116 @@ def test_answer_types_keep_only_those_types_in_the_mix_own_shares(tmp_path, caps
             synth.main(["--out", str(tmp_path / "x"), "--answer-types", bad])
         assert exc.value.code == 2
     assert "--answer-types: answer types must be some of NONE, SHORT, LONG, YES, NO" in capsys.readouterr().err
+
+
+# --- nq-lexical: the nq profile before its questions needed reading, kept byte for byte -----------------------
+
+# sha256 of the files `write_corpus(out, seed=0, num_train=20, num_dev=5, num_test=5, profile=...)` wrote with
+# `--profile nq` before the profile's questions were rephrased; `--profile nq-lexical` writes them now.
+NQ_LEXICAL_SHA256 = {
+    "train": "c50f3c43749dac63930dbcc5a7b846be600d88c6db304482e983b51cbdba207f",
+    "dev": "625dc5ae66f45652a6218e19738530661b93a245c00db08d38005a47aad0a89c",
+    "test": "bf6d3542ab5a65fa5554caad63e64bd408e6aa37ea4edce1c355d0892a2cacd8",
+    "test-gold": "c8726a9e424c2c8a93bca9a25b330d7be07bf1a4f8db3833de905e63e0901c10",
+}
+# The same with `answer_types=["YES", "NO"]`, seed 3, 2 training and 3 dev and test documents.
+NQ_LEXICAL_YES_NO_SHA256 = {
+    "train": "33280234c9e43b774265baf7f3e8503891064114c20ba99fa31ebc16089dfd3f",
+    "dev": "b1efc69a6033ea4861cd699c0b82d4aefbd14ff145d756819f7ce996d087f2a0",
+    "test": "36d721ac49556207ad0f9b3cfd23e07dcc8140f13f3fd4fc6cfa392740f33168",
+    "test-gold": "dcfedf02908ef2ef1458451c8f848f12520f6277ff2ac80d2938faf5e1dd5f88",
+}
+
+
+def test_nq_lexical_writes_the_old_nq_profile_byte_for_byte(tmp_path):
+    import hashlib
+
+    for out, kw, pinned in ((tmp_path / "all", {}, NQ_LEXICAL_SHA256),
+                            (tmp_path / "yn", dict(seed=3, num_train=2, num_dev=3, num_test=3, answer_types=["YES", "NO"]),
+                             NQ_LEXICAL_YES_NO_SHA256)):
+        files = _write(out, profile="nq-lexical", **kw)
+        assert {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in FILES} == pinned
+
+
+# --- the nq profile: questions that need reading ---------------------------------------------------------
+
+# The real training sample's overlap figures (`python -m solution.corpus_stats` on the 49 lines, 37 gold long answers).
+REAL_OVERLAP = {"question_coverage_mean": 0.4518, "question_coverage_none_share": 0.2703}
+
+
+@pytest.fixture(scope="module")
+def reading_corpus(tmp_path_factory):
+    """An nq-profile corpus with dev and test large enough to measure their overlap (~10 s)."""
+    return _write(tmp_path_factory.mktemp("synth-reading"), profile="nq", num_train=300, num_dev=150, num_test=150)
+
+
+def test_nq_profile_overlap_is_the_real_samples(reading_corpus, lexical_corpus):
+    """The gold long answer holds about as much of its question as on real NQ lines, in every split; the
+    nq-lexical pages hold nearly all of it (the measure that showed word matching was enough there)."""
+    for name in ("train", "dev", "test-gold"):
+        figures = corpus_stats.corpus_figures([reading_corpus[name]])
+        for key, want in REAL_OVERLAP.items():
+            assert abs(figures[key] - want) <= 0.1, (name, key, figures[key], want)
+    lexical = corpus_stats.corpus_figures([lexical_corpus["train"]])
+    assert lexical["question_coverage_mean"] > 0.8 and lexical["question_coverage_none_share"] < 0.02
+
+
+def test_nq_profile_real_overlap_figures(reading_corpus):
+    real = corpus_stats.corpus_figures([real_nq("simplified-nq-train-sample.jsonl")])
+    assert {k: real[k] for k in REAL_OVERLAP} == REAL_OVERLAP
+
+
+def _form_pattern(template: str):
+    """A question template as a regular expression: each slot any words."""
+    import re
+
+    parts = re.split(r"\{[a-z]\}", template)
+    return re.compile(".+".join(re.escape(p) for p in parts))
+
+
+HELD_OUT_QUESTIONS = (synth.ASK_NOUN_HELD + synth.ASK_YES_NO_HELD + synth.ASK_TOPIC_HELD
+                      + tuple(f for a in synth.READING_ATTRIBUTES.values() for f in a[4]))
+
+
+def test_held_out_question_forms_are_asked_in_dev_and_test_never_in_training(reading_corpus):
+    patterns = [_form_pattern(t) for t in HELD_OUT_QUESTIONS]
+
+    def held(question):
+        return any(p.fullmatch(question) for p in patterns)
+
+    train = [ex.question_text for ex in read_examples(reading_corpus["train"])]
+    assert not [q for q in train if held(q)]
+    for name in ("dev", "test"):
+        questions = [o["question_text"] for o in _objs(reading_corpus[name])]
+        share = sum(map(held, questions)) / len(questions)
+        assert 0.3 <= share <= 0.7, (name, share)  # about NQ_HELD_OUT_QUESTIONS of them, the rest as training asks
+
+
+def test_held_out_statement_forms_appear_in_dev_and_test_never_in_training(reading_corpus):
+    import re
+
+    # SAY_NOUN_HELD and OPEN_TOPIC_HELD: "{V} serves as the {N} of {E} .", "In {E} , the {N} ..." (no filler
+    # sentence opens "In <words> , the").
+    assert synth.SAY_NOUN_HELD == ("{V} serves as the {N} of {E} .", "In {E} , the {N} is {V} .")
+    assert all(t.startswith("In {E} , the {N} ") for t in synth.OPEN_TOPIC_HELD)
+    form = re.compile(r" serves as the |(?:\.|<P>|<Li>) In [^.,<>]{1,40} , the ")
+
+    def count(path):
+        return sum(bool(form.search(o["document_text"])) for o in _objs(path))
+
+    assert count(reading_corpus["train"]) == 0
+    assert count(reading_corpus["dev"]) > 5 and count(reading_corpus["test"]) > 5
+
+
+def test_nq_profile_asks_in_many_forms_and_names_the_subject_in_several_ways(reading_corpus):
+    exs = list(read_examples(reading_corpus["train"]))
+    questions = [ex.question_text for ex in exs]
+    named = sum(ex.tokens[0].lower() in q.split() for ex, q in zip(exs, questions))
+    assert 0.4 < named / len(exs) < 0.8  # the rest: "the republic", "the frv", "the kingdom on the ... sea", ...
+    assert sum(" sea" in q for q in questions) > 5 and sum(q.split()[0] in ("who", "what", "which", "when", "how",
+                                                                           "where") for q in questions) > 100
+    yes_no = [ex.question_text for ex in exs if ex.answer_type in ("YES", "NO")]
+    assert len({q.split()[0] for q in yes_no}) >= 2 or len(yes_no) < 3
 
 
 # --- the statistics command on hand-built lines with known figures --------------------------------------
