@@ -15,13 +15,18 @@ opening `The climate of Vemoria ...`; a no-answer question asks for an
 attribute or topic the document never states, while it states others in the
 same sentence shapes. Long answers are always top-level candidates.
 
-That is `--profile easy`, the default. `--profile nq` (`make_nq_example`,
+That is `--profile easy`, the default. `--profile nq-lexical` (`make_nq_example`,
 below) writes pages shaped like real NQ: thousands of words, long plain-text
 runs outside every candidate, lists and tables nested two or three deep, long
 paragraphs, a few nested gold long answers, and the neighbour's facts in the
-question's words. `python -m solution.corpus_stats` measures either.
+question's words. `--profile nq` (`make_nq_reading_example`) writes the same
+pages with questions that need reading: facts stated and asked in several
+forms, synonyms, other word orders, the subject under other names, so that a
+quarter of the gold long answers share no content word with their question, as
+on real NQ; dev and test also ask in forms training never shows.
+`python -m solution.corpus_stats` measures any of them.
 
-    python -m solution.synth --out data/synth [--profile easy|nq] [--seed 0] [--num-train 1000] ...
+    python -m solution.synth --out data/synth [--profile easy|nq|nq-lexical] [--seed 0] [--num-train 1000] ...
 """
 
 from __future__ import annotations
@@ -470,11 +475,12 @@ def make_example(rng: random.Random, answer_type: str, min_words: int, max_words
 
 
 # ---------------------------------------------------------------------------------------------
-# The `nq` profile: pages shaped like real NQ, to measure the answer techniques on (`python -m solution.corpus_stats`
-# measures both). Long pages whose navigation, infobox-side and reference text sits outside every
-# candidate; tables and lists nested two or three deep; long paragraphs; a few gold long answers
-# that are the nested Li/Tr holding the fact; and the neighbour's facts stated in the same words, so
-# a question's words find two passages and only reading which country each is about answers it.
+# The `nq-lexical` profile (the `nq` profile's first form): pages shaped like real NQ, to measure the
+# answer techniques on (`python -m solution.corpus_stats` measures both). Long pages whose navigation,
+# infobox-side and reference text sits outside every candidate; tables and lists nested two or three
+# deep; long paragraphs; a few gold long answers that are the nested Li/Tr holding the fact; and the
+# neighbour's facts stated in the same words, so a question's words find two passages and only the
+# country's name tells them apart. The `nq` profile (below) builds the same pages.
 
 NQ_MEDIAN_WORDS = 4000  # real sample: median 4,587 non-HTML words, 90th percentile 13,939
 # Log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma), sigma 0.87); page assembly narrows it.
