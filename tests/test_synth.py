@@ -399,6 +399,24 @@ def test_held_out_question_forms_are_asked_in_dev_and_test_never_in_training(rea
         assert 0.3 <= share <= 0.7, (name, share)  # about NQ_HELD_OUT_QUESTIONS of them, the rest as training asks
 
 
+def test_held_out_question_forms_recombine_words_training_shows():
+    """A held-out form is a new frame or word order over the vocabulary of training's forms, noun phrases and
+    statements (a small model has to be able to read it), not new words: at most 1 in 10 of its words is new."""
+    import re
+
+    from solution.sampling import content_words
+
+    def words(templates):
+        return {w[:6] for t in templates for w in content_words(re.sub(r"\{[a-zA-Z]\}", " ", t))}
+
+    attributes, topics = synth.READING_ATTRIBUTES.values(), synth.READING_TOPICS.values()
+    seen = words(synth.ASK_NOUN + synth.ASK_YES_NO + synth.ASK_TOPIC + synth.SAY_NOUN + synth.OPEN_TOPIC
+                 + tuple(f for a in attributes for f in a[1] + a[2] + a[3])
+                 + tuple(f for t in topics for f in t[0] + t[1:]))
+    held = words(HELD_OUT_QUESTIONS)
+    assert len(held - seen) <= 0.1 * len(held), sorted(held - seen)
+
+
 def test_held_out_statement_forms_appear_in_dev_and_test_never_in_training(reading_corpus):
     import re
 
