@@ -872,6 +872,7 @@ NQ_FACT_HEADING = 0.5  # share of the page's facts given a section of their own,
 
 
 def _demonym(entity: str) -> str:
+    """A made-up country's people and adjective: Vemoria -> Vemorian, Drakand -> Drakander, Telen -> Telenish."""
     for end, add in (("ia", "n"), ("ora", "n"), ("and", "er"), ("en", "ish"), ("ar", "ian")):
         if entity.endswith(end):
             return entity + add
