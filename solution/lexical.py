@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from solution.data.nq import is_text_token, read_examples
-from solution.data.words import STOP_WORDS, content_words
+from solution.data.words import STOP_WORDS, content_words, page_title
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
 SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
@@ -100,15 +100,6 @@ def in_table_row(tokens: list, seg: list) -> bool:
 def header_row(tokens: list, seg: list) -> bool:
     """A table row of header cells only (column names): it states no value."""
     return in_table_row(tokens, seg) and not any(_opens_value_cell(tokens, i) for i in seg)
-
-
-def page_title(tokens: list) -> frozenset:
-    """The content words of the page's title: the text inside its first <H1>, as NQ pages open."""
-    try:
-        start = tokens.index("<H1>") + 1
-        return content_words(" ".join(tokens[start:tokens.index("</H1>", start)]))
-    except ValueError:
-        return frozenset()
 
 
 def answer(example, idf=None) -> dict:

@@ -180,6 +180,13 @@ def nq_corpus(tmp_path_factory):
     return _write(tmp_path_factory.mktemp("synth-nq"), profile="nq", num_train=300, num_dev=20, num_test=20)
 
 
+@pytest.fixture(scope="module")
+def lexical_corpus(tmp_path_factory):
+    """The same sizes of the nq-lexical profile (the nq profile before its questions needed reading)."""
+    return _write(tmp_path_factory.mktemp("synth-nq-lexical"), profile="nq-lexical", num_train=300, num_dev=20,
+                  num_test=20)
+
+
 def _assert_close(figures: dict, target: dict) -> None:
     for key, _, kind in corpus_stats.ROWS:
         got, want = figures[key], target[key]
@@ -236,11 +243,11 @@ def test_nq_profile_answers_mix_and_five_way_gold(nq_corpus):
     assert 1 <= nested <= 20  # a few gold long answers are nested candidates, most are top-level
 
 
-def test_nq_questions_words_also_appear_in_distractor_passages(nq_corpus):
+def test_nq_lexical_questions_words_also_appear_in_distractor_passages(lexical_corpus):
     # An attribute question's words ("capital") appear outside the gold passage too, stated about the
     # neighbour: keyword matching alone finds two passages, only the entity's name tells them apart.
     outside = questions = 0
-    for ex in read_examples(nq_corpus["train"]):
+    for ex in read_examples(lexical_corpus["train"]):
         ann = ex.annotations[0]
         if ex.answer_type != "SHORT":
             continue
@@ -276,9 +283,10 @@ def test_nq_profile_does_not_depend_on_the_hash_seed(tmp_path):
 
 
 def test_cli_profile_flag(tmp_path, capsys):
-    synth.main(["--out", str(tmp_path), "--profile", "nq", "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
-    assert "profile nq" in capsys.readouterr().out
-    assert min(len(ex.tokens) for ex in read_examples(tmp_path / "simplified-nq-train.jsonl")) >= 1000
+    for profile in ("nq", "nq-lexical"):
+        synth.main(["--out", str(tmp_path), "--profile", profile, "--num-train", "4", "--num-dev", "2", "--num-test", "2"])
+        assert f"profile {profile}," in capsys.readouterr().out
+        assert min(len(ex.tokens) for ex in read_examples(tmp_path / "simplified-nq-train.jsonl")) >= 1000
     with pytest.raises(SystemExit) as exc:
         synth.main(["--out", str(tmp_path), "--profile", "hard"])
     assert exc.value.code == 2
@@ -308,6 +316,134 @@ def test_answer_types_keep_only_those_types_in_the_mix_own_shares(tmp_path, caps
     assert "--answer-types: answer types must be some of NONE, SHORT, LONG, YES, NO" in capsys.readouterr().err
 
 
+# --- nq-lexical: the nq profile before its questions needed reading, kept byte for byte -----------------------
+
+# sha256 of the files `write_corpus(out, seed=0, num_train=20, num_dev=5, num_test=5, profile=...)` wrote with
+# `--profile nq` before the profile's questions were rephrased; `--profile nq-lexical` writes them now.
+NQ_LEXICAL_SHA256 = {
+    "train": "c50f3c43749dac63930dbcc5a7b846be600d88c6db304482e983b51cbdba207f",
+    "dev": "625dc5ae66f45652a6218e19738530661b93a245c00db08d38005a47aad0a89c",
+    "test": "bf6d3542ab5a65fa5554caad63e64bd408e6aa37ea4edce1c355d0892a2cacd8",
+    "test-gold": "c8726a9e424c2c8a93bca9a25b330d7be07bf1a4f8db3833de905e63e0901c10",
+}
+# The same with `answer_types=["YES", "NO"]`, seed 3, 2 training and 3 dev and test documents.
+NQ_LEXICAL_YES_NO_SHA256 = {
+    "train": "33280234c9e43b774265baf7f3e8503891064114c20ba99fa31ebc16089dfd3f",
+    "dev": "b1efc69a6033ea4861cd699c0b82d4aefbd14ff145d756819f7ce996d087f2a0",
+    "test": "36d721ac49556207ad0f9b3cfd23e07dcc8140f13f3fd4fc6cfa392740f33168",
+    "test-gold": "dcfedf02908ef2ef1458451c8f848f12520f6277ff2ac80d2938faf5e1dd5f88",
+}
+
+
+def test_nq_lexical_writes_the_old_nq_profile_byte_for_byte(tmp_path):
+    import hashlib
+
+    for out, kw, pinned in ((tmp_path / "all", {}, NQ_LEXICAL_SHA256),
+                            (tmp_path / "yn", dict(seed=3, num_train=2, num_dev=3, num_test=3, answer_types=["YES", "NO"]),
+                             NQ_LEXICAL_YES_NO_SHA256)):
+        files = _write(out, profile="nq-lexical", **kw)
+        assert {n: hashlib.sha256(files[n].read_bytes()).hexdigest() for n in FILES} == pinned
+
+
+# --- the nq profile: questions that need reading ---------------------------------------------------------
+
+# The real training sample's overlap figures (`python -m solution.corpus_stats` on the 49 lines, 37 gold long answers).
+REAL_OVERLAP = {"question_coverage_mean": 0.4518, "question_coverage_none_share": 0.2703}
+
+
+@pytest.fixture(scope="module")
+def reading_corpus(tmp_path_factory):
+    """An nq-profile corpus with dev and test large enough to measure their overlap (~10 s)."""
+    return _write(tmp_path_factory.mktemp("synth-reading"), profile="nq", num_train=300, num_dev=150, num_test=150)
+
+
+def test_nq_profile_overlap_is_the_real_samples(reading_corpus, lexical_corpus):
+    """The gold long answer holds about as much of its question as on real NQ lines, in every split; the
+    nq-lexical pages hold nearly all of it (the measure that showed word matching was enough there)."""
+    for name in ("train", "dev", "test-gold"):
+        figures = corpus_stats.corpus_figures([reading_corpus[name]])
+        for key, want in REAL_OVERLAP.items():
+            assert abs(figures[key] - want) <= 0.1, (name, key, figures[key], want)
+    lexical = corpus_stats.corpus_figures([lexical_corpus["train"]])
+    assert lexical["question_coverage_mean"] > 0.8 and lexical["question_coverage_none_share"] < 0.02
+
+
+def test_nq_profile_real_overlap_figures(reading_corpus):
+    real = corpus_stats.corpus_figures([real_nq("simplified-nq-train-sample.jsonl")])
+    assert {k: real[k] for k in REAL_OVERLAP} == REAL_OVERLAP
+
+
+def _form_pattern(template: str):
+    """A question template as a regular expression: each slot any words."""
+    import re
+
+    parts = re.split(r"\{[a-z]\}", template)
+    return re.compile(".+".join(re.escape(p) for p in parts))
+
+
+HELD_OUT_QUESTIONS = (synth.ASK_NOUN_HELD + synth.ASK_YES_NO_HELD + synth.ASK_TOPIC_HELD
+                      + tuple(f for a in synth.READING_ATTRIBUTES.values() for f in a[4]))
+
+
+def test_held_out_question_forms_are_asked_in_dev_and_test_never_in_training(reading_corpus):
+    patterns = [_form_pattern(t) for t in HELD_OUT_QUESTIONS]
+
+    def held(question):
+        return any(p.fullmatch(question) for p in patterns)
+
+    train = [ex.question_text for ex in read_examples(reading_corpus["train"])]
+    assert not [q for q in train if held(q)]
+    for name in ("dev", "test"):
+        questions = [o["question_text"] for o in _objs(reading_corpus[name])]
+        share = sum(map(held, questions)) / len(questions)
+        assert 0.3 <= share <= 0.7, (name, share)  # about NQ_HELD_OUT_QUESTIONS of them, the rest as training asks
+
+
+def test_held_out_question_forms_recombine_words_training_shows():
+    """A held-out form is a new frame or word order over the vocabulary of training's forms, noun phrases and
+    statements (a small model has to be able to read it), not new words: at most 1 in 10 of its words is new."""
+    import re
+
+    from solution.data.words import content_words
+
+    def words(templates):
+        return {w[:6] for t in templates for w in content_words(re.sub(r"\{[a-zA-Z]\}", " ", t))}
+
+    attributes, topics = synth.READING_ATTRIBUTES.values(), synth.READING_TOPICS.values()
+    seen = words(synth.ASK_NOUN + synth.ASK_YES_NO + synth.ASK_TOPIC + synth.SAY_NOUN + synth.OPEN_TOPIC
+                 + tuple(f for a in attributes for f in a[1] + a[2] + a[3])
+                 + tuple(f for t in topics for f in t[0] + t[1:]))
+    held = words(HELD_OUT_QUESTIONS)
+    assert len(held - seen) <= 0.1 * len(held), sorted(held - seen)
+
+
+def test_held_out_statement_forms_appear_in_dev_and_test_never_in_training(reading_corpus):
+    import re
+
+    # SAY_NOUN_HELD and OPEN_TOPIC_HELD: "{V} serves as the {N} of {E} .", "In {E} , the {N} ..." (no filler
+    # sentence opens "In <words> , the").
+    assert synth.SAY_NOUN_HELD == ("{V} serves as the {N} of {E} .", "In {E} , the {N} is {V} .")
+    assert all(t.startswith("In {E} , the {N} ") for t in synth.OPEN_TOPIC_HELD)
+    form = re.compile(r" serves as the |(?:\.|<P>|<Li>) In [^.,<>]{1,40} , the ")
+
+    def count(path):
+        return sum(bool(form.search(o["document_text"])) for o in _objs(path))
+
+    assert count(reading_corpus["train"]) == 0
+    assert count(reading_corpus["dev"]) > 5 and count(reading_corpus["test"]) > 5
+
+
+def test_nq_profile_asks_in_many_forms_and_names_the_subject_in_several_ways(reading_corpus):
+    exs = list(read_examples(reading_corpus["train"]))
+    questions = [ex.question_text for ex in exs]
+    named = sum(ex.tokens[0].lower() in q.split() for ex, q in zip(exs, questions))
+    assert 0.4 < named / len(exs) < 0.8  # the rest: "the republic", "the frv", "the kingdom on the ... sea", ...
+    assert sum(" sea" in q for q in questions) > 5 and sum(q.split()[0] in ("who", "what", "which", "when", "how",
+                                                                           "where") for q in questions) > 100
+    yes_no = [ex.question_text for ex in exs if ex.answer_type in ("YES", "NO")]
+    assert len({q.split()[0] for q in yes_no}) >= 2 or len(yes_no) < 3
+
+
 # --- the statistics command on hand-built lines with known figures --------------------------------------
 
 def _stats_lines(tmp_path):
@@ -326,7 +462,9 @@ def test_corpus_stats_on_hand_built_lines(tmp_path):
                        "gold_top_level_share": 0.5, "gold_long_answers": 2,
                        # what the techniques need: the first line's gold is a nested list item
                        "annotated_documents": 2, "no_answer_documents": 0, "yes_no_documents": 0,
-                       "nested_gold_documents": 1, "short_answer_documents": 0}
+                       "nested_gold_documents": 1, "short_answer_documents": 0,
+                       # "who wrote the book": neither gold answer holds "wrote" or "book"
+                       "question_coverage_mean": 0.0, "question_coverage_none_share": 1.0, "coverage_documents": 2}
 
 
 def test_technique_needs_are_counted_per_document(tmp_path):
@@ -398,3 +536,78 @@ def test_corpus_stats_cli(tmp_path, capsys):
     assert corpus_stats.main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "bad.jsonl:2" in err
+
+
+# --- how much a question's words say where its answer is ------------------------------------------------
+
+def _overlap_lines(tmp_path):
+    """Five documents of one page titled Vemoria: coverage 1, 1/2 and 0, and two that do not count."""
+    doc = ("Vemoria - wikipedia <H1> Vemoria </H1> <P> Vemoria was founded by Ann Oss . </P> "
+           "<P> The state began in 1100 . </P> <P> Ann Oss ruled long . </P>")  # candidates: 0, 1, 2 (paragraphs)
+    five_way = nq_line("5", question="who started vemoria", document=doc, long=2)  # first annotation: null
+    five_way["annotations"] = nq_line(document=doc)["annotations"] + five_way["annotations"] + \
+        nq_line(document=doc, long=0)["annotations"]  # the third (founded) would say 1; the first non-null says 0
+    return write_jsonl(tmp_path / "overlap.jsonl", [
+        nq_line("1", question="who founded the republic of Vemoria", document=doc, long=0),  # {founde, republ}: 1/2
+        nq_line("2", question="when was the state of vemoria established", document=doc, long=1),  # {state, establ}: 1/2
+        nq_line("3", question="who was the founder", document=doc, long=0),  # {founde} ("founded", 6 letters): 1
+        nq_line("4", question="who founded vemoria", document=doc),  # no gold long answer: left out
+        nq_line("6", question="what is vemoria", document=doc, long=0),  # no content word but the title's: left out
+        five_way])  # {starte}: 0
+
+
+def test_question_coverage_of_the_gold_long_answer(tmp_path):
+    exs = list(read_examples(_overlap_lines(tmp_path)))
+    assert [corpus_stats.question_coverage(ex) for ex in exs] == [0.5, 0.5, 1.0, None, None, 0.0]
+    figures = corpus_stats.corpus_figures([tmp_path / "overlap.jsonl"])
+    assert {k: figures[k] for k in ("question_coverage_mean", "question_coverage_none_share", "coverage_documents")} \
+        == {"question_coverage_mean": 0.5, "question_coverage_none_share": 0.25, "coverage_documents": 4}
+    assert "first_pass_recall_at_8" not in figures  # the first pass needs a tokenizer: --first-pass
+    assert corpus_stats.main([str(tmp_path / "overlap.jsonl")]) == 0
+
+
+def test_first_pass_recall_counts_the_windows_the_first_pass_keeps(tmp_path):
+    """Windows cut by hand (one piece a word): the gold paragraph's window ranks below an earlier window
+    sharing as many question words, so the first pass reaches it at 2 windows, not at 1."""
+    import numpy as np
+
+    from solution.windows.featurizer import DocumentEncoding, Window
+
+    doc_text = ("T - wikipedia <H1> T </H1> <P> a b founded c d </P> <P> e f g h i </P> "
+                "<P> j founded k l m </P> <P> n o p q r </P>")
+    ex = next(read_examples(write_jsonl(tmp_path / "fp.jsonl", [
+        nq_line("1", question="who founded x", document=doc_text, long=2)])))
+    text = np.array([i for i, t in enumerate(ex.tokens) if not is_html_token(t)], dtype=np.int32)
+    doc = DocumentEncoding(np.zeros(len(text), dtype=np.int32), text)  # pieces 0-3 title, 4-8, 9-13, 14-18, 19-23
+
+    def windows(width, starts):
+        out = []
+        for k, s in enumerate(starts):
+            e = min(s + width, len(text))
+            nq_idx = np.concatenate([[-1, -1], text[s:e], [-1]]).astype(np.int32)  # [CLS] q [SEP] pieces [SEP]
+            types = np.array([0, 0] + [1] * (e - s + 1), dtype=np.int8)
+            out.append(Window("1", k, np.zeros(len(nq_idx), np.int32), types, nq_idx, doc_start=s))
+        return out
+
+    # The paragraphs' windows: {founded, x} shares 1/2, 0, 1/2, 0; a tie goes to the earlier window.
+    assert corpus_stats.first_pass_hits(ex, doc, windows(5, (4, 9, 14, 19)), ns=(1, 2)) == {1: False, 2: True}
+    # Windows of 3 pieces hold no paragraph whole: a window holding the gold's first piece (14) counts. "founded"
+    # is piece 6 (windows starting at 4 and 6) and piece 15 (the window starting at 14, which holds piece 14).
+    hits = corpus_stats.first_pass_hits(ex, doc, windows(3, range(0, 24, 2)), ns=(1, 2, 3))
+    assert hits == {1: False, 2: False, 3: True}
+
+
+def test_corpus_stats_first_pass_flag_uses_the_default_tokenizer(tmp_path, capsys):
+    path = _overlap_lines(tmp_path)
+    assert corpus_stats.main([str(path), "--json", "--first-pass"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    # One window a page: every gold long answer among the windows kept.
+    assert {k: figures[k] for k in ("first_pass_recall_at_4", "first_pass_recall_at_8", "first_pass_recall_at_16",
+                                    "first_pass_documents")} == {"first_pass_recall_at_4": 1.0,
+                                                                 "first_pass_recall_at_8": 1.0,
+                                                                 "first_pass_recall_at_16": 1.0,
+                                                                 "first_pass_documents": 4}
+    assert corpus_stats.main([str(path), "--first-pass"]) == 0
+    out = capsys.readouterr().out
+    assert "| share of gold long answers holding none of the question's content words | 0.25 |" in out
+    assert "| first pass recall: a window holding the gold long answer among the 8 kept | 1.00 |" in out

@@ -27,3 +27,12 @@ def question_word_share(question_words: frozenset, tokens: list, nq_token_index:
         return 0.0
     seen = {tokens[i].lower() for i in range(int(covered.min()), int(covered.max()) + 1)}
     return len(question_words & seen) / len(question_words)
+
+
+def page_title(tokens: list) -> frozenset:
+    """The content words of the page's title: the text inside its first <H1>, as NQ pages open."""
+    try:
+        start = tokens.index("<H1>") + 1
+        return content_words(" ".join(tokens[start:tokens.index("</H1>", start)]))
+    except ValueError:
+        return frozenset()
