@@ -45,8 +45,8 @@ def test_gpu_check_without_cuda_says_so_and_exits_0(tmp_path):
     assert json.loads(out.read_text())["cuda"] is False
 
 
-def test_gpu_check_dry_run_lists_every_launch():
-    proc = run_script("gpu_check.py", "--dry-run", env={"CUDA_VISIBLE_DEVICES": ""})
+def test_gpu_check_list_names_every_launch():
+    proc = run_script("gpu_check.py", "--list", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     for strategy in ("single", "zero2", "zero3", "fsdp"):
@@ -56,9 +56,28 @@ def test_gpu_check_dry_run_lists_every_launch():
     assert text.count("--nproc_per_node 1") == 3
     assert "[bf16-single] python -c" in text and "[fp16-single] python -c" in text
     assert "--max_seq_length 512" in text and "--doc_stride 317" in text
-    assert "submission.predict" in text and "--device cuda" in text
+    assert "[predict-minilm] python -m submission.predict" in text and "[predict-bert-base] " in text
+    assert "--device cuda" in text
     assert "solution.hard_negatives" in text
     assert "skipped bf16-ddp: DDP needs two GPUs" in text
+    # The order the budget spends itself in: the four engines, then prediction, then the rest.
+    names = [line.split("]")[0][1:] for line in text.splitlines() if line.startswith("[")]
+    assert names[:8] == ["bf16-single", "bf16-zero2", "bf16-fsdp", "bf16-zero3", "minilm", "predict-minilm",
+                         "predict-bert-base", "fp16-single"]
+
+
+def test_gpu_check_supports_the_gpu_images_versions_and_cis():
+    """The GPU image has torch 2.11, transformers 5.17 and accelerate 1.15 (scripts/gpu_rehearse.sh runs them);
+    CI installs requirements.txt's newest. Both must lie in what gpu_run.sh accepts."""
+    from packaging.specifiers import SpecifierSet
+
+    ranges = load_script("gpu_check.py").supported_ranges()
+    assert set(ranges) == {"torch", "transformers", "accelerate", "deepspeed"}
+    for name, versions in {"torch": ["2.11.0", "2.13.0"], "transformers": ["5.17.0", "5.23.0"],
+                           "accelerate": ["1.15.0"], "deepspeed": ["0.19.8"]}.items():
+        for version in versions:
+            assert version in SpecifierSet(ranges[name]), (name, version, ranges[name])
+    assert "5.16.0" not in SpecifierSet(ranges["transformers"]) and "2.10.0" not in SpecifierSet(ranges["torch"])
 
 
 def test_peak_tflops_lookup():
