@@ -1,7 +1,7 @@
 """The GPU path in one command: every engine in bf16, fp16, memory, throughput and MFU, prediction against the
 Kaggle kernel's projection, the hard-negative pass; within a time budget.
 
-    python scripts/gpu_check.py --out DIR [--json FILE] [--budget-s 450] [--peak-tflops T]
+    python scripts/gpu_check.py --out DIR [--work DIR] [--json FILE] [--budget-s 450] [--peak-tflops T]
     python scripts/gpu_check.py --dry-run --out DIR     # the same parts on the CPU, tiny sizes
     python scripts/gpu_check.py --list                  # the commands, nothing run
     python scripts/gpu_check.py --check-versions        # the versions here against the supported ranges
@@ -106,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     from solution import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--out", default="runs/gpu_check", help="run directories, logs and (by default) the JSON")
+    p.add_argument("--out", default="runs/gpu_check", help="the JSON, the logs and the predictions: small files")
+    p.add_argument("--work", default=None,
+                   help="the runs' folders and models (BERT-base's are 440 MB each); default OUT/work. Give a folder "
+                        "outside OUT where OUT is copied back from the machine")
     p.add_argument("--json", default=None, help="write every figure here (default OUT/gpu_check.json)")
     p.add_argument("--budget-s", type=float, default=450.0,
                    help="seconds the whole check may take: each command gets what remains, and one that would "
@@ -145,6 +148,7 @@ def sizes(args) -> None:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.device = "cpu" if dry else "cuda"
+    args.work = args.work or str(Path(args.out) / "work")
 
 
 # -- versions --------------------------------------------------------------------------------------
@@ -206,7 +210,7 @@ def train_overrides(args, name: str, strategy: str, precision: str, steps: int, 
             # 64-token questions and BERT-joint's step of 128 pieces, as the real-data recipe.
             "--max_seq_length", str(seq), "--max_question_length", str(seq // 8),
             "--doc_stride", str(seq - seq // 8 - 3 - seq // 4),
-            "--measure_memory", "true", "--logging_steps", "1", "--output_dir", str(Path(args.out) / name), *extra]
+            "--measure_memory", "true", "--logging_steps", "1", "--output_dir", str(Path(args.work) / name), *extra]
 
 
 def train_command(args, name: str, strategy: str, precision: str, nproc: int, probe: Path,
@@ -223,14 +227,14 @@ def train_command(args, name: str, strategy: str, precision: str, nproc: int, pr
 
 
 def predict_command(args, model: str, name: str) -> list:
-    return [sys.executable, "-m", "submission.predict", "--model", model, "--input", str(Path(args.out) / "pages.jsonl"),
+    return [sys.executable, "-m", "submission.predict", "--model", model, "--input", str(Path(args.work) / "pages.jsonl"),
             "--output", str(Path(args.out) / f"{name}.csv"), "--device", args.device, "--precision", "auto",
             "--quiet"]
 
 
 def recipe_commands(args) -> list:
     """(name, command) of the nq-profile recipe at `--recipe-pages` pages: docs/answers.md's commands."""
-    out = Path(args.out) / "recipe"
+    out = Path(args.work) / "recipe"
     synth, profile = out / "synth", out / "nq-profile"
     tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
     precision = "no" if args.dry_run else "bf16"
@@ -266,7 +270,7 @@ def recipe_commands(args) -> list:
 
 def plan(args, gpus: int, probes: Path) -> tuple:
     """([(name, kind, command, the parts it needs)], [what is skipped and why]), in the order they run."""
-    out = Path(args.out)
+    out, work = Path(args.out), Path(args.work)
     runs, skipped = [], []
     for strategy in args.strategies.split(","):
         name = f"bf16-{strategy}"
@@ -281,16 +285,16 @@ def plan(args, gpus: int, probes: Path) -> tuple:
                                                   config="configs/train/demo.yaml", steps=3,
                                                   # every window of a page, as BERT-base's predict runs
                                                   extra=["--max_windows_per_document", "0"]), []))
-    runs.append(("predict-minilm", "predict", predict_command(args, str(out / "minilm" / "model"), "predict-minilm"),
+    runs.append(("predict-minilm", "predict", predict_command(args, str(work / "minilm" / "model"), "predict-minilm"),
                  ["minilm"]))
     runs.append(("predict-bert-base", "predict",
-                 predict_command(args, str(out / "bf16-single" / "model"), "predict-bert-base"), ["bf16-single"]))
+                 predict_command(args, str(work / "bf16-single" / "model"), "predict-bert-base"), ["bf16-single"]))
     if args.dry_run:
         skipped.append({"run": "fp16-single", "why": "fp16 needs a GPU (the trainer refuses it on the CPU)"})
     else:
         runs.append(("fp16-single", "train", train_command(args, "fp16-single", "single", "fp16", 1,
                                                            probes / "fp16-single.json"), []))
-    hn = [sys.executable, "-m", "solution.hard_negatives", "--model", str(out / "bf16-single" / "model"),
+    hn = [sys.executable, "-m", "solution.hard_negatives", "--model", str(work / "bf16-single" / "model"),
           "--train_file", str(Path(args.data) / "simplified-nq-train-sample.jsonl"),
           "--out", str(out / "hard-negatives.jsonl"), "--precision", "auto", "--device", args.device, "--quiet"]
     if args.dry_run:
@@ -313,7 +317,7 @@ def write_pages(args) -> Path:
     for name in ("simplified-nq-dev-sample.jsonl", "simplified-nq-train-sample.jsonl"):
         lines += [line for line in (Path(args.data) / name).read_text().splitlines() if line.strip()]
     lines = lines[:args.pages] if args.pages else lines
-    return atomic_write_text(Path(args.out) / "pages.jsonl", "\n".join(lines) + "\n")
+    return atomic_write_text(Path(args.work) / "pages.jsonl", "\n".join(lines) + "\n")
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -366,7 +370,7 @@ def execute(name: str, cmd: list, args, timeout: float) -> dict:
 
 def train_figures(name: str, args, probe: Path, tflops) -> dict:
     """Throughput, MFU and memory of one finished training, from its metrics.jsonl and the wrapper's probe."""
-    records = [json.loads(line) for line in (Path(args.out) / name / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (Path(args.work) / name / "metrics.jsonl").read_text().splitlines()]
     start, end = records[0], records[-1]
     steps = [r for r in records if "step_time_s" in r]
     step_time = statistics.median([r["step_time_s"] for r in steps if r["step"] > args.warmup] or
@@ -486,6 +490,7 @@ def main(argv=None) -> int:
                 print(f"skipped {s['run']}: {s['why']}")
             return 0
         Path(args.out).mkdir(parents=True, exist_ok=True)
+        Path(args.work).mkdir(parents=True, exist_ok=True)
         json_path = Path(args.json or Path(args.out) / "gpu_check.json")
         json_path.parent.mkdir(parents=True, exist_ok=True)
         write_pages(args)

@@ -131,7 +131,8 @@ def test_scale_rejects_bad_volumes():
 
 def test_gpu_check_figures_from_a_training_run(tmp_path):
     gpu = load_script("gpu_check.py")
-    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--warmup", "1", "--max-seq-length", "512"])
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--work", str(tmp_path), "--warmup", "1",
+                                          "--max-seq-length", "512"])
     run = tmp_path / "bf16-single"
     run.mkdir()
     start = {"event": "start", "strategy": "single", "engine": "QAModel", "world_size": 1, "mixed_precision": "bf16",
