@@ -111,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the runs' folders and models (BERT-base's are 440 MB each); default OUT/work. Give a folder "
                         "outside OUT where OUT is copied back from the machine")
     p.add_argument("--json", default=None, help="write every figure here (default OUT/gpu_check.json)")
-    p.add_argument("--budget-s", type=float, default=450.0,
-                   help="seconds the whole check may take: each command gets what remains, and one that would "
-                        "start with under --min-start-s left is skipped, saying so")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="seconds the whole check may take (450; 1800 with --dry-run, on two busy cores): each command "
+                        "gets what remains, and one that would start with under --min-start-s left is skipped, saying so")
     p.add_argument("--min-start-s", type=float, default=40.0, help="the least budget a command is started with")
     p.add_argument("--backbone", default=BACKBONE, help="MiniLM: a local directory or the package's name")
     p.add_argument("--data", default=str(REAL), help="the real NQ lines (simplified-nq-{dev,train}-sample.jsonl)")
@@ -143,7 +143,8 @@ def sizes(args) -> None:
     dry = args.dry_run
     defaults = {"config": "configs/train/tiny.yaml" if dry else "configs/train/bench_base.yaml",
                 "max_seq_length": 64 if dry else 512, "batch_size": 2 if dry else 16, "steps": 4 if dry else 30,
-                "warmup": 1 if dry else 5, "pages": 2 if dry else None, "recipe_pages": 40 if dry else RECIPE_PAGES}
+                "warmup": 1 if dry else 5, "pages": 2 if dry else None, "recipe_pages": 40 if dry else RECIPE_PAGES,
+                "budget_s": 1800.0 if dry else 450.0}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -13,7 +13,8 @@
 #    CPU ranks through torchrun (global batch 8 each way): every step's loss and gradient norm must match the
 #    one process's within 1e-4 relative;
 # 4. `submission.predict` with each of those models on the real NQ dev lines: the same CSV from all four;
-# 5. `scripts/gpu_check.py --dry-run`: every part of the GPU check on the CPU with tiny sizes.
+# 5. `scripts/gpu_run.sh --dry-run`, the device call's script: its offline install and version check, then every
+#    part of the GPU check on the CPU with tiny sizes.
 # Exit 0 only when all of these pass; logs under DIR.
 set -uo pipefail
 
@@ -92,10 +93,11 @@ done
 step compare-predictions cmp "$out/predict-single.csv" "$out/predict-zero3.csv"
 step compare-predictions-fsdp cmp "$out/predict-single.csv" "$out/predict-fsdp.csv"
 step compare-predictions-zero2 cmp "$out/predict-single.csv" "$out/predict-zero2.csv"
-rm -rf "$out/dry-run"
-step gpu-check-dry-run "$python" scripts/gpu_check.py --dry-run --out "$out/dry-run" --backbone "$bundle/minilm" \
-  --data "$bundle/data/nq-real"
-grep -E "^\| |^skipped" "$out/gpu-check-dry-run.log"
+# The device call's own script, its python the one given: install, version check, every part at tiny sizes.
+rm -rf "$out/gpu-run" "$out/gpu-run-work"
+step gpu-run-dry-run env PATH="$(dirname "$python"):$PATH" PYTHONPATH= bash scripts/gpu_run.sh --out "$out/gpu-run" \
+  --work "$out/gpu-run-work" --bundle "$bundle" --dry-run
+grep -E "^\| |^skipped|^gpu_run" "$out/gpu-run-dry-run.log"
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_rehearse: FAILED: ${failed[*]}"

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,47 @@ def test_gpu_check_supports_the_gpu_images_versions_and_cis():
         for version in versions:
             assert version in SpecifierSet(ranges[name]), (name, version, ranges[name])
     assert "5.16.0" not in SpecifierSet(ranges["transformers"]) and "2.10.0" not in SpecifierSet(ranges["torch"])
+
+
+def test_gpu_check_budget_stops_a_part_and_skips_the_rest(tmp_path):
+    """A part that outlives the budget is stopped (its process group, so torchrun's workers too), the parts
+    after it are skipped saying why, and the JSON holds each result as it was when its part ended."""
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--work", str(tmp_path), "--budget-s", "3",
+                                          "--min-start-s", "1"])
+    child = tmp_path / "child.pid"
+    # The part starts a child of its own that would outlive it, as torchrun's workers would.
+    slow = [sys.executable, "-c", f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+                                  f"'import time; time.sleep(60)']); open({str(child)!r}, 'w').write(str(p.pid)); "
+                                  f"time.sleep(60)"]
+    runs = [("quick", "other", [sys.executable, "-c", "print('hi')"], []),
+            ("failing", "other", [sys.executable, "-c", "raise SystemExit(3)"], []),
+            ("needs-failing", "other", [sys.executable, "-c", "pass"], ["failing"]),
+            ("slow", "other", slow, []),
+            ("after", "other", [sys.executable, "-c", "pass"], [])]
+    result = {"runs": {}, "skipped": []}
+    gpu.run_all(args, runs, result, None, tmp_path, tmp_path / "gpu.json")
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    assert saved["runs"]["quick"]["ok"] and (tmp_path / "quick.log").read_text().strip() == "hi"
+    assert saved["runs"]["failing"]["returncode"] == 3 and not saved["runs"]["failing"]["ok"]
+    assert saved["runs"]["slow"]["returncode"] == "timeout"
+    why = {s["run"]: s["why"] for s in saved["skipped"]}
+    assert why["needs-failing"] == "needs failing, which did not finish"
+    assert "budget" in why["after"] and "after" not in saved["runs"]
+    pid = int(child.read_text())
+    for _ in range(50):  # the grandchild was signalled with its group; give the kernel a moment to reap it
+        if not alive(pid):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the slow part's child {pid} outlived the budget")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
 
 
 def test_peak_tflops_lookup():
