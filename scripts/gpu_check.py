@@ -265,7 +265,7 @@ def recipe_commands(args) -> list:
                          str(profile / "simplified-nq-test.jsonl"), "--output", str(out / "test.csv"),
                          "--device", args.device, "--quiet"]),
         ("recipe-score", [py, "-m", "solution.evaluate", "--submission", str(out / "test.csv"), "--gold",
-                          str(profile / "simplified-nq-test-gold.jsonl")]),
+                          str(profile / "simplified-nq-test-gold.jsonl"), "--json"]),
     ]
 
 
@@ -307,7 +307,7 @@ def plan(args, gpus: int, probes: Path) -> tuple:
     else:
         previous = []
         for name, cmd in recipe_commands(args):
-            runs.append((name, "recipe", cmd, list(previous)))
+            runs.append((name, "score" if name == "recipe-score" else "recipe", cmd, list(previous)))
             previous.append(name)
     return runs, skipped
 
@@ -431,6 +431,9 @@ def report(result: dict) -> None:
             print(f"| {name} | {r['engine']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
                   f"{r.get('max_memory_allocated_bytes', 0) * gib:.2f} GiB | {r['model_state_bytes'] * gib:.2f} GiB | "
                   f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}{scale} |")
+        elif "test_score" in r:
+            print(f"| {name} | test micro-F1 {r['test_score']['micro_f1']:.3f} over {r['test_score']['num_examples']} "
+                  f"pages | | | | | | |")
         elif "windows_per_s" in r:
             t4 = r["kernel_projection"]["T4 fp32"]
             print(f"| {name} | {r['precision']}, {r['layers']}x{r['hidden']} at {r['max_seq_length']} | "
@@ -459,6 +462,9 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
                     r.update(train_figures(name, args, probes / f"{name}.json", tflops))
                 elif r["ok"] and kind == "predict":
                     r.update(predict_figures(name, args, cmd[cmd.index("--model") + 1]))
+                elif r["ok"] and kind == "score":  # evaluate --json: its stdout is one JSON object, on a line
+                    lines = Path(r["log"]).read_text().splitlines()
+                    r["test_score"] = json.loads([line for line in lines if line.startswith("{")][-1])
             except (OSError, ValueError, KeyError) as e:  # the run finished; its figures could not be read
                 r["figures_error"] = f"{type(e).__name__}: {e}"
             result["runs"][name] = r
