@@ -38,7 +38,17 @@ exec > >(tee -a "$out/gpu_run.log") 2>&1
 echo "gpu_run: $(date -u +%FT%TZ) on $(hostname); bundle $bundle; budget ${budget}s; out $out; work $work"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-python=$(command -v python3 || command -v python)
+python=""
+for candidate in python3 python; do  # the image's interpreter: the first that has torch
+  if command -v "$candidate" > /dev/null && "$candidate" -c "import torch" 2> /dev/null; then
+    python=$(command -v "$candidate"); break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "error: no python3 or python here imports torch" >&2
+  exit 2
+fi
+echo "gpu_run: $python ($("$python" --version 2>&1))"
 if [ ! -d "$bundle/wheels" ]; then
   echo "error: $bundle/wheels missing: make it with python scripts/make_gpu_bundle.py --out $bundle and carry it" >&2
   exit 2
