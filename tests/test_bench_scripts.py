@@ -122,6 +122,21 @@ def alive(pid: int) -> bool:
         return False
 
 
+def test_gpu_bundle_replaces_only_its_own_folder(tmp_path):
+    bundle = load_script("make_gpu_bundle.py")
+    assert bundle.requirement("deepspeed").startswith("deepspeed==")  # the version the wheel is built from
+    bundle.refuse_foreign(tmp_path / "absent")  # nothing there: made
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "MANIFEST.json").write_text(json.dumps({"made_by": bundle.MADE_BY}))
+    bundle.refuse_foreign(ours)  # made by this tool: replaced
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a bundle this tool made"):
+        bundle.refuse_foreign(theirs)
+
+
 def test_peak_tflops_lookup():
     gpu = load_script("gpu_check.py")
     assert gpu.peak_tflops("NVIDIA H100 80GB HBM3", None)[0] == 989.0
