@@ -7,8 +7,9 @@ from collections import Counter
 
 import pytest
 
-from solution import split, synth
+from solution import split
 from solution.data.nq import NQFormatError, read_examples
+from solution.data.synth import corpus as synth_corpus
 
 N = 400
 
@@ -17,7 +18,7 @@ N = 400
 def train_file(tmp_path_factory):
     """400 synthetic training lines: NONE/SHORT/LONG plus a few YES (4) and NO (2)."""
     out = tmp_path_factory.mktemp("synth")
-    synth.write_corpus(out, seed=3, num_train=N, num_dev=1, num_test=1, min_words=200, max_words=400)
+    synth_corpus.write_corpus(out, seed=3, num_train=N, num_dev=1, num_test=1, min_words=200, max_words=400)
     return out / "simplified-nq-train.jsonl"
 
 

@@ -9,7 +9,10 @@ import pytest
 from conftest import ROOT, nq_line, real_nq, write_jsonl
 
 from solution import corpus_stats, synth
+from solution.data import nq
 from solution.data.nq import is_html_token, read_examples
+from solution.data.synth import corpus as synth_corpus
+from solution.data.synth import nq_pages
 
 FILES = {"train": True, "dev": True, "test": False, "test-gold": True}  # name -> require_annotations
 CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
@@ -20,7 +23,7 @@ def _write(out, **kw):
     args = dict(seed=0, num_train=20, num_dev=5, num_test=5) | kw
     if args.get("profile", "easy") == "easy":
         args = dict(min_words=300, max_words=1200) | args
-    synth.write_corpus(out, **args)
+    synth_corpus.write_corpus(out, **args)
     return {name: out / f"simplified-nq-{name}.jsonl" for name in FILES}
 
 
@@ -75,7 +78,7 @@ def test_field_layout_and_ids(corpus):
 
 def test_answer_type_mix_is_close_to_nq_training(corpus):
     mix = Counter(ex.answer_type for ex in read_examples(corpus["train"]))
-    share = {t: mix[t] / 1000 for t in synth.ANNOTATION_TYPES}
+    share = {t: mix[t] / 1000 for t in nq.ANNOTATION_TYPES}
     assert 0.40 <= share["NONE"] <= 0.60
     assert 0.25 <= share["SHORT"] <= 0.42
     assert 0.08 <= share["LONG"] <= 0.25
@@ -381,8 +384,8 @@ def _form_pattern(template: str):
     return re.compile(".+".join(re.escape(p) for p in parts))
 
 
-HELD_OUT_QUESTIONS = (synth.ASK_NOUN_HELD + synth.ASK_YES_NO_HELD + synth.ASK_TOPIC_HELD
-                      + tuple(f for a in synth.READING_ATTRIBUTES.values() for f in a[4]))
+HELD_OUT_QUESTIONS = (nq_pages.ASK_NOUN_HELD + nq_pages.ASK_YES_NO_HELD + nq_pages.ASK_TOPIC_HELD
+                      + tuple(f for a in nq_pages.READING_ATTRIBUTES.values() for f in a[4]))
 
 
 def test_held_out_question_forms_are_asked_in_dev_and_test_never_in_training(reading_corpus):
@@ -409,8 +412,8 @@ def test_held_out_question_forms_recombine_words_training_shows():
     def words(templates):
         return {w[:6] for t in templates for w in content_words(re.sub(r"\{[a-zA-Z]\}", " ", t))}
 
-    attributes, topics = synth.READING_ATTRIBUTES.values(), synth.READING_TOPICS.values()
-    seen = words(synth.ASK_NOUN + synth.ASK_YES_NO + synth.ASK_TOPIC + synth.SAY_NOUN + synth.OPEN_TOPIC
+    attributes, topics = nq_pages.READING_ATTRIBUTES.values(), nq_pages.READING_TOPICS.values()
+    seen = words(nq_pages.ASK_NOUN + nq_pages.ASK_YES_NO + nq_pages.ASK_TOPIC + nq_pages.SAY_NOUN + nq_pages.OPEN_TOPIC
                  + tuple(f for a in attributes for f in a[1] + a[2] + a[3])
                  + tuple(f for t in topics for f in t[0] + t[1:]))
     held = words(HELD_OUT_QUESTIONS)
@@ -422,8 +425,8 @@ def test_held_out_statement_forms_appear_in_dev_and_test_never_in_training(readi
 
     # SAY_NOUN_HELD and OPEN_TOPIC_HELD: "{V} serves as the {N} of {E} .", "In {E} , the {N} ..." (no filler
     # sentence opens "In <words> , the").
-    assert synth.SAY_NOUN_HELD == ("{V} serves as the {N} of {E} .", "In {E} , the {N} is {V} .")
-    assert all(t.startswith("In {E} , the {N} ") for t in synth.OPEN_TOPIC_HELD)
+    assert nq_pages.SAY_NOUN_HELD == ("{V} serves as the {N} of {E} .", "In {E} , the {N} is {V} .")
+    assert all(t.startswith("In {E} , the {N} ") for t in nq_pages.OPEN_TOPIC_HELD)
     form = re.compile(r" serves as the |(?:\.|<P>|<Li>) In [^.,<>]{1,40} , the ")
 
     def count(path):

@@ -466,9 +466,9 @@ def candidate_array(example: Example):
     return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
 
 
-def containing_candidate(candidates: np.ndarray, start: int, end: int, top_level_only: bool = False) -> int:
-    """The candidate that holds NQ span [start, end): top-level first, else the smallest (never a nested
-    one with `top_level_only`); -1 if none.
+def containing_candidate(candidates, start: int, end: int, top_level_only: bool = False) -> int:
+    """The candidate (a row index of `candidate_array`'s array) that holds NQ span [start, end): top-level
+    first, else the smallest (never a nested one with `top_level_only`); -1 if none.
 
     Gold long answers are nearly always top-level (50 of 52 in the real NQ sample).
     """

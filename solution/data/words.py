@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # Words that carry no content in a question: matching them says nothing about a passage.
 STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
 many much of on or that the their this to was were what when where which who whom whose why with
