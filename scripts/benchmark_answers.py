@@ -3,13 +3,17 @@
     python scripts/benchmark_answers.py --json docs/benchmarks/answers.json          # hours on 2 cores
     python scripts/benchmark_answers.py --corpus real --json docs/benchmarks/answers-real.json
     python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, ~2 minutes
+    python scripts/benchmark_answers.py --corpus-seed 7 --seeds 0 --techniques "" --json runs/seed7/answers.json \
+        --out runs/seed7                 # the documented recipe alone, retrained on a corpus of another seed
 
 Trains the nq-profile recipe in its two stages, with the seeds of `--seeds` (0 and 1), one model after
 the other (never two at once: they would share the cores): stage 1 is the demo's training
 (configs/train/demo.yaml) on easy pages (`solution.synth`, seed 0), once per seed; stage 2 is
 configs/train/nq-profile.yaml (MiniLM, 192-piece windows, a first pass of the 8 windows sharing most
 of the question's words, trained on 3 of them) from stage 1's model, on `solution.synth --profile nq`
-(seed 0: the largest of `--train-sizes` training pages, 400 dev, 400 test). Each technique is one row
+(`--profile`; seed `--corpus-seed`, 0 by default: the largest of `--train-sizes` training pages, 400 dev,
+400 test; the corpus stays under `--out`, data/). `--profile nq-lexical` is the earlier profile whose
+questions share their words with the statements. Each technique is one row
 of TECHNIQUES: the training overrides it needs (a stage 2 of its own per seed) and the
 `submission.predict --set KEY=VALUE` post-processing overrides it needs (the baseline model, no
 retraining). A model's `train_seconds` counts both stages. Every variant is scored the same way, through the same functions
@@ -538,7 +542,9 @@ def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
 def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lambda rows: None) -> list:
     """Every row, cheapest proof first: the baselines of every seed (the ensembles' members too), the
     techniques that only post-process, the ensembles, then the techniques that retrain and the curve.
-    `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results."""
+    `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results.
+    No techniques: the baselines of `plan["seeds"]`, the references and the curve alone (no ensembles, whose
+    extra seeds would triple the training)."""
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
     first_paragraph = attempt({"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0},
@@ -553,7 +559,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
             out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
         return out_rows + ensembles + curve
 
-    for seed in ensemble_seeds(plan["seeds"]):
+    for seed in ensemble_seeds(plan["seeds"]) if techniques else plan["seeds"]:
         baselines[seed] = baseline(seed, corpus, plan, out, lexical)
         partial(rows())
     for retrains in (False, True):
@@ -567,7 +573,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                 for seed in plan["seeds"]:
                     per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
                     partial(rows())
-            ensembles = ensemble_rows(baselines, corpus, plan, out, lexical)
+            ensembles = ensemble_rows(baselines, corpus, plan, out, lexical) if techniques else []
             partial(rows())
     curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
     return rows()
@@ -730,7 +736,7 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
                   "train_overrides": plan["train"] + REAL_TRAIN}
     else:
         data = out / "data"
-        cmd = ["-m", "solution.synth", "--profile", "nq", "--out", str(data), "--seed", "0",
+        cmd = ["-m", "solution.synth", "--profile", args.profile, "--out", str(data), "--seed", str(args.corpus_seed),
                "--num-train", str(max(plan["train_sizes"])), "--num-dev", str(plan["num_dev"]),
                "--num-test", str(plan["num_test"])]
         run(cmd + (["--max-words", str(plan["max_words"])] if plan["max_words"] else []))
@@ -738,7 +744,7 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
                   "test": str(data / "simplified-nq-test.jsonl"),
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
         if plan.get("yes_no"):
-            corpus["yes_no"] = yes_no_corpus(corpus, plan, out)
+            corpus["yes_no"] = yes_no_corpus(corpus, plan, out, args)
     if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
         easy = out / "data-easy"
         run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
@@ -747,11 +753,12 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
     return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 
 
-def yes_no_corpus(corpus: dict, plan: dict, out: Path) -> dict:
-    """Dev and test with `plan["yes_no"]` yes/no questions each added (nq-profile pages of another seed,
-    `solution.synth --answer-types YES,NO`): the files of `corpus` keys, and how many were added."""
+def yes_no_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
+    """Dev and test with `plan["yes_no"]` yes/no questions each added (pages of the same profile and the next
+    seed, `solution.synth --answer-types YES,NO`): the files of `corpus` keys, and how many were added."""
     extra, mixed = out / "data-yes-no", out / "data-with-yes-no"
-    run(["-m", "solution.synth", "--profile", "nq", "--out", str(extra), "--seed", "1", "--answer-types", "YES,NO",
+    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(extra), "--seed", str(args.corpus_seed + 1),
+         "--answer-types", "YES,NO",
          "--num-train", "1", "--num-dev", str(plan["yes_no"]), "--num-test", str(plan["yes_no"]),
          *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
     mixed.mkdir(parents=True, exist_ok=True)
@@ -780,10 +787,18 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", required=True, help="write the rows here (a JSON list); the charts go next to it "
                    "(.png, -curve.png)")
-    p.add_argument("--corpus", choices=("nq", "real"), default="nq")
+    p.add_argument("--corpus", choices=("nq", "real"), default="nq",
+                   help="nq: a synthetic corpus of --profile made with --corpus-seed; real: the real NQ sample")
+    p.add_argument("--profile", choices=("nq", "nq-lexical"), default="nq",
+                   help="the synthetic corpus's profile (nq: questions that need reading; nq-lexical: questions "
+                        "in the statements' words)")
+    p.add_argument("--corpus-seed", type=int, default=0,
+                   help="seed of the synthetic corpus (its yes/no pages use the next): the recipe on a corpus it "
+                        "was not chosen on")
     p.add_argument("--quick", action="store_true", help="tiny random model, a handful of short documents, 1 seed")
     p.add_argument("--out", default=None, help="run directory (default runs/answers/CORPUS, or -quick)")
-    p.add_argument("--techniques", default=",".join(TECHNIQUES), help="comma-separated rows of TECHNIQUES to run")
+    p.add_argument("--techniques", default=",".join(TECHNIQUES),
+                   help='comma-separated rows of TECHNIQUES to run ("": the baseline, its references and curve alone)')
     p.add_argument("--train-sizes", type=int_list, default=None,
                    help=f"training pages of the learning curve, the largest the baseline's (default "
                         f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
@@ -792,7 +807,8 @@ def parse_args(argv):
                         f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
                         f"{NUM_ENSEMBLE_MEMBERS} members")
     args = p.parse_args(argv)
-    unknown = [t for t in args.techniques.split(",") if t not in TECHNIQUES]
+    args.techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
+    unknown = [t for t in args.techniques if t not in TECHNIQUES]
     if unknown:
         p.error(f"unknown technique(s) {unknown}; choose from {sorted(TECHNIQUES)}")
     if args.train_sizes is not None and min(args.train_sizes) < 1:
@@ -802,7 +818,9 @@ def parse_args(argv):
 
 def write_rows(rows: list, args, path: Path) -> None:
     for r in rows:
-        r["corpus"] = args.corpus + ("-quick" if args.quick else "")
+        r["corpus"] = (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else "")
+        if args.corpus == "nq":
+            r["corpus_seed"] = args.corpus_seed
         if args.corpus == "real":
             r["note"] = REAL_NOTE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -831,18 +849,20 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     plan = dict(QUICK if args.quick else FULL)
     plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds") if getattr(args, k) is not None}
-    out = Path(args.out or f"runs/answers/{args.corpus}" + ("-quick" if args.quick else ""))
+    name = f"{args.profile}-seed{args.corpus_seed}" if args.corpus == "nq" else args.corpus
+    out = Path(args.out or f"runs/answers/{name}" + ("-quick" if args.quick else ""))
     if args.corpus == "real" and not REAL.is_dir():
         print(f"error: {REAL} not found: --corpus real needs the real NQ sample beside the checkout", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     try:
         corpus = prepare_corpus(args, plan, out)
-        rows = benchmark(corpus, plan, out, args.techniques.split(","), functools.partial(write_partial, args))
+        rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args))
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    path = write_outputs(rows, args, "nq profile" if args.corpus == "nq" else REAL_NOTE)
+    label = f"{args.profile} profile, corpus seed {args.corpus_seed}" if args.corpus == "nq" else REAL_NOTE
+    path = write_outputs(rows, args, label)
     failed = [r for r in rows if "error" in r]
     print(f"\n{len(rows)} rows ({len(failed)} failed) in {time.perf_counter() - t0:.0f}s -> {path}, "
           f"{path.with_suffix('.png')}, {path.with_name(path.stem + '-curve.png')}")

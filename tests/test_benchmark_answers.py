@@ -216,3 +216,11 @@ def test_the_landed_record_holds_what_its_page_reports():
         x = base[seed]
         assert f"{x['test_f1']:.3f} ({x['test_f1_ci'][0]:.3f}-{x['test_f1_ci'][1]:.3f})" in page
         assert f"{x['lexical_delta']:+.3f} ({x['lexical_delta_ci'][0]:+.3f} to {x['lexical_delta_ci'][1]:+.3f})" in page
+
+
+def test_corpus_seed_profile_and_no_techniques_parse():
+    args = bench.parse_args(["--json", "x.json", "--corpus-seed", "7", "--techniques", "", "--seeds", "0"])
+    assert (args.corpus_seed, args.profile, args.techniques, args.seeds) == (7, "nq", [], [0])
+    assert bench.parse_args(["--json", "x.json", "--profile", "nq-lexical"]).profile == "nq-lexical"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--json", "x.json", "--corpus-seed", "-1"])
