@@ -813,6 +813,8 @@ def parse_args(argv):
         p.error(f"unknown technique(s) {unknown}; choose from {sorted(TECHNIQUES)}")
     if args.train_sizes is not None and min(args.train_sizes) < 1:
         p.error(f"--train-sizes: every size must be at least 1 page, got {args.train_sizes}")
+    if args.corpus_seed < 0:
+        p.error(f"--corpus-seed must be >= 0, got {args.corpus_seed}")
     return args
 
 
