@@ -38,6 +38,10 @@ Beside the techniques:
 
 * `lexical`: `solution.lexical` (no training), its two thresholds tuned on dev, applied to test;
   each baseline row carries `lexical_delta` (baseline minus lexical on the same test documents).
+* `bm25`: `solution.lexical --method bm25` (no training): Okapi BM25 over each page's top-level
+  candidates, long answers only, its threshold tuned on dev; `bm25_delta` on each baseline row, and
+  `best_reference` / `best_reference_delta`: the no-training row with the best test F1, and the
+  baseline minus it.
 * `first_paragraph`: the NQ paper's reference (Kwiatkowski et al. 2019: 27.8 long F1 on NQ dev): the
   first top-level paragraph candidate (`<P>`) as the long answer, never a short answer; no model, no
   thresholds.
@@ -89,7 +93,8 @@ TECHNIQUES = {
     "max_windows": ([], ["max_windows_per_document=0"]),
     "max_windows_4": ([], ["max_windows_per_document=4"]),
 }
-NO_TECHNIQUE = ("baseline", "lexical", "first_paragraph", "ensemble", "learning_curve")  # rows that are not a TECHNIQUES pair
+# Rows that are not a TECHNIQUES pair.
+NO_TECHNIQUE = ("baseline", "lexical", "bm25", "first_paragraph", "ensemble", "learning_curve")
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
 # --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
 # be measured; the rows are named apart, since their documents are not the other rows'.
@@ -208,14 +213,20 @@ def deltas(ref: dict, row: dict) -> dict:
     return out
 
 
-def lexical_delta(lexical: dict, base: dict) -> dict:
-    """{lexical_delta, lexical_delta_ci}: the baseline minus the word-matching answerer on test."""
+def reference_deltas(references: dict, base: dict) -> dict:
+    """{NAME_delta, NAME_delta_ci} for each no-training row of `references` ({name: row}): the baseline minus
+    it on the same test documents; and the best of them on test (`best_reference`, its delta)."""
     from solution.scoring.intervals import paired_difference
-    a, b = lexical.get("_counts", {}).get("test"), base.get("_counts", {}).get("test")
-    if a is None or b is None:
-        return {}
-    d = paired_difference(a, b)
-    return {"lexical_delta": d["delta"], "lexical_delta_ci": d["ci"]}
+    out, b = {}, base.get("_counts", {}).get("test")
+    scored = {name: r for name, r in references.items() if r.get("_counts", {}).get("test") is not None}
+    if b is None or not scored:
+        return out
+    for name, r in scored.items():
+        d = paired_difference(r["_counts"]["test"], b)
+        out |= {f"{name}_delta": d["delta"], f"{name}_delta_ci": d["ci"]}
+    best = max(scored, key=lambda name: scored[name]["test_f1"])
+    return out | {"best_reference": best, "best_reference_delta": out[f"{best}_delta"],
+                  "best_reference_delta_ci": out[f"{best}_delta_ci"]}
 
 
 # ---------------------------------------------------------------------------
@@ -336,15 +347,16 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
 
 
-def lexical_row(corpus: dict) -> dict:
-    """The word-matching answerer (`solution.lexical`): thresholds tuned on dev, applied to test."""
+def lexical_row(corpus: dict, method: str = "words") -> dict:
+    """A no-training answerer of `solution.lexical` (word matching, or `bm25`): thresholds tuned on dev,
+    applied to test."""
     from dataclasses import replace
 
     from solution.answers.postprocess import PostprocessConfig
     from solution.lexical import lexical_records
     from solution.scoring.tuning import predictions_with, tune
 
-    dev_records, default = lexical_records(corpus["dev"]), PostprocessConfig()
+    dev_records, default = lexical_records(corpus["dev"], method=method), PostprocessConfig()
     best = tune(dev_records, gold_of(corpus["dev"]), cfg=default)
     tuned = replace(default, **best["thresholds"])
     dev = score_rows(predictions_with(dev_records, default), corpus["dev"])
@@ -352,7 +364,7 @@ def lexical_row(corpus: dict) -> dict:
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": {"dev": dev_counts}}
     if corpus["test"]:
-        test_rows = predictions_with(lexical_records(corpus["test"]), tuned)
+        test_rows = predictions_with(lexical_records(corpus["test"], method=method), tuned)
         test = score_rows(test_rows, corpus["test_gold"])
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
@@ -458,11 +470,11 @@ def trained(name: str, seed: int, train_extra: list, sets: list, corpus: dict, p
     return evaluate([model], sets, corpus, out / f"{name}-seed{seed}") | {"train_seconds": secs, "_model": model}
 
 
-def baseline(seed: int, corpus: dict, plan: dict, out: Path, lexical: dict) -> dict:
+def baseline(seed: int, corpus: dict, plan: dict, out: Path, references: dict) -> dict:
     head = {"technique": "baseline", "enabled": False, "seed": seed,
             "num_train_documents": corpus["num_train_documents"]}
     row = attempt(head, lambda: trained("baseline", seed, [], [], corpus, plan, out))
-    return row | lexical_delta(lexical, row)
+    return row | reference_deltas(references, row)
 
 
 def technique_rows(base: dict, techniques: list, corpus: dict, plan: dict, out: Path) -> list:
@@ -493,10 +505,10 @@ def ensemble_seeds(seeds: list) -> list:
     return members[:NUM_ENSEMBLE_MEMBERS]
 
 
-def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, lexical: dict) -> list:
+def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, references: dict) -> list:
     """Members' rows (off), then the average of the first 2, 3, ... members against the best member on dev."""
     members = ensemble_seeds(plan["seeds"])
-    base = {s: baselines.get(s) or baseline(s, corpus, plan, out, lexical) for s in members}
+    base = {s: baselines.get(s) or baseline(s, corpus, plan, out, references) for s in members}
     rows = [base[s] | {"technique": "ensemble", "enabled": False} for s in members]
     for k in range(2, len(members) + 1):
         seeds = members[:k]
@@ -547,20 +559,23 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
     extra seeds would triple the training)."""
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
+    bm25 = attempt({"technique": "bm25", "enabled": None, "seed": None, "num_train_documents": 0},
+                   lambda: lexical_row(corpus, "bm25"))
     first_paragraph = attempt({"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0},
                               lambda: first_paragraph_row(corpus))
+    references = {"lexical": lexical, "bm25": bm25, "first_paragraph": first_paragraph}
     baselines, per_technique, ensembles, curve = {}, {}, [], []
     names = techniques + ([YES_NO_TECHNIQUE[0]] if "thresholds" in techniques and corpus.get("yes_no") else [])
 
     def rows() -> list:
-        out_rows = [lexical, first_paragraph]
+        out_rows = [lexical, bm25, first_paragraph]
         for seed in plan["seeds"]:
             out_rows += [baselines[seed]] if seed in baselines else []
             out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
         return out_rows + ensembles + curve
 
     for seed in ensemble_seeds(plan["seeds"]) if techniques else plan["seeds"]:
-        baselines[seed] = baseline(seed, corpus, plan, out, lexical)
+        baselines[seed] = baseline(seed, corpus, plan, out, references)
         partial(rows())
     for retrains in (False, True):
         for seed in plan["seeds"]:
@@ -573,7 +588,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                 for seed in plan["seeds"]:
                     per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
                     partial(rows())
-            ensembles = ensemble_rows(baselines, corpus, plan, out, lexical) if techniques else []
+            ensembles = ensemble_rows(baselines, corpus, plan, out, references) if techniques else []
             partial(rows())
     curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
     return rows()
@@ -616,8 +631,8 @@ def table(rows: list, title: str) -> str:
         delta = _ci(r.get("test_f1_delta"), r.get("test_f1_delta_ci"), signed=True)
         if "test_f1_delta" not in r and "dev_f1_delta" in r:  # no test gold (real corpus): the dev-tuned delta
             delta = "dev " + _ci(r["dev_f1_delta"], r["dev_f1_delta_ci"], signed=True)
-        if "lexical_delta" in r and r["technique"] == "baseline":
-            delta = "vs lexical " + _ci(r["lexical_delta"], r["lexical_delta_ci"], signed=True)
+        if "best_reference_delta" in r and r["technique"] == "baseline":
+            delta = f"vs {r['best_reference']} " + _ci(r["best_reference_delta"], r["best_reference_delta_ci"], signed=True)
         docs = "/".join(str(r.get(k, "-")) for k in ("num_train_documents", "num_dev_documents", "num_test_documents"))
         lines.append(head + f"| {docs} | {_f(r['dev_f1_untuned'])} | {_ci(r['dev_f1_tuned'], r['dev_f1_ci'])} "
                      f"| {_ci(r['test_f1'], r.get('test_f1_ci'))} | {delta} | {_f(r.get('test_mlebench'))} "

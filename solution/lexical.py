@@ -11,6 +11,12 @@ answer. A question that opens with a verb ("is ...", "was ...") is a YES/NO ques
 segment holds every content word, else NO. Otherwise the short answer is a row's last cell, or a
 sentence's last run of value words (`value_run`); without one, the answer is long only.
 
+`--method bm25` is the retrieval reference instead (the NQ paper's "closest to the question" row used
+TF-IDF): each top-level candidate is a document, ranked by Okapi BM25 (the `rank-bm25` package) against
+the question's content words less the page title's, words compared on their first 6 letters (a crude
+stem: "founded" matches "founder"), IDF over the page's own candidates; the best candidate is the long
+answer, its BM25 score the record's score, and no short answer.
+
 The output is the same score record `submission.predict --scores-out` writes
 (`postprocess.score_record`), so `solution.scoring.tuning` tunes its two thresholds on dev and
 `tuning.predictions_at` turns it into submission rows, exactly as for a model.
@@ -151,8 +157,39 @@ def inverse_document_frequency(path, on_error: str = "raise") -> dict:
     return {**{w: math.log(n / c) for w, c in df.items()}, "": math.log(n + 1)}
 
 
-def lexical_records(path, on_error: str = "raise") -> list:
-    """Score records of every document of a simplified-NQ file (two passes: word weights, then answers)."""
+STEM = 6  # letters a word is compared on by bm25_answer ("establ" for established and establishment)
+
+
+def _stems(words) -> list:
+    return [w.lower()[:STEM] for w in words if w.lower() not in STOP_WORDS and any(c.isalnum() for c in w)]
+
+
+def bm25_answer(example) -> dict:
+    """The score record of one document under `--method bm25` (see the module docstring)."""
+    from rank_bm25 import BM25Okapi
+
+    record = {"example_id": example.example_id, "raw_long": "", "raw_short": "", "answer_type": "LONG",
+              "score": 0.0, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0}
+    toks = example.tokens
+    question = content_words(example.question_text)
+    query = _stems((question - page_title(toks)) or question)
+    cands = [c for c in example.candidates if c.top_level]
+    texts = [_stems(t for t in toks[c.start_token:c.end_token] if is_text_token(t)) for c in cands]
+    if not query or not any(texts):
+        return record
+    scores = BM25Okapi(texts).get_scores(query)
+    best = max(range(len(cands)), key=lambda i: (scores[i], -i))  # a tie goes to the earlier candidate
+    return record | {"raw_long": f"{cands[best].start_token}:{cands[best].end_token}", "score": float(scores[best])}
+
+
+METHODS = ("words", "bm25")
+
+
+def lexical_records(path, on_error: str = "raise", method: str = "words") -> list:
+    """Score records of every document of a simplified-NQ file: `words`, the word-matching answerer (two
+    passes: word weights, then answers), or `bm25`, the retrieval reference."""
+    if method == "bm25":
+        return [bm25_answer(ex) for ex in read_examples(str(path), on_error=on_error)]
     idf = inverse_document_frequency(path, on_error)
     return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error)]
 
@@ -164,16 +201,19 @@ def main(argv=None) -> int:
     parser.add_argument("--input", required=True, help="simplified-NQ file (.jsonl or .jsonl.gz)")
     parser.add_argument("--scores-out", required=True, help="score records, one JSON line a document")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise")
+    parser.add_argument("--method", choices=METHODS, default="words",
+                        help="words: question words in the page's sentences; bm25: Okapi BM25 over the "
+                             "page's top-level candidates, long answers only")
     args = parser.parse_args(argv)
     from solution.common.fsutil import atomic_write_text
 
     try:
-        records = lexical_records(args.input, args.on_error)
+        records = lexical_records(args.input, args.on_error, args.method)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"lexical: {len(records)} documents scored -> {args.scores_out}", file=sys.stderr)
+    print(f"lexical ({args.method}): {len(records)} documents scored -> {args.scores_out}", file=sys.stderr)
     return 0
 
 

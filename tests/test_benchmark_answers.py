@@ -78,10 +78,15 @@ def test_deltas_are_the_row_minus_its_reference_on_the_same_documents():
     assert d["test_f1_delta"] == pytest.approx(f1(row["_counts"]["test"]) - f1(base["_counts"]["test"]))
     assert d["dev_f1_delta"] == pytest.approx(f1(row["_counts"]["dev"]) - f1(base["_counts"]["dev"]))
     assert d["test_f1_delta_ci"][0] <= d["test_f1_delta"] <= d["test_f1_delta_ci"][1]
-    lex = bench.lexical_delta({"_counts": {"test": base["_counts"]["test"]}}, row)
-    assert lex["lexical_delta"] == pytest.approx(d["test_f1_delta"])  # the baseline minus the lexical answerer
+    weak = {"_counts": {"test": [(0, 1, 1), (0, 1, 1), (0, 0, 2), (0, 1, 2)]}, "test_f1": 0.0}
+    lexical = {"_counts": {"test": base["_counts"]["test"]}, "test_f1": f1(base["_counts"]["test"])}
+    refs = bench.reference_deltas({"lexical": lexical, "bm25": weak, "first_paragraph": {}}, row)
+    assert refs["lexical_delta"] == pytest.approx(d["test_f1_delta"])  # the baseline minus the lexical answerer
+    assert refs["bm25_delta"] == pytest.approx(f1(row["_counts"]["test"]))
+    assert "first_paragraph_delta" not in refs  # a failed reference row: no delta, no error
+    assert refs["best_reference"] == "lexical" and refs["best_reference_delta"] == refs["lexical_delta"]
     assert bench.deltas(base, {"_counts": {"dev": row["_counts"]["dev"]}}).keys() == {"dev_f1_delta", "dev_f1_delta_ci"}
-    assert bench.lexical_delta({}, row) == {}  # a failed lexical row: no delta, no error
+    assert bench.reference_deltas({"lexical": {}}, row) == {}
 
 
 def test_ensemble_members_take_the_next_seeds():
@@ -153,6 +158,8 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
         _check_intervals(x, 9 if x["technique"] == "thresholds_yes_no" else 6)
     lexical = next(x for x in rows if x["technique"] == "lexical")
     assert lexical["num_train_documents"] == 0
+    bm25 = next(x for x in rows if x["technique"] == "bm25")
+    assert bm25["short_f1"] == 0.0 and bm25["num_train_documents"] == 0  # long answers only
     assert next(x for x in rows if x["technique"] == "first_paragraph")["thresholds"] is None
     for x in rows:  # the NQ paper's units: official long and short F1, each inside its interval
         for key in ("dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1"):

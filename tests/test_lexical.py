@@ -2,9 +2,9 @@
 
 import json
 
-from conftest import nq_line
+from conftest import nq_line, write_jsonl
 
-from solution.data.nq import parse_example
+from solution.data.nq import parse_example, read_examples
 from solution.lexical import answer
 
 PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <P> Drakia is a small country . </P> "
@@ -58,3 +58,20 @@ def test_a_table_row_answers_with_its_value_cell_and_a_header_row_with_nothing()
 
 def test_a_value_keeps_its_capitalised_question_word():
     assert table_record("what is the largest lake in drakia")[1] == "Lake Grukva"
+
+
+def test_bm25_picks_the_candidate_closest_to_the_question_and_gives_no_short_answer(tmp_path):
+    """The retrieval reference: candidates ranked by BM25 on words stemmed to 6 letters, the page title's
+    words aside; the best is the long answer, never a short one."""
+    from solution.lexical import bm25_answer
+
+    doc = ("Vemoria <H1> Vemoria </H1> <P> The rivers of Vemoria are long and wide . </P> "
+           "<P> Vemoria was established by the founders in 1850 . </P> <P> The weather is mild . </P>")
+    path = write_jsonl(tmp_path / "d.jsonl", [nq_line(example_id="5", question="who founded vemoria", document=doc)])
+    ex = next(read_examples(str(path)))
+    record = bm25_answer(ex)
+    second = [c for c in ex.candidates if c.top_level][1]
+    assert record["raw_long"] == f"{second.start_token}:{second.end_token}"  # "founders" ~ "founded"
+    assert record["raw_short"] == "" and record["score"] > 0
+    stop_only = write_jsonl(tmp_path / "t.jsonl", [nq_line(example_id="6", question="who is it", document=doc)])
+    assert bm25_answer(next(read_examples(str(stop_only))))["raw_long"] == ""  # no content word asked: blank
