@@ -6,15 +6,7 @@ and the few facts that differ between engines: what really wraps the model,
 how to read the gradient norm, how to make every rank's forward passes line
 up when parameters are sharded, how to save and read checkpoints.
 
-Where the strategy comes from (first match wins; one `plan_from_*` function
-per source, each returning a `Plan` or None, tried in order by `plan_strategy`):
-  1. `--deepspeed FILE` (the `deepspeed` launcher's convention, as in the
-     transformers Trainer): ZeRO stage and offload read from the JSON;
-  2. `accelerate launch --config_file X.yaml`: the environment Accelerate's
-     launcher sets (ACCELERATE_USE_DEEPSPEED / ACCELERATE_USE_FSDP);
-  3. `strategy:` in the training config or `--strategy NAME` (torchrun);
-  4. otherwise `ddp` when the launcher started several ranks, `single` if not.
-A config's explicit `strategy` that disagrees with the launcher is an error.
+Which strategy a run uses, and from which source, is `distributed.plan`'s `plan_strategy`.
 `Strategy` then builds the plan's engine (`build_deepspeed`, `build_fsdp`,
 `build_ddp`) and `verify_launch` checks what Accelerate set up.
 
