@@ -25,6 +25,7 @@ while [ $# -gt 0 ]; do
     --python) python="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --bundle) bundle="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done

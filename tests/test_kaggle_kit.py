@@ -69,7 +69,7 @@ def test_dataset_id_writes_metadata_notebook_and_the_upload_command(model_dir, t
     assert notebook["metadata"]["kernelspec"]["name"] == "python3"
     assert f"kaggle datasets create -p {kernel} --dir-mode zip" in proc.stdout
     assert json.loads((kernel / "MANIFEST.json").read_text())["dataset_id"] == "u/nq"
-    assert (kernel / "run.py").is_file() and (kernel / "code" / "solution" / "cli.py").is_file()
+    assert (kernel / "run.py").is_file() and (kernel / "code" / "solution" / "common" / "cli.py").is_file()
 
 
 @pytest.mark.slow  # the packaging script in two processes
