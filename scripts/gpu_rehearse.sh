@@ -18,6 +18,7 @@
 # Exit 0 only when all of these pass; logs under DIR.
 set -uo pipefail
 
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 python="" out="" bundle=".gpu-bundle"
 while [ $# -gt 0 ]; do
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
     --python) python="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --bundle) bundle="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
