@@ -17,6 +17,7 @@
 # The device call: run(carry=[".gpu-bundle"], command="bash scripts/gpu_run.sh --out $OUT/gpu").
 set -uo pipefail
 
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
 out="" work="${TMPDIR:-/tmp}/gpu_run" bundle=".gpu-bundle" budget=450 rest=()
 while [ $# -gt 0 ]; do
@@ -25,6 +26,7 @@ while [ $# -gt 0 ]; do
     --bundle) bundle="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --budget-s) budget="$2"; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) rest+=("$1"); shift ;;
   esac
 done
