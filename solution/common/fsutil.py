@@ -6,6 +6,10 @@ filesystem) and is renamed when complete. Any failure removes the temporary
 file, and a full disk becomes one sentence naming the path and the free space
 (`DiskFullError`) instead of an `OSError` traceback.
 
+A character device or a FIFO (`/dev/null`, `/dev/stdout` on a terminal or a pipe, a named pipe) is
+written straight through instead: renaming over it would replace the device node with a regular file,
+and a FIFO's reader would get nothing. Any other special file (a block device, a socket) is refused.
+
 `exclusive_lock` is the run's lock on its output folder (one training per
 output_dir at a time).
 
@@ -19,6 +23,7 @@ import errno
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import traceback
@@ -151,17 +156,45 @@ class _Output:
         return getattr(self._f, name)
 
 
+def stream_target(path: PathLike) -> bool:
+    """Whether `path` is, through any links, a character device or a FIFO: written straight through, never
+    replaced. Another special file (a block device, a socket) is a ValueError naming it; a regular file, a
+    folder or nothing there is False."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    raise ValueError(f"{path}: a special file (not a regular file, character device or pipe); write elsewhere")
+
+
+@contextlib.contextmanager
+def _straight_through(path: PathLike, mode: str, **open_kwargs) -> Iterator[IO]:
+    with open(path, mode.replace("x", "w"), **open_kwargs) as f:
+        out = _Output(f, path)
+        yield out
+        out.flush()
+
+
 @contextlib.contextmanager
 def atomic_output(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     """Open `path`'s temporary sibling for writing; rename it to `path` when the block ends without error.
 
     On any exception the temporary file is removed and `path` keeps what it held before;
     running out of space in this file raises `DiskFullError` naming `path` (not the temporary name).
+    A character device or FIFO is written straight through (`stream_target`), never replaced.
     """
     if not any(c in mode for c in "wx"):
         raise ValueError(f"atomic_output needs a write mode ('w', 'wb'), got {mode!r}")
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
+    if stream_target(path):
+        with _straight_through(path, mode, **open_kwargs) as out:
+            yield out
+        return
     tmp = temp_name(path)
     f = None
     try:
@@ -248,6 +281,10 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
     say nothing about a read-only mount, and nothing at all to root.
     """
     p = Path(path)
+    if not create_dir and stream_target(p):  # written straight through: the device itself must take writes
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"{what} {path}: cannot be written (permission denied)")
+        return p
     folder = p if create_dir else (p.parent if str(p.parent) else Path("."))
     if create_dir:
         if p.exists() and not p.is_dir():
