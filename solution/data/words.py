@@ -1,0 +1,29 @@
+"""Words of questions and pages: the stop words that carry no content, a text's content words, and the
+share of a question's words a window covers (the first pass's ranking and the word-matching reference).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# Words that carry no content in a question: matching them says nothing about a passage.
+STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
+many much of on or that the their this to was were what when where which who whom whose why with
+about describe kind like me tell type""".split())  # the last line: words that frame a question, not its subject
+
+
+def content_words(text: str) -> frozenset:
+    """The lower-cased words of `text` that are not stop words (NQ text is split by single spaces)."""
+    return frozenset(w for w in text.lower().split() if w not in STOP_WORDS and any(c.isalnum() for c in w))
+
+
+def question_word_share(question_words: frozenset, tokens: list, nq_token_index: np.ndarray) -> float:
+    """Share of `question_words` among the document tokens a window covers (0 for a question without any)."""
+    if not question_words:
+        return 0.0
+    covered = nq_token_index[nq_token_index >= 0]
+    if len(covered) == 0:
+        return 0.0
+    seen = {tokens[i].lower() for i in range(int(covered.min()), int(covered.max()) + 1)}
+    return len(question_words & seen) / len(question_words)
