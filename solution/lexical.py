@@ -160,10 +160,11 @@ def inverse_document_frequency(path, on_error: str = "raise") -> dict:
     return {**{w: math.log(n / c) for w, c in df.items()}, "": math.log(n + 1)}
 
 
-def lexical_records(path, on_error: str = "raise") -> list:
-    """Score records of every document of a simplified-NQ file (two passes: word weights, then answers)."""
+def lexical_records(path, on_error: str = "raise", stats=None) -> list:
+    """Score records of every document of a simplified-NQ file (two passes: word weights, then answers).
+    `stats`: a `ReadStats` the answering pass counts its lines and skips into."""
     idf = inverse_document_frequency(path, on_error)
-    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error)]
+    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
 
 
 def main(argv=None) -> int:
@@ -172,17 +173,26 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m solution.lexical", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ file (.jsonl or .jsonl.gz)")
     parser.add_argument("--scores-out", required=True, help="score records, one JSON line a document")
-    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                        help="a bad input line: stop (raise, the default), or leave it out, report how many "
+                             "and exit 1 (skip)")
     args = parser.parse_args(argv)
-    from solution.common.fsutil import atomic_write_text
+    from solution.common.fsutil import atomic_write_text, check_paths_apart, check_writable
+    from solution.data.nq import ReadStats
 
+    stats = ReadStats()
     try:
-        records = lexical_records(args.input, args.on_error)
+        check_paths_apart([("--scores-out", args.scores_out)], [("--input", args.input)])
+        check_writable(args.scores_out, "--scores-out")  # now, not after both passes over the input
+        records = lexical_records(args.input, args.on_error, stats)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"lexical: {len(records)} documents scored -> {args.scores_out}", file=sys.stderr)
+    if stats.num_skipped:
+        print(f"WARNING: {stats.report()}", file=sys.stderr)
+        return 1  # documents are missing from the scores: say so in the exit code, as predict does
     return 0
 
 

@@ -58,3 +58,26 @@ def test_a_table_row_answers_with_its_value_cell_and_a_header_row_with_nothing()
 
 def test_a_value_keeps_its_capitalised_question_word():
     assert table_record("what is the largest lake in drakia")[1] == "Lake Grukva"
+
+
+def test_the_command_refuses_its_input_as_output_reports_skips_and_checks_the_folder_first(tmp_path, capsys):
+    from conftest import write_jsonl
+
+    from solution import lexical
+
+    data = write_jsonl(tmp_path / "dev.jsonl", [nq_line(example_id=str(i), document=PAGE) for i in range(3)])
+    before = data.read_text()
+    assert lexical.main(["--input", str(data), "--scores-out", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --scores-out {data} is the same file as --input {data}; write it elsewhere\n"
+    assert data.read_text() == before
+    missing = tmp_path / "no" / "scores.jsonl"
+    assert lexical.main(["--input", str(data), "--scores-out", str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: --scores-out {missing}: folder {missing.parent} does not exist\n"
+    with open(data, "a") as f:
+        f.write("{not json\n")
+    out = tmp_path / "scores.jsonl"
+    assert lexical.main(["--input", str(data), "--scores-out", str(out), "--on-error", "skip"]) == 1
+    err = capsys.readouterr().err
+    assert "WARNING: " in err and "3 examples, SKIPPED 1 bad lines" in err
+    assert len(out.read_text().splitlines()) == 3

@@ -306,6 +306,26 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
     return p
 
 
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file: the same path once resolved, or (a hard link) the same inode."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: not the same file
+        return False
+
+
+def check_paths_apart(outputs: list, inputs: list) -> None:
+    """Refuse an output that is an input or another output, however spelled: it would replace the input
+    with the CSV, or one output with the other. `outputs`, `inputs`: (what, path) pairs, both named."""
+    outs = [(what, path) for what, path in outputs if path]
+    for i, (what, path) in enumerate(outs):
+        for other, other_path in [*outs[:i], *inputs]:
+            if _same_file(path, other_path):
+                raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
+
+
 LOCK_FILE = "train.lock"
 
 
