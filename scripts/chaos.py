@@ -76,7 +76,7 @@ sys.exit(main(sys.argv[1:]))
 
 def train_args(out: Path, steps: int, hang_timeout: float) -> list:
     return ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
-            "--optim", "sgd", "--learning_rate", "0.3", "--max_grad_norm", "0", "--dropout", "0.1",
+            "--optim", "sgd", "--weight_decay", "0", "--learning_rate", "0.3", "--max_grad_norm", "0", "--dropout", "0.1",
             "--max_steps", str(steps), "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--save_steps", "3",
             "--save_total_limit", "2", "--hang_timeout", str(hang_timeout), "--resume", "auto",

@@ -23,7 +23,8 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
-       "--per_device_train_batch_size", "8", "--optim", "sgd", "--learning_rate", "0.3", "--dropout", "0.1",
+       "--per_device_train_batch_size", "8", "--optim", "sgd", "--weight_decay", "0",
+       "--learning_rate", "0.3", "--dropout", "0.1",
        "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 CONSTANT = ("--lr_scheduler_type", "constant")  # its rates do not depend on max_steps, which a resume then may change
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -257,3 +258,27 @@ def test_the_first_step_save_is_an_ordinary_checkpoint_of_every_start(tmp_path):
                   *CONSTANT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-4", "checkpoint-5"]
+
+
+def test_a_resume_with_another_weight_decay_or_epsilon_is_refused_naming_them(tmp_path):
+    """The optimizer state a resume loads carries the checkpoint's param_groups: another weight_decay or
+    adam_epsilon would be written to config.yaml and silently replaced by the old values."""
+    adamw = ("--optim", "adamw_torch", "--weight_decay", "0.01", *CONSTANT)
+    assert train(tmp_path, "--max_steps", "1", "--save_steps", "1", *adamw).returncode == 0
+    proc = train(tmp_path, "--max_steps", "2", "--save_steps", "1", "--resume", "latest", *adamw,
+                 "--weight_decay", "0.1", "--adam_epsilon", "1e-6")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert "field 'optimizer.weight_decay' is 0.01 in the checkpoint but 0.1 in this run" in line, line
+    assert "field 'optimizer.adam_epsilon' is 1e-08 in the checkpoint but 1e-06 in this run" in line, line
+    proc = train(tmp_path, "--max_steps", "2", "--save_steps", "1", "--resume", "latest", *adamw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_sgd_with_weight_decay_is_refused():
+    from solution.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"^config: weight_decay must be 0 with optim sgd \(plain SGD has no "
+                                         r"weight decay\), got 0.01$"):
+        TrainConfig(optim="sgd", weight_decay=0.01)
+    assert TrainConfig(optim="sgd", weight_decay=0).weight_decay == 0

@@ -106,7 +106,9 @@ class TrainConfig:
     learning_rate: float = 5e-5
     """Peak learning rate, reached at the end of warmup."""
     weight_decay: float = 0.01
-    """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights."""
+    """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights. Plain SGD (`optim: sgd`)
+    has none: a non-zero value with it is refused (set 0). A resume keeps the checkpoint's value (and AdamW's
+    betas and epsilon): another one is refused, as another learning rate is."""
     adam_beta1: float = 0.9
     """AdamW's first-moment decay."""
     adam_beta2: float = 0.999
@@ -221,6 +223,8 @@ class TrainConfig:
             (self.global_batch_size is None or self.global_batch_size >= 1, "global_batch_size", ">= 1 or null"),
             (self.learning_rate > 0, "learning_rate", "> 0"),
             (self.weight_decay >= 0, "weight_decay", ">= 0"),
+            (self.optim != "sgd" or self.weight_decay == 0, "weight_decay", "0 with optim sgd (plain SGD has no "
+                                                                            "weight decay)"),
             (self.warmup_ratio is None or 0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1) or null"),
             (self.warmup_steps is None or (self.warmup_steps >= 0 and (self.warmup_steps < 1
                                                                       or float(self.warmup_steps).is_integer())),
