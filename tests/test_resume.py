@@ -282,3 +282,24 @@ def test_sgd_with_weight_decay_is_refused():
                                          r"weight decay\), got 0.01$"):
         TrainConfig(optim="sgd", weight_decay=0.01)
     assert TrainConfig(optim="sgd", weight_decay=0).weight_decay == 0
+
+
+def test_a_resume_on_another_train_file_with_as_many_windows_is_refused(tmp_path):
+    """Only the window count used to be compared: a checkpoint records its windows' digest as well."""
+    from conftest import nq_line, write_jsonl
+
+    files = [write_jsonl(tmp_path / f"{name}.jsonl", [nq_line(example_id=str(i + first), long=0) for i in range(4)])
+             for name, first in (("a", 0), ("b", 100))]
+    out = tmp_path / "run"
+
+    def on(path, *extra):
+        return train(out, "--data_source", "files", "--train_file", str(path), "--dev_file", "null",
+                     "--cache_dir", str(tmp_path / "cache"), "--negative_keep_rate", "1.0",
+                     "--per_device_train_batch_size", "2", "--save_steps", "1", *CONSTANT, *extra)
+
+    assert on(files[0], "--max_steps", "1").returncode == 0
+    proc = on(files[1], "--max_steps", "2", "--resume", "latest")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert "field 'train_data_digest' is '" in line and "field 'train_windows'" not in line, line
+    assert on(files[0], "--max_steps", "2", "--resume", "latest").returncode == 0
