@@ -66,7 +66,9 @@ def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
     assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
     (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
     (tmp_path / "checkpoint-2" / "manifest.json").unlink()  # as an older version wrote it: the manifest would name it
-    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest", *CONSTANT)
+    # By its path: latest would pass it over (checkpoint-1 has a manifest, so this one lost its own).
+    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", str(tmp_path / "checkpoint-2"),
+                 *CONSTANT)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc) == [x for x in proc.stderr.splitlines() if "random_states_0.pkl: missing" in x]
     assert len(error_lines(proc)) == 1 and str(tmp_path / "checkpoint-2") in error_lines(proc)[0]
@@ -303,3 +305,15 @@ def test_a_resume_on_another_train_file_with_as_many_windows_is_refused(tmp_path
     [line] = error_lines(proc)
     assert "field 'train_data_digest' is '" in line and "field 'train_windows'" not in line, line
     assert on(files[0], "--max_steps", "2", "--resume", "latest").returncode == 0
+
+
+def test_resume_auto_falls_back_past_a_truncated_optimizer_whose_manifest_is_gone(tmp_path):
+    assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
+    newest = tmp_path / "checkpoint-2"
+    optimizer = newest / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+    (newest / "manifest.json").unlink()
+    proc = train(tmp_path, "--max_steps", "3", "--save_steps", "1", "--resume", "auto", *CONSTANT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"skipped {newest} (no manifest.json, although checkpoint-1" in proc.stdout + proc.stderr
+    assert f"resume auto: continuing from {tmp_path / 'checkpoint-1'}" in proc.stdout + proc.stderr
