@@ -133,3 +133,44 @@ def test_training_names_a_broken_trainer_state_when_resuming(tmp_path, capsys):
                        "--output_dir", str(tmp_path / "run"), "--resume", str(ckpt), "--disable_tqdm", "true"])
     err = capsys.readouterr().err
     assert code == 2 and err == f"error: {ckpt / 'trainer_state.json'}: field 'step' is missing\n", err
+
+
+def test_a_gz_cut_at_60_percent_keeps_the_rows_of_every_document_read_before_the_cut(model_dir, tmp_path, capsys):
+    """Predict reads 64 documents a chunk: the documents of the chunk the cut falls in were read whole,
+    and are written; the error is still reported and the exit code says so."""
+    import random
+    import zlib
+
+    import submission.predict as predict
+
+    rng = random.Random(0)
+    docs = [nq_line(example_id=str(5000 + i), long=0, document="Book - wikipedia <H1> Book </H1> <P> " + " ".join(
+        rng.choice(["alpha", "beta", "gamma", "delta", "epsilon", str(i)]) for _ in range(60)) + " . </P>")
+        for i in range(10)]
+    whole = gzip.compress(lines(*docs))
+    cut = whole[: len(whole) * 6 // 10]
+    readable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)
+    num_read = readable.count(b"\n")
+    assert 0 < num_read < len(docs)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(cut)
+    out = tmp_path / "submission.csv"
+    code = predict.main(["--model", str(model_dir), "--input", str(path), "--output", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and "ERROR: " in err and f"{path}" in err, err
+    rows = dict(list(csv.reader(out.open()))[1:])
+    assert sorted(rows) == sorted(f"{5000 + i}_{kind}" for i in range(num_read) for kind in ("long", "short"))
+
+
+def test_batches_end_with_the_examples_read_before_a_failed_read():
+    from solution.data.nq import batches_until_error
+
+    def stream():
+        yield from range(5)
+        raise ValueError("cut")
+
+    got = []
+    with pytest.raises(ValueError, match="cut"):
+        for chunk in batches_until_error(stream(), 64):  # predict's chunks: the partial one comes before the error
+            got.append(chunk)
+    assert got == [[0, 1, 2, 3, 4]]
