@@ -41,6 +41,12 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"  # the fast tokenizer windows are cut with (save_pretrained writes it)
 MODEL_DIR_FORMAT = "nq-bert-qa/2"
+# What `save_model_dir` writes: the weights, the backbone's config, qa_config.json and the tokenizer's files
+# (transformers 5 writes tokenizer.json and tokenizer_config.json; 4.x also the others).
+TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "chat_template.jinja")
+MODEL_DIR_FILES = (WEIGHTS_FILE, CONFIG_FILE, QA_CONFIG_FILE, *TOKENIZER_FILES)
 # Format 1: weights under `backbone.*`, and none of the answer techniques (post-processing settings, structure tokens) yet.
 READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
 QA_CONFIG_SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
@@ -237,6 +243,18 @@ def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
     meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config,
             "tokenizer_size": len(tokenizer)}
     (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def model_dir_files(model_dir) -> tuple:
+    """(the files of a model directory, by name; anything else in it, by name): what a copy of the model
+    takes, and what it leaves (a pickled training_args.bin, notes). A symbolic link is a ValueError naming
+    it: its content lies elsewhere (a credentials file), and is never packed."""
+    d = Path(model_dir)
+    links = sorted(p.name for p in d.iterdir() if p.is_symlink())
+    if links:
+        raise ValueError(f"{d / links[0]}: a symbolic link; a model directory to pack holds its files themselves")
+    files = [n for n in MODEL_DIR_FILES if (d / n).is_file()]
+    return files, sorted(p.name for p in d.iterdir() if p.name not in files)
 
 
 def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict) -> Path:
