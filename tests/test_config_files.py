@@ -176,3 +176,23 @@ def test_the_shipped_files_say_auto_and_pass(path, precision, monkeypatch):
     plan = plan_strategy(cfg("--deepspeed", str(path), "--mixed_precision", precision,
                              "--gradient_accumulation_steps", "3", "--max_grad_norm", "0"))
     assert plan.is_deepspeed and plan.ds_path == str(path)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_one_line(tmp_path, capsys):
+    """Nine levels of ten aliases each: a billion values from 1.4 KB, under model_config_overrides."""
+    import time
+
+    from solution import train
+
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        levels.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    path = write(tmp_path / "bomb.yaml", "model_config_overrides:\n  id2label:\n" + "".join(f"    {x}\n" for x in levels))
+    t = time.perf_counter()
+    code = train.main(["--config", path, "--data_source", "dummy", "--max_steps", "1", "--output_dir",
+                       str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and time.perf_counter() - t < 30, err
+    assert err.strip().splitlines() == [f"error: {path}: its aliases (*name) expand to more than 100,000 values; a "
+                                        "settings file this large is refused (write the values out, or use fewer "
+                                        "nested aliases)"], err
