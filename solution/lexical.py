@@ -178,10 +178,11 @@ def main(argv=None) -> int:
                              "and exit 1 (skip)")
     args = parser.parse_args(argv)
     from solution.common.fsutil import atomic_write_text, check_paths_apart, check_writable
-    from solution.data.nq import ReadStats
+    from solution.data.nq import ReadStats, check_input_file
 
     stats = ReadStats()
     try:
+        check_input_file(args.input)  # read twice (word weights, then answers): a file, not a pipe
         check_paths_apart([("--scores-out", args.scores_out)], [("--input", args.input)])
         check_writable(args.scores_out, "--scores-out")  # now, not after both passes over the input
         records = lexical_records(args.input, args.on_error, stats)

@@ -42,7 +42,7 @@ from solution.answers.postprocess import PostprocessConfig, apply_overrides, bla
 from solution.common import cli  # noqa: E402
 from solution.common.fsutil import atomic_output, check_paths_apart, check_writable, file_digest  # noqa: E402
 from solution.common.precision import resolve_precision  # noqa: E402
-from solution.data.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
+from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_examples  # noqa: E402
 from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
@@ -221,6 +221,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post-processing settings for this run (--set KEY=VALUE), over the first weighted model's; `nq_predictions`:
     also the same rows in NQ's predictions JSON (`nq_official.PredictionsWriter`)."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    check_input_file(input_path)  # a pipe or standard input said so now, not after the models load
     precision = resolve_precision(precision, device)
     check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
                       [("--input", input_path), *_model_files(model_dirs)])

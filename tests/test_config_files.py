@@ -196,3 +196,16 @@ def test_a_yaml_alias_bomb_is_refused_at_once_in_one_line(tmp_path, capsys):
     assert err.strip().splitlines() == [f"error: {path}: its aliases (*name) expand to more than 100,000 values; a "
                                         "settings file this large is refused (write the values out, or use fewer "
                                         "nested aliases)"], err
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "{}\n"])
+def test_an_empty_config_file_is_refused_not_trained_with_the_defaults(text, tmp_path, capsys):
+    from solution import train
+
+    path = write(tmp_path / "empty.yaml", text)
+    code = train.main(["--config", path, "--data_source", "dummy", "--output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: {path}: empty, no settings; give at least one (train without "
+                                        "--config for the built-in defaults)"], err
+    assert not (tmp_path / "run").exists()

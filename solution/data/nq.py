@@ -172,7 +172,8 @@ class ReadStats:
                 "skipped": self.num_skipped, "skipped_by_reason": dict(self.skipped)}
 
 
-_ID_IN_TEXT = re.compile(r'"example_id"\s*:\s*"?(-?[0-9]{1,20})\b')
+# The whole value only: 1.5 or "12,34" is no id (not 1, not 12), and the line's rows cannot be written.
+_ID_IN_TEXT = re.compile(r'"example_id"\s*:\s*(?:"\s*(-?[0-9]{1,20})\s*"|(-?[0-9]{1,20})(?=\s*[,}]))')
 
 
 def recover_example_id(text: str) -> Optional[str]:
@@ -181,7 +182,7 @@ def recover_example_id(text: str) -> Optional[str]:
     Lets the submission write blank rows for a document it could not parse (malformed JSON
     included: the id is looked for in the raw text), so no id goes missing from the CSV."""
     match = _ID_IN_TEXT.search(text or "")
-    return match.group(1) if match else None
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def _reason_kind(reason: str) -> str:
@@ -240,6 +241,20 @@ def _gzip_lines(raw) -> Iterator[bytes]:
         yield pending
 
 
+def check_input_file(path) -> None:
+    """A regular file to read: standard input (`-`, `/dev/stdin`) or another pipe or device is a ValueError
+    saying so (a file is read by name, and some commands read it twice); a missing one FileNotFoundError."""
+    p = Path(path)
+    if str(path) == "-":
+        raise ValueError("-: reading standard input is not supported; save it to a file and give its path")
+    if p.exists() and not p.is_file():
+        kind = "a folder" if p.is_dir() else "a pipe or a device (standard input?)"
+        raise ValueError(f"{path}: {kind}, not a regular file; reading it is not supported: save the input to a "
+                         "file and give its path")
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+
+
 def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
     """Yield (line_number, text) with I/O and decoding faults turned into NQFormatError.
 
@@ -251,8 +266,7 @@ def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
     lines are independent: the next line is intact).
     """
     path = str(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    check_input_file(path)
     line_no = 0
     with open(path, "rb") if path.endswith(".gz") else open_binary(path) as f:
         source = _gzip_lines(f) if path.endswith(".gz") else iter(f.readline, b"")

@@ -444,8 +444,9 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
     values: dict = {}
     if path:
         loaded = read_settings_file(path, "config")
-        if loaded is None:
-            loaded = {}
+        if loaded is None or loaded == {}:  # else the built-in defaults would train, unannounced
+            raise ValueError(f"{path}: empty, no settings; give at least one (train without --config for the "
+                             "built-in defaults)")
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings at the top level")
         values.update(loaded)
