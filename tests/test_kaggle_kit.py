@@ -296,3 +296,14 @@ def test_num_documents_0_is_refused_before_anything_is_written(model_dir, tmp_pa
     assert kit_main("--model", model_dir, "--out", kernel, "--num-documents", "0") == 2
     one_error_line(capsys, "--num-documents must be >= 1, got 0", start="error: ")
     assert not kernel.exists()
+
+
+def test_a_model_whose_windows_exceed_its_positions_is_not_packed(model_dir, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    qa = json.loads((model / "qa_config.json").read_text())
+    qa["window"]["max_seq_length"] = 100_000
+    (model / "qa_config.json").write_text(json.dumps(qa))
+    assert kit_main("--model", model, "--out", tmp_path / "kernel") == 2
+    one_error_line(capsys, model / "qa_config.json", "window.max_seq_length 100000 is more than", start="error: ")
+    assert not (tmp_path / "kernel").exists()

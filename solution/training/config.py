@@ -439,6 +439,20 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
+def check_model_settings(cfg: TrainConfig, source: str) -> None:
+    """The settings that reach the model, against its backbone's config, at start-up: an override of
+    another type than the backbone's value, windows longer than its position embeddings. One line naming
+    `source` (the config file) and the field, instead of a traceback from the model after featurising."""
+    from solution.model.qa_model import backbone_config, check_sequence_length
+
+    try:
+        config = backbone_config(cfg.model_name_or_path, cfg.backbone_overrides)
+        check_sequence_length(config, cfg.window.max_seq_length, source)
+    except ValueError as e:
+        message = str(e)
+        raise ValueError(message if message.startswith(f"{source}:") else f"{source}: {message}") from None
+
+
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:
     """Read a YAML config and apply `--name value` overrides (a list of strings)."""
     values: dict = {}
