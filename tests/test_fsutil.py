@@ -361,3 +361,20 @@ def test_exclusive_lock_refuses_a_second_holder_naming_the_first(tmp_path):
                                       "or choose another output_dir")
     with fsutil.exclusive_lock(tmp_path, "output_dir"):
         pass
+
+
+def test_dev_fd_1_redirected_to_a_file_is_written_through(tmp_path):
+    """A shell's `> out.txt` makes /dev/fd/1 a file: the text lands in it, and no rename is tried beside the
+    link (in /proc/self/fd, where it fails)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        proc = subprocess.run([sys.executable, "-c", "from solution.common.fsutil import atomic_write_text; "
+                               "atomic_write_text('/dev/fd/1', 'through\\n')"], cwd=ROOT, stdout=f,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "through\n"

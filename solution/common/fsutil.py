@@ -6,9 +6,10 @@ filesystem) and is renamed when complete. Any failure removes the temporary
 file, and a full disk becomes one sentence naming the path and the free space
 (`DiskFullError`) instead of an `OSError` traceback.
 
-A character device or a FIFO (`/dev/null`, `/dev/stdout` on a terminal or a pipe, a named pipe) is
-written straight through instead: renaming over it would replace the device node with a regular file,
-and a FIFO's reader would get nothing. Any other special file (a block device, a socket) is refused.
+A character device or a FIFO (`/dev/null`, a terminal, a named pipe), or an open descriptor's name
+(`/dev/stdout`, `/dev/fd/N`, whatever it points at) is written straight through instead: renaming over
+it would replace the device node (or the link) with a regular file, and a FIFO's reader would get
+nothing. Any other special file (a block device, a socket) is refused.
 
 `exclusive_lock` is the run's lock on its output folder (one training per
 output_dir at a time).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import socket
 import stat
@@ -156,10 +158,16 @@ class _Output:
         return getattr(self._f, name)
 
 
+_DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+
+
 def stream_target(path: PathLike) -> bool:
-    """Whether `path` is, through any links, a character device or a FIFO: written straight through, never
-    replaced. Another special file (a block device, a socket) is a ValueError naming it; a regular file, a
-    folder or nothing there is False."""
+    """Whether `path` is, through any links, a character device or a FIFO, or names an open descriptor
+    (`/dev/stdout`, `/dev/fd/1`: a shell's `> file` makes it a regular file): written straight through,
+    never replaced. Another special file (a block device, a socket) is a ValueError naming it; a regular
+    file, a folder or nothing there is False."""
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)):
+        return True
     try:
         mode = os.stat(path).st_mode
     except OSError:
