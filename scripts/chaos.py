@@ -76,7 +76,7 @@ sys.exit(main(sys.argv[1:]))
 
 def train_args(out: Path, steps: int, hang_timeout: float) -> list:
     return ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
-            "--optim", "sgd", "--learning_rate", "0.3", "--max_grad_norm", "0", "--dropout", "0.1",
+            "--optim", "sgd", "--weight_decay", "0", "--learning_rate", "0.3", "--max_grad_norm", "0", "--dropout", "0.1",
             "--max_steps", str(steps), "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
             "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--save_steps", "3",
             "--save_total_limit", "2", "--hang_timeout", str(hang_timeout), "--resume", "auto",
@@ -308,7 +308,7 @@ def parse_args(argv=None):
     p.add_argument("--json", help="write the report here (written whole, or not at all)")
     p.add_argument("--seed", type=int, default=0, help="draws the faults, their order, targets and timing")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma list, from {', '.join(KINDS)}")
-    p.add_argument("--work-dir", help="where the runs go (default: a new temporary folder, kept)")
+    p.add_argument("--work-dir", help="where the runs go: a new or empty folder (default: a new temporary folder, kept)")
     p.add_argument("--hang-timeout", type=float, default=10.0, help="the runs' hang_timeout, seconds")
     p.add_argument("--nproc", type=int, default=2, help="ranks per launch")
     p.add_argument("--steps", type=int, help="optimizer steps of the run (default 6 x faults + 30); faults left "
@@ -320,6 +320,10 @@ def parse_args(argv=None):
         p.error(f"--kinds: unknown {unknown}, expected some of {', '.join(KINDS)}")
     if args.faults < 1 or (args.steps is not None and args.steps < 2):
         p.error("--faults must be >= 1 and --steps >= 2")
+    if args.nproc < 1:
+        p.error(f"--nproc must be >= 1, got {args.nproc}")
+    if not args.hang_timeout > 0:  # 0 would switch off the watchdog the hang faults need
+        p.error(f"--hang-timeout must be > 0 seconds, got {args.hang_timeout}")
     return args, kinds
 
 
@@ -329,6 +333,10 @@ def main(argv=None) -> int:
         if args.json:
             check_writable(args.json, "--json")
         work = check_writable(args.work_dir or tempfile.mkdtemp(prefix="chaos-"), "--work-dir", create_dir=True)
+        held = sorted(p.name for p in work.iterdir())
+        if held:  # an earlier run's checkpoints would be resumed, and its faults never injected
+            raise ValueError(f"--work-dir {work}: not empty (holds {', '.join(held[:3])}); a run needs a new or "
+                             "empty folder: remove it yourself, or choose another")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

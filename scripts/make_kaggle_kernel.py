@@ -8,7 +8,9 @@ runs with internet off and no custom packages:
 
     kernel/
       run.py          python run.py  (Kaggle paths)  |  python run.py --input TEST.jsonl --output CSV
-      model/          the model directory (safetensors, config, tokenizer, qa_config.json);
+      model/          the model directory's own files (safetensors, config, tokenizer, qa_config.json:
+                      qa_model.MODEL_DIR_FILES); anything else in it is left out and named in a
+                      warning, and a symbolic link in it is refused (its content lies elsewhere);
                       an ensemble has model-1/, model-2/, ... instead, averaged as
                       `submission.predict --model ... --weights ...` does
       code/solution/  the reading, windowing, model, post-processing and inference modules
@@ -163,6 +165,10 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
         parse_weights(weights, len(model_dirs))
     check_out(out, model_dirs)
     check_models(model_dirs)
+    from solution.model.qa_model import model_dir_files
+
+    for d in model_dirs:  # a symbolic link is refused before anything is written
+        model_dir_files(d)
     final = Path(os.path.abspath(out))  # `--out .` has a name and a folder beside it to write in
     final.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and swapped in whole: a failure leaves the old folder as it was.
@@ -232,17 +238,24 @@ def write_kernel(model_dirs: list, out: Path, weights: Optional[str], dataset_id
         dst.write_text(text)
         copied.append({"file": f"code/{rel}", "bytes": len(text.encode())})
     # One folder per distinct directory: a model listed twice is copied once (predict merges it anyway).
+    from solution.model.qa_model import model_dir_files
+
     names: dict = {}
+    skipped: list = []
     for d in model_dirs:
         key = d.resolve()
         if key not in names:
             names[key] = "model" if len(model_dirs) == 1 else f"model-{len(names) + 1}"
-            shutil.copytree(d, out / names[key])
+            files, extras = model_dir_files(d)
+            (out / names[key]).mkdir()
+            for name in files:  # the model's own files only: never a link's target, never an extra
+                shutil.copyfile(d / name, out / names[key] / name)
+            skipped += [str(d / name) for name in extras]
     folders = [names[d.resolve()] for d in model_dirs]
     (out / "run.py").write_text(RUN_PY.replace("__MODELS__", repr(folders)).replace("__WEIGHTS__", repr(weights)))
     size = sum(p.stat().st_size for f in set(folders) for p in (out / f).rglob("*") if p.is_file())
     manifest = {"made_by": MADE_BY, "models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
-                "model_bytes": size, "code": copied, "entry": "run.py",
+                "model_bytes": size, "code": copied, "entry": "run.py", "skipped": skipped,
                 "needs": ["torch", "transformers>=4.51", "numpy", "safetensors", "tqdm"]}
     if dataset_id is not None:
         manifest["dataset_id"] = dataset_id
@@ -292,9 +305,13 @@ def main(argv=None) -> int:
     p.add_argument("--title", default=None, help="the dataset's title (default: from SLUG)")
     p.add_argument("--license", default="other", help="the dataset's license name in Kaggle's list (default: other)")
     args = p.parse_args(argv)
-    try:
-        if args.pages and not Path(args.pages).is_file():  # before anything is written
+    try:  # before anything is written
+        if args.pages and not Path(args.pages).is_file():
             raise ValueError(f"--pages {args.pages}: no such file")
+        if args.num_documents < 1:
+            raise ValueError(f"--num-documents must be >= 1, got {args.num_documents}")
+        if args.pages_limit < 1:
+            raise ValueError(f"--pages-limit must be >= 1, got {args.pages_limit}")
         m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
         from solution.model.kernel_budget import format_projection, project
 
@@ -302,6 +319,8 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if m["skipped"]:
+        print(f"warning: not packed (not part of a model directory): {', '.join(m['skipped'])}", file=sys.stderr)
     print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "
           f"({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
     print(projection)

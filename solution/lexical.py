@@ -185,13 +185,14 @@ def bm25_answer(example) -> dict:
 METHODS = ("words", "bm25")
 
 
-def lexical_records(path, on_error: str = "raise", method: str = "words") -> list:
+def lexical_records(path, on_error: str = "raise", method: str = "words", stats=None) -> list:
     """Score records of every document of a simplified-NQ file: `words`, the word-matching answerer (two
-    passes: word weights, then answers), or `bm25`, the retrieval reference."""
+    passes: word weights, then answers), or `bm25`, the retrieval reference. `stats`: a `ReadStats` the
+    answering pass counts its lines and skips into."""
     if method == "bm25":
-        return [bm25_answer(ex) for ex in read_examples(str(path), on_error=on_error)]
+        return [bm25_answer(ex) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
     idf = inverse_document_frequency(path, on_error)
-    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error)]
+    return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
 
 
 def main(argv=None) -> int:
@@ -200,20 +201,30 @@ def main(argv=None) -> int:
     parser = cli.ArgumentParser(prog="python -m solution.lexical", description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="simplified-NQ file (.jsonl or .jsonl.gz)")
     parser.add_argument("--scores-out", required=True, help="score records, one JSON line a document")
-    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise")
+    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                        help="a bad input line: stop (raise, the default), or leave it out, report how many "
+                             "and exit 1 (skip)")
     parser.add_argument("--method", choices=METHODS, default="words",
                         help="words: question words in the page's sentences; bm25: Okapi BM25 over the "
                              "page's top-level candidates, long answers only")
     args = parser.parse_args(argv)
-    from solution.common.fsutil import atomic_write_text
+    from solution.common.fsutil import atomic_write_text, check_paths_apart, check_writable
+    from solution.data.nq import ReadStats, check_input_file
 
+    stats = ReadStats()
     try:
-        records = lexical_records(args.input, args.on_error, args.method)
+        check_input_file(args.input)  # read twice (word weights, then answers): a file, not a pipe
+        check_paths_apart([("--scores-out", args.scores_out)], [("--input", args.input)])
+        check_writable(args.scores_out, "--scores-out")  # now, not after both passes over the input
+        records = lexical_records(args.input, args.on_error, args.method, stats)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"lexical ({args.method}): {len(records)} documents scored -> {args.scores_out}", file=sys.stderr)
+    if stats.num_skipped:
+        print(f"WARNING: {stats.report()}", file=sys.stderr)
+        return 1  # documents are missing from the scores: say so in the exit code, as predict does
     return 0
 
 

@@ -165,9 +165,13 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
         raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
     check_writable(out, "--out", create_dir=True)
     counts = {"lines": 0, "train": 0, "test": 0, "chunks": 0}
+    where: dict = {}  # example_id -> the parts its lines went to: a repeated id may land in train and test
 
     def flush(chunk, f_train, f_test, f_gold):
         test, train = split_chunk(len(chunk))
+        for part, indices in (("test", test), ("train", train)):
+            for i in indices:
+                where.setdefault(chunk[i][2], []).append(part)
         for i in test:
             line_no, num_annotations, example_id, text = chunk[i]
             if num_annotations != 1:  # prepare.py asserts it while writing its gold submission
@@ -200,7 +204,11 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
             f.flush()
     if not counts["lines"]:
         raise ValueError(f"{input_path}: no lines")
-    return {**counts, "outputs": {k: str(p) for k, p in outputs.items()}}
+    repeated = {eid: parts for eid, parts in where.items() if len(parts) > 1}
+    return {**counts, "repeated_ids": len(repeated),
+            "in_train_and_test": sorted(eid for eid, parts in repeated.items() if len(set(parts)) == 2),
+            "repeated_in_test": sorted(eid for eid, parts in repeated.items() if parts.count("test") > 1),
+            "outputs": {k: str(p) for k, p in outputs.items()}}
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
@@ -259,6 +267,12 @@ def _main_like_mlebench(args) -> None:
     except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if result["repeated_ids"]:
+        both, twice = result["in_train_and_test"], result["repeated_in_test"]
+        print(f"warning: {args.input}: {result['repeated_ids']} example_ids appear on more than one line, kept as "
+              f"MLE-bench's prepare.py keeps them: {len(both)} in both train and test{_some_ids(both)}, "
+              f"{len(twice)} twice in test{_some_ids(twice)} (MLE-bench's grader refuses every submission "
+              "then)", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return
@@ -267,6 +281,10 @@ def _main_like_mlebench(args) -> None:
     print(f"wrote {', '.join(result['outputs'].values())}")
     print(f"score as MLE-bench will: python -m solution.evaluate --submission CSV --gold "
           f"{result['outputs']['test_gold']} --metric mlebench")
+
+
+def _some_ids(ids: list) -> str:
+    return f" ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})" if ids else ""
 
 
 if __name__ == "__main__":

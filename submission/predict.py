@@ -40,9 +40,9 @@ from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensembl
 from solution.answers.inference import model_runner, submission_rows, with_overrides  # noqa: E402
 from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
-from solution.common.fsutil import atomic_output, check_writable, file_digest  # noqa: E402
+from solution.common.fsutil import atomic_output, check_paths_apart, check_writable, file_digest  # noqa: E402
 from solution.common.precision import resolve_precision  # noqa: E402
-from solution.data.nq import NQFormatError, ReadStats, read_examples  # noqa: E402
+from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_examples  # noqa: E402
 from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
@@ -107,26 +107,6 @@ def stop_on_signals():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _same_file(a, b) -> bool:
-    """Whether two paths name one file: the same path once resolved, or (a hard link) the same inode."""
-    if Path(a).resolve() == Path(b).resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist yet: not the same file
-        return False
-
-
-def check_paths_apart(outputs: list, inputs: list) -> None:
-    """Refuse an output that is an input or another output, however spelled: it would replace the input
-    with the CSV, or one output with the other. `outputs`, `inputs`: (what, path) pairs, both named."""
-    outs = [(what, path) for what, path in outputs if path]
-    for i, (what, path) in enumerate(outs):
-        for other, other_path in [*outs[:i], *inputs]:
-            if _same_file(path, other_path):
-                raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
 
 
 def _model_files(model_dirs: Sequence[str]) -> list:
@@ -241,6 +221,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post-processing settings for this run (--set KEY=VALUE), over the first weighted model's; `nq_predictions`:
     also the same rows in NQ's predictions JSON (`nq_official.PredictionsWriter`)."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    check_input_file(input_path)  # a pipe or standard input said so now, not after the models load
     precision = resolve_precision(precision, device)
     check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
                       [("--input", input_path), *_model_files(model_dirs)])

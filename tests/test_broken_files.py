@@ -133,3 +133,87 @@ def test_training_names_a_broken_trainer_state_when_resuming(tmp_path, capsys):
                        "--output_dir", str(tmp_path / "run"), "--resume", str(ckpt), "--disable_tqdm", "true"])
     err = capsys.readouterr().err
     assert code == 2 and err == f"error: {ckpt / 'trainer_state.json'}: field 'step' is missing\n", err
+
+
+def test_a_gz_cut_at_60_percent_keeps_the_rows_of_every_document_read_before_the_cut(model_dir, tmp_path, capsys):
+    """Predict reads 64 documents a chunk: the documents of the chunk the cut falls in were read whole,
+    and are written; the error is still reported and the exit code says so."""
+    import random
+    import zlib
+
+    import submission.predict as predict
+
+    rng = random.Random(0)
+    docs = [nq_line(example_id=str(5000 + i), long=0, document="Book - wikipedia <H1> Book </H1> <P> " + " ".join(
+        rng.choice(["alpha", "beta", "gamma", "delta", "epsilon", str(i)]) for _ in range(60)) + " . </P>")
+        for i in range(10)]
+    whole = gzip.compress(lines(*docs))
+    cut = whole[: len(whole) * 6 // 10]
+    readable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)
+    num_read = readable.count(b"\n")
+    assert 0 < num_read < len(docs)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(cut)
+    out = tmp_path / "submission.csv"
+    code = predict.main(["--model", str(model_dir), "--input", str(path), "--output", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and "ERROR: " in err and f"{path}" in err, err
+    rows = dict(list(csv.reader(out.open()))[1:])
+    assert sorted(rows) == sorted(f"{5000 + i}_{kind}" for i in range(num_read) for kind in ("long", "short"))
+
+
+def test_batches_end_with_the_examples_read_before_a_failed_read():
+    from solution.data.nq import batches_until_error
+
+    def stream():
+        yield from range(5)
+        raise ValueError("cut")
+
+    got = []
+    with pytest.raises(ValueError, match="cut"):
+        for chunk in batches_until_error(stream(), 64):  # predict's chunks: the partial one comes before the error
+            got.append(chunk)
+    assert got == [[0, 1, 2, 3, 4]]
+
+
+def test_standard_input_and_pipes_are_said_to_be_unsupported_and_batch_size_0_refused(tmp_path, capsys):
+    import os
+
+    import submission.predict as predict
+    from solution import lexical
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    out = tmp_path / "submission.csv"
+    for source, said in (("-", "-: reading standard input is not supported"),
+                         (str(fifo), f"{fifo}: a pipe or a device (standard input?), not a regular file")):
+        # The model directory does not exist: the input is checked first, before anything loads.
+        assert predict.main(["--model", str(tmp_path / "no-model"), "--input", source, "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {said}") and len(err.splitlines()) == 1 and "no such file" not in err, err
+        assert lexical.main(["--input", source, "--scores-out", str(tmp_path / "s.jsonl")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {said}") and len(err.splitlines()) == 1, err
+    data = tmp_path / "test.jsonl"
+    data.write_bytes(lines(GOOD[0]))
+    assert predict.main(["--model", str(tmp_path / "no-model"), "--input", str(data), "--output", str(out),
+                         "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err == "error: --batch-size must be >= 1, got 0\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("raw", ['1.5', '"12,34"', '"7 8"', '1e3'])
+def test_an_id_that_is_not_a_whole_integer_is_not_recovered_as_its_first_digits(raw, model_dir, tmp_path, capsys):
+    import submission.predict as predict
+    from solution.data.nq import recover_example_id
+
+    line = json.dumps(with_(example_id=0)).replace('"example_id": 0', f'"example_id": {raw}')
+    assert recover_example_id(line) is None
+    assert recover_example_id('{"example_id": "-12", "x": 1}') == "-12" == recover_example_id('{"example_id": -12}')
+    path = tmp_path / "test.jsonl"
+    path.write_bytes(lines(GOOD[0], line.encode()))
+    out = tmp_path / "submission.csv"
+    assert predict.main(["--model", str(model_dir), "--input", str(path), "--output", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "ERROR: lines [2] have no readable example_id" in err, err
+    assert sorted(dict(list(csv.reader(out.open()))[1:])) == ["1000_long", "1000_short"]

@@ -46,6 +46,25 @@ def test_the_oracle_tells_one_ulp_and_one_loss_apart(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("argv,said", [(["--nproc", "0"], "--nproc must be >= 1, got 0"),
+                                       (["--hang-timeout", "-1"], "--hang-timeout must be > 0 seconds, got -1.0")])
+def test_no_ranks_and_a_negative_hang_timeout_are_refused(argv, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        chaos_module().main(argv)
+    assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_work_dir_holding_an_earlier_run_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    chaos = chaos_module()
+    monkeypatch.setattr(chaos, "chaos_run", lambda *a: pytest.fail("a run started"))  # nothing may run
+    work = tmp_path / "work"
+    (work / "chaos").mkdir(parents=True)  # what a first run leaves: its checkpoints would be resumed
+    assert chaos.main(["--work-dir", str(work)]) == 2
+    assert capsys.readouterr().err == (f"error: --work-dir {work}: not empty (holds chaos); a run needs a new or "
+                                       "empty folder: remove it yourself, or choose another\n")
+    assert sorted(p.name for p in work.iterdir()) == ["chaos"]
+
+
 def test_three_faults_end_bit_identical_to_the_uninterrupted_run(tmp_path):
     report_path = tmp_path / "chaos.json"
     proc = subprocess.run([sys.executable, "scripts/chaos.py", "--faults", "3", "--steps", "20", "--seed", "1",

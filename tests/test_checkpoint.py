@@ -646,3 +646,22 @@ def test_a_limit_of_one_keeps_two_so_a_corrupt_newest_has_a_fallback(tmp_path):
     for step in range(1, 5):
         ck.maybe_save(step, 0, step)
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-4"]
+
+
+def test_resume_auto_passes_over_a_checkpoint_whose_manifest_is_gone_when_an_earlier_one_has_one(tmp_path):
+    """Its siblings were written with manifests, so the version that wrote it wrote one too: lost, and its
+    damaged files would load unchecked. Only where no earlier checkpoint has one (all written before
+    manifests) is it taken unverified."""
+    ck = checkpointer(tmp_path)
+    for step in (2, 4, 6):
+        ck.save(step, 0, step)
+    newest = tmp_path / "checkpoint-6"
+    rot_state(newest)  # damaged, still readable: without its manifest nothing would tell
+    (newest / "manifest.json").unlink()
+    said = []
+    assert find_checkpoint(tmp_path, "auto", log=said.append) == tmp_path / "checkpoint-4"
+    assert said == [f"resume auto: skipped {newest} (no manifest.json, although checkpoint-2, saved before it, "
+                    "has one: its files cannot be checked)"]
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}" / "manifest.json").unlink()
+    assert find_checkpoint(tmp_path, "auto") == newest  # all from before manifests: taken, and warned about on load

@@ -35,16 +35,16 @@ def test_yaml_sections_and_overrides(tmp_path):
 
 @pytest.mark.parametrize("text,overrides,message", [
     ("learnin_rate: 0.1\n", [], "unknown config key 'learnin_rate' (did you mean 'learning_rate'?)"),
-    ("", ["--per_device_train_batch_size", "two"], "per_device_train_batch_size expects int, got 'two'"),
-    ("", ["--per_device_train_batch_size", "0"], "per_device_train_batch_size must be >= 1"),
-    ("", ["--optim", "adam"], "optim must be one of"),
-    ("", ["--mixed_precision", "fp8"], "mixed_precision must be one of"),
+    ("seed: 0\n", ["--per_device_train_batch_size", "two"], "per_device_train_batch_size expects int, got 'two'"),
+    ("seed: 0\n", ["--per_device_train_batch_size", "0"], "per_device_train_batch_size must be >= 1"),
+    ("seed: 0\n", ["--optim", "adam"], "optim must be one of"),
+    ("seed: 0\n", ["--mixed_precision", "fp8"], "mixed_precision must be one of"),
     ("window:\n  stride: 3\n", [], "unknown config key 'window.stride'"),
-    ("", ["--doc_stride", "999"], "doc_stride must be in"),
+    ("seed: 0\n", ["--doc_stride", "999"], "doc_stride must be in"),
     ("- a\n- b\n", [], "expected a mapping"),
     ("a: [\n", [], "not valid YAML"),
-    ("", ["--learning_rate"], "--learning_rate needs a value"),
-    ("", ["learning_rate", "1"], "expected --name value"),
+    ("seed: 0\n", ["--learning_rate"], "--learning_rate needs a value"),
+    ("seed: 0\n", ["learning_rate", "1"], "expected --name value"),
 ])
 def test_errors_name_the_key(tmp_path, text, overrides, message):
     path = tmp_path / "c.yaml"

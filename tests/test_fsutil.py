@@ -113,6 +113,34 @@ def test_check_writable_names_the_output(tmp_path, monkeypatch):
         check_writable(tmp_path / "x.csv", "--output")
 
 
+def _read_fifo_in_background(fifo):
+    """A reader on `fifo` (as `cat fifo` would be): what it received, once the writer closes."""
+    import threading
+
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    return reader, got
+
+
+def test_a_fifo_or_a_character_device_is_written_through_never_replaced(tmp_path):
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader, got = _read_fifo_in_background(fifo)
+    atomic_write_text(fifo, "to the reader\n")
+    reader.join(10)
+    assert got == [b"to the reader\n"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    null = tmp_path / "null"
+    null.symlink_to("/dev/null")
+    assert check_writable(null, "--output") == null
+    with atomic_output(null, "w") as f:
+        f.write("nothing\n")
+    assert null.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert leftovers(tmp_path) == []
+
+
 # --- submission.predict --------------------------------------------------------------------------------
 
 
@@ -176,6 +204,31 @@ def test_predict_refuses_an_unwritable_output_before_loading_the_model(tmp_path,
     code = predict.main(["--model", str(tmp_path / "no-model"), "--input", str(data),
                          "--output", str(tmp_path / "s.csv"), "--scores-out", str(tmp_path / "nope" / "s.jsonl")])
     assert code == 2 and "error: --scores-out " in capsys.readouterr().err
+
+
+def test_predict_and_lexical_write_through_a_fifo_and_a_device(model_dir, tmp_path, capsys):
+    import stat
+
+    import submission.predict as predict
+    from solution import lexical
+
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(3)])
+    null, fifo = tmp_path / "null", tmp_path / "scores"
+    null.symlink_to("/dev/null")
+    os.mkfifo(fifo)
+    reader, got = _read_fifo_in_background(fifo)
+    code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(null),
+                         "--scores-out", str(fifo), "--quiet"])
+    reader.join(10)
+    assert code == 0, capsys.readouterr().err
+    assert len(got[0].splitlines()) == 3 and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    reader, got = _read_fifo_in_background(fifo)
+    assert lexical.main(["--input", str(data), "--scores-out", str(fifo)]) == 0
+    reader.join(10)
+    assert len(got[0].splitlines()) == 3 and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert lexical.main(["--input", str(data), "--scores-out", str(null)]) == 0
+    assert null.is_symlink() and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert leftovers(tmp_path) == []
 
 
 # --- the split -----------------------------------------------------------------------------------------
@@ -308,3 +361,20 @@ def test_exclusive_lock_refuses_a_second_holder_naming_the_first(tmp_path):
                                       "or choose another output_dir")
     with fsutil.exclusive_lock(tmp_path, "output_dir"):
         pass
+
+
+def test_dev_fd_1_redirected_to_a_file_is_written_through(tmp_path):
+    """A shell's `> out.txt` makes /dev/fd/1 a file: the text lands in it, and no rename is tried beside the
+    link (in /proc/self/fd, where it fails)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f:
+        proc = subprocess.run([sys.executable, "-c", "from solution.common.fsutil import atomic_write_text; "
+                               "atomic_write_text('/dev/fd/1', 'through\\n')"], cwd=ROOT, stdout=f,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == "through\n"

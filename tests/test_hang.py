@@ -143,7 +143,8 @@ def test_a_rank_without_progress_exits_4_with_one_line_and_its_stacks(tmp_path):
 
 # -- two ranks under torchrun, one stopped ------------------------------------------------------------
 STEPS = 100
-RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256", "--optim", "sgd",
+RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
+       "--optim", "sgd", "--weight_decay", "0",
        "--max_steps", str(STEPS), "--eval_strategy", "no", "--disable_tqdm", "true", "--logging_steps", "1",
        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--strategy", "ddp",
        "--save_steps", "5"]

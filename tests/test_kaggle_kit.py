@@ -268,3 +268,42 @@ def test_max_windows_per_document_caps_the_projected_windows(model_dir, test_fil
     assert one["hours"]["T4"]["fp32"] < full["hours"]["T4"]["fp32"]
     two = project([model_dir, model_dir], test_file, 1000)  # one directory twice: run once
     assert two["hours"] == full["hours"]
+
+
+def test_only_the_model_s_own_files_are_packed_a_link_refused_extras_named(model_dir, tmp_path, capsys):
+    """A link to a credentials file outside the model folder never reaches the upload folder; a pickled
+    training_args.bin is no file of a model directory, so it is left behind, and the warning names it."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    secret = tmp_path / "credentials.json"
+    secret.write_text('{"key": "secret"}\n')
+    (model / "kaggle.json").symlink_to(secret)
+    kernel = tmp_path / "kernel"
+    assert kit_main("--model", model, "--out", kernel) == 2
+    one_error_line(capsys, model / "kaggle.json", "symbolic link", start="error: ")
+    assert not kernel.exists()
+    (model / "kaggle.json").unlink()
+    (model / "training_args.bin").write_bytes(b"\x80\x04pickle")
+    assert kit_main("--model", model, "--out", kernel) == 0
+    err = capsys.readouterr().err
+    assert f"warning: not packed (not part of a model directory): {model / 'training_args.bin'}" in err, err
+    assert sorted(p.name for p in (kernel / "model").iterdir()) == sorted(p.name for p in model_dir.iterdir())
+    assert json.loads((kernel / "MANIFEST.json").read_text())["skipped"] == [str(model / "training_args.bin")]
+
+
+def test_num_documents_0_is_refused_before_anything_is_written(model_dir, tmp_path, capsys):
+    kernel = tmp_path / "kernel"
+    assert kit_main("--model", model_dir, "--out", kernel, "--num-documents", "0") == 2
+    one_error_line(capsys, "--num-documents must be >= 1, got 0", start="error: ")
+    assert not kernel.exists()
+
+
+def test_a_model_whose_windows_exceed_its_positions_is_not_packed(model_dir, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    qa = json.loads((model / "qa_config.json").read_text())
+    qa["window"]["max_seq_length"] = 100_000
+    (model / "qa_config.json").write_text(json.dumps(qa))
+    assert kit_main("--model", model, "--out", tmp_path / "kernel") == 2
+    one_error_line(capsys, model / "qa_config.json", "window.max_seq_length 100000 is more than", start="error: ")
+    assert not (tmp_path / "kernel").exists()

@@ -75,3 +75,26 @@ def test_bm25_picks_the_candidate_closest_to_the_question_and_gives_no_short_ans
     assert record["raw_short"] == "" and record["score"] > 0
     stop_only = write_jsonl(tmp_path / "t.jsonl", [nq_line(example_id="6", question="who is it", document=doc)])
     assert bm25_answer(next(read_examples(str(stop_only))))["raw_long"] == ""  # no content word asked: blank
+
+
+def test_the_command_refuses_its_input_as_output_reports_skips_and_checks_the_folder_first(tmp_path, capsys):
+    from conftest import write_jsonl
+
+    from solution import lexical
+
+    data = write_jsonl(tmp_path / "dev.jsonl", [nq_line(example_id=str(i), document=PAGE) for i in range(3)])
+    before = data.read_text()
+    assert lexical.main(["--input", str(data), "--scores-out", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --scores-out {data} is the same file as --input {data}; write it elsewhere\n"
+    assert data.read_text() == before
+    missing = tmp_path / "no" / "scores.jsonl"
+    assert lexical.main(["--input", str(data), "--scores-out", str(missing)]) == 2
+    assert capsys.readouterr().err == f"error: --scores-out {missing}: folder {missing.parent} does not exist\n"
+    with open(data, "a") as f:
+        f.write("{not json\n")
+    out = tmp_path / "scores.jsonl"
+    assert lexical.main(["--input", str(data), "--scores-out", str(out), "--on-error", "skip"]) == 1
+    err = capsys.readouterr().err
+    assert "WARNING: " in err and "3 examples, SKIPPED 1 bad lines" in err
+    assert len(out.read_text().splitlines()) == 3

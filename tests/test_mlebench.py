@@ -373,3 +373,18 @@ def test_split_like_mlebench_refuses_what_prepare_py_cannot_split(tmp_path):
     assert proc.returncode == 2 and "a chunk of 1 line(s)" in proc.stderr
     proc = run_split("--input", src, "--out", tmp_path / "o", "--like", "mlebench", "--seed", "3")
     assert proc.returncode == 2 and "drop --seed" in proc.stderr
+
+
+def test_split_like_mlebench_keeps_a_repeated_id_in_train_and_test_and_says_so(tmp_path, capsys):
+    from solution import split
+
+    test, train = mlebench.split_chunk(40)
+    ids = [str(100 + i) for i in range(40)]
+    ids[train[0]] = ids[test[0]]  # one id on two lines: one drawn for test, the other for train
+    src = write_jsonl(tmp_path / "t.jsonl", [nq_line(example_id=i, long=0) for i in ids])
+    split.main(["--input", str(src), "--out", str(tmp_path / "o"), "--like", "mlebench", "--quiet"])
+    err = capsys.readouterr().err
+    assert (f"warning: {src}: 1 example_ids appear on more than one line, kept as MLE-bench's prepare.py keeps them: "
+            f"1 in both train and test ({ids[test[0]]}), 0 twice in test") in err, err
+    read = lambda name: [json.loads(x)["example_id"] for x in (tmp_path / "o" / name).read_text().splitlines()]  # noqa: E731
+    assert ids[test[0]] in read("simplified-nq-train.jsonl") and ids[test[0]] in read("simplified-nq-test.jsonl")

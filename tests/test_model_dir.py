@@ -122,6 +122,10 @@ BAD = {
     "qa_not_json": (lambda d: (d / "qa_config.json").write_text('{"format": '), "qa_config.json", "JSON"),
     "qa_old_format_name": (lambda d: edit_json(d / "qa_config.json", lambda o: o.update(format="nq-bert-qa/0")),
                            "qa_config.json", "format"),
+    "qa_windows_past_the_positions": (lambda d: edit_json(d / "qa_config.json",
+                                                          lambda o: o["window"].update(max_seq_length=100_000)),
+                                      "qa_config.json", "window.max_seq_length 100000 is more than the backbone's 512 "
+                                                        "positions (max_position_embeddings 512)"),
     "config_shapes": (lambda d: edit_json(d / "config.json", lambda o: o.update(intermediate_size=48)),
                       "config.json", "bert.encoder.layer.0.intermediate.dense.bias has shape [64]"),
     "config_not_json": (lambda d: (d / "config.json").write_text("{"), "config.json", ""),

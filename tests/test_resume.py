@@ -23,7 +23,8 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
-       "--per_device_train_batch_size", "8", "--optim", "sgd", "--learning_rate", "0.3", "--dropout", "0.1",
+       "--per_device_train_batch_size", "8", "--optim", "sgd", "--weight_decay", "0",
+       "--learning_rate", "0.3", "--dropout", "0.1",
        "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 CONSTANT = ("--lr_scheduler_type", "constant")  # its rates do not depend on max_steps, which a resume then may change
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -65,7 +66,9 @@ def test_a_checkpoint_without_its_rng_state_is_refused(tmp_path):
     assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
     (tmp_path / "checkpoint-2" / "random_states_0.pkl").unlink()
     (tmp_path / "checkpoint-2" / "manifest.json").unlink()  # as an older version wrote it: the manifest would name it
-    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", "latest", *CONSTANT)
+    # By its path: latest would pass it over (checkpoint-1 has a manifest, so this one lost its own).
+    proc = train(tmp_path, "--max_steps", "4", "--save_steps", "1", "--resume", str(tmp_path / "checkpoint-2"),
+                 *CONSTANT)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert error_lines(proc) == [x for x in proc.stderr.splitlines() if "random_states_0.pkl: missing" in x]
     assert len(error_lines(proc)) == 1 and str(tmp_path / "checkpoint-2") in error_lines(proc)[0]
@@ -257,3 +260,60 @@ def test_the_first_step_save_is_an_ordinary_checkpoint_of_every_start(tmp_path):
                   *CONSTANT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-4", "checkpoint-5"]
+
+
+def test_a_resume_with_another_weight_decay_or_epsilon_is_refused_naming_them(tmp_path):
+    """The optimizer state a resume loads carries the checkpoint's param_groups: another weight_decay or
+    adam_epsilon would be written to config.yaml and silently replaced by the old values."""
+    adamw = ("--optim", "adamw_torch", "--weight_decay", "0.01", *CONSTANT)
+    assert train(tmp_path, "--max_steps", "1", "--save_steps", "1", *adamw).returncode == 0
+    proc = train(tmp_path, "--max_steps", "2", "--save_steps", "1", "--resume", "latest", *adamw,
+                 "--weight_decay", "0.1", "--adam_epsilon", "1e-6")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert "field 'optimizer.weight_decay' is 0.01 in the checkpoint but 0.1 in this run" in line, line
+    assert "field 'optimizer.adam_epsilon' is 1e-08 in the checkpoint but 1e-06 in this run" in line, line
+    proc = train(tmp_path, "--max_steps", "2", "--save_steps", "1", "--resume", "latest", *adamw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_sgd_with_weight_decay_is_refused():
+    from solution.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match=r"^config: weight_decay must be 0 with optim sgd \(plain SGD has no "
+                                         r"weight decay\), got 0.01$"):
+        TrainConfig(optim="sgd", weight_decay=0.01)
+    assert TrainConfig(optim="sgd", weight_decay=0).weight_decay == 0
+
+
+def test_a_resume_on_another_train_file_with_as_many_windows_is_refused(tmp_path):
+    """Only the window count used to be compared: a checkpoint records its windows' digest as well."""
+    from conftest import nq_line, write_jsonl
+
+    files = [write_jsonl(tmp_path / f"{name}.jsonl", [nq_line(example_id=str(i + first), long=0) for i in range(4)])
+             for name, first in (("a", 0), ("b", 100))]
+    out = tmp_path / "run"
+
+    def on(path, *extra):
+        return train(out, "--data_source", "files", "--train_file", str(path), "--dev_file", "null",
+                     "--cache_dir", str(tmp_path / "cache"), "--negative_keep_rate", "1.0",
+                     "--per_device_train_batch_size", "2", "--save_steps", "1", *CONSTANT, *extra)
+
+    assert on(files[0], "--max_steps", "1").returncode == 0
+    proc = on(files[1], "--max_steps", "2", "--resume", "latest")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert "field 'train_data_digest' is '" in line and "field 'train_windows'" not in line, line
+    assert on(files[0], "--max_steps", "2", "--resume", "latest").returncode == 0
+
+
+def test_resume_auto_falls_back_past_a_truncated_optimizer_whose_manifest_is_gone(tmp_path):
+    assert train(tmp_path, "--max_steps", "2", "--save_steps", "1", *CONSTANT).returncode == 0
+    newest = tmp_path / "checkpoint-2"
+    optimizer = newest / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+    (newest / "manifest.json").unlink()
+    proc = train(tmp_path, "--max_steps", "3", "--save_steps", "1", "--resume", "auto", *CONSTANT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"skipped {newest} (no manifest.json, although checkpoint-1" in proc.stdout + proc.stderr
+    assert f"resume auto: continuing from {tmp_path / 'checkpoint-1'}" in proc.stdout + proc.stderr

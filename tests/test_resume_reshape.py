@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make
 
 STEPS = 8
 BASE = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "64",
-        "--optim", "sgd", "--learning_rate", "0.3", "--max_grad_norm", "0", "--max_steps", str(STEPS),
+        "--optim", "sgd", "--weight_decay", "0", "--learning_rate", "0.3", "--max_grad_norm", "0", "--max_steps", str(STEPS),
         "--save_steps", "2", "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 BATCH = {1: ["--per_device_train_batch_size", "8"],
          2: ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"]}

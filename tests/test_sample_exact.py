@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # three trainings, two of them under torchrun
 
 WINDOWS, STEPS_PER_EPOCH, EPOCHS = 48, 6, 3
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", str(WINDOWS),
-       "--optim", "sgd", "--max_steps", str(STEPS_PER_EPOCH * EPOCHS), "--eval_strategy", "no",
+       "--optim", "sgd", "--weight_decay", "0", "--max_steps", str(STEPS_PER_EPOCH * EPOCHS), "--eval_strategy", "no",
        "--disable_tqdm", "true", "--logging_steps", "1", "--save_steps", "4", "--lr_scheduler_type", "constant"]
 TWO = ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"]
 ONE = ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1"]  # another batch per micro-step too

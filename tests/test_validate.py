@@ -73,3 +73,16 @@ def test_validator_counts_tokens_as_nq_does(tmp_path, capsys):
     assert code == 0
     code, out = run(capsys, submit(tmp_path, {**rows, "5_short": "6:8"}), test_path)
     assert code == 1 and "5_short: 6:8 is not a span inside the document (0..7 tokens)" in out.err
+
+
+def test_a_row_id_with_a_leading_space_is_refused_as_mle_bench_refuses_it(tmp_path, test_file, capsys):
+    from solution.scoring import mlebench
+
+    path = tmp_path / "submission.csv"
+    path.write_text("example_id,PredictionString\n 11_long,6:18\n11_short,12:14\n-22_long,\n-22_short,\n")
+    code, out = run(capsys, path, test_file)
+    assert code != 0, out
+    assert "11_long: written ' 11_long' on line 2; MLE-bench's grader compares row ids exactly" in out.out + out.err
+    gold = write_jsonl(tmp_path / "gold.jsonl", [nq_line(example_id="11"), nq_line(example_id="-22")])
+    with pytest.raises(ValueError, match="row ids are not the gold's"):  # the grader's own refusal, for reference
+        mlebench.grade(mlebench.read_submission_table(path), mlebench.read_answers(gold))

@@ -20,7 +20,6 @@ twice into one member, so a model ensembled with itself is that model exactly.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -35,7 +34,7 @@ from solution.answers.postprocess import (
     decide,
     score_document,
 )
-from solution.data.nq import Example, candidate_array
+from solution.data.nq import Example, batches_until_error, candidate_array
 from solution.windows.featurizer import ANSWER_TYPES, Featurizer
 
 
@@ -102,11 +101,7 @@ def predict_ensemble(groups: Sequence[ModelGroup], examples: Iterable[Example], 
                                      docs_per_chunk, progress)
         return
     docs_done = windows_done = 0
-    it = iter(examples)
-    while True:
-        chunk = list(itertools.islice(it, docs_per_chunk))
-        if not chunk:
-            return
+    for chunk in batches_until_error(examples, docs_per_chunk):
         per_group = []
         for g in groups:
             counted = {"windows": 0}

@@ -89,7 +89,8 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
                       cfg: PostprocessConfig, batch_size: int = 32, docs_per_chunk: int = 64,
                       progress: Optional[Callable[[int, int], None]] = None,
                       answer: Optional[Callable] = None) -> Iterator[DocumentPrediction]:
-    """Yield one prediction per example, in input order.
+    """Yield one prediction per example, in input order. When reading the input fails (a truncated .gz),
+    the documents read before it are answered, then the error is raised.
 
     `run` maps a collated batch to logits (see `model_runner`); `progress`, if
     given, is called with (documents done, windows done) after each chunk.
@@ -123,7 +124,16 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
             progress(docs_done, windows_done)
         chunk.clear()
 
-    for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True):
+    stream = featurizer.featurize(examples, with_labels=False, isolate_errors=True)
+    while True:
+        try:
+            ex, ws = next(stream)
+        except StopIteration:
+            break
+        except Exception:  # the input stopped (a truncated .gz): the documents read before it keep their answers
+            if chunk:
+                yield from flush()
+            raise
         if not isinstance(ws, Exception):
             ws = select_windows(ex, ws, cfg, featurizer.config)
         chunk.append((ex, ws))

@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Optional, get_type_hints
 
-from solution.checkpoints.layout import verify_manifest
+from solution.checkpoints.layout import MANIFEST, verify_manifest
 from solution.common.settings import read_settings_file
 from solution.common.values import json_type_ok
 
@@ -52,8 +52,9 @@ def find_checkpoint(output_dir: Path, spec: str, log: Callable[[str], None] = la
     manifest (or there is no `latest`), the most recently saved checkpoint that reads and verifies is
     taken instead, and only one below latest's step: one past it was left behind when a run resumed an
     older checkpoint, and is no ancestor of latest's. `log` says what was passed over and why; when
-    nothing is left, the error does. A checkpoint without a manifest (written before manifests) is
-    taken unverified."""
+    nothing is left, the error does. A checkpoint without a manifest is taken unverified only when no
+    checkpoint saved before it has one (all written before manifests); else its manifest was lost, and it
+    is passed over like one that fails its manifest."""
     output_dir = Path(output_dir)
     if spec not in ("latest", "auto"):
         path = Path(spec)
@@ -123,13 +124,25 @@ def _read_or_note(path: Path, skipped: dict) -> Optional["TrainerState"]:
 
 
 def _verified_or_note(path: Path, skipped: dict) -> bool:
-    """Whether the checkpoint's files match its manifest (or it has none); the reason kept in `skipped`."""
+    """Whether the checkpoint's files match its manifest (or it has none, as every checkpoint before it);
+    the reason kept in `skipped`."""
     try:
-        verify_manifest(path)
+        if not verify_manifest(path) and (witness := _earlier_with_manifest(path)) is not None:
+            skipped[path] = (f"no {MANIFEST}, although {witness.name}, saved before it, has one: its files "
+                             "cannot be checked")
+            return False
         return True
     except ValueError as e:
         skipped[path] = str(e)
         return False
+
+
+def _earlier_with_manifest(path: Path) -> Optional[Path]:
+    """A checkpoint of the same output_dir at a lower step that has a manifest: the version that wrote
+    `path` (after it) wrote manifests too. None: every earlier one predates manifests."""
+    step = checkpoint_step(path)
+    return next((p for p in numbered_checkpoints(path.parent)
+                 if step is not None and checkpoint_step(p) < step and (p / MANIFEST).is_file()), None)
 
 
 def _passed_over(skipped: dict, named: Optional[Path], chosen: Optional[Path]) -> list:

@@ -6,6 +6,11 @@ filesystem) and is renamed when complete. Any failure removes the temporary
 file, and a full disk becomes one sentence naming the path and the free space
 (`DiskFullError`) instead of an `OSError` traceback.
 
+A character device or a FIFO (`/dev/null`, a terminal, a named pipe), or an open descriptor's name
+(`/dev/stdout`, `/dev/fd/N`, whatever it points at) is written straight through instead: renaming over
+it would replace the device node (or the link) with a regular file, and a FIFO's reader would get
+nothing. Any other special file (a block device, a socket) is refused.
+
 `exclusive_lock` is the run's lock on its output folder (one training per
 output_dir at a time).
 
@@ -17,8 +22,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import traceback
@@ -151,17 +158,51 @@ class _Output:
         return getattr(self._f, name)
 
 
+_DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
+
+
+def stream_target(path: PathLike) -> bool:
+    """Whether `path` is, through any links, a character device or a FIFO, or names an open descriptor
+    (`/dev/stdout`, `/dev/fd/1`: a shell's `> file` makes it a regular file): written straight through,
+    never replaced. Another special file (a block device, a socket) is a ValueError naming it; a regular
+    file, a folder or nothing there is False."""
+    if _DESCRIPTOR.fullmatch(os.path.abspath(path)):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    raise ValueError(f"{path}: a special file (not a regular file, character device or pipe); write elsewhere")
+
+
+@contextlib.contextmanager
+def _straight_through(path: PathLike, mode: str, **open_kwargs) -> Iterator[IO]:
+    with open(path, mode.replace("x", "w"), **open_kwargs) as f:
+        out = _Output(f, path)
+        yield out
+        out.flush()
+
+
 @contextlib.contextmanager
 def atomic_output(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     """Open `path`'s temporary sibling for writing; rename it to `path` when the block ends without error.
 
     On any exception the temporary file is removed and `path` keeps what it held before;
     running out of space in this file raises `DiskFullError` naming `path` (not the temporary name).
+    A character device or FIFO is written straight through (`stream_target`), never replaced.
     """
     if not any(c in mode for c in "wx"):
         raise ValueError(f"atomic_output needs a write mode ('w', 'wb'), got {mode!r}")
     if "b" not in mode:
         open_kwargs.setdefault("encoding", "utf-8")
+    if stream_target(path):
+        with _straight_through(path, mode, **open_kwargs) as out:
+            yield out
+        return
     tmp = temp_name(path)
     f = None
     try:
@@ -248,6 +289,10 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
     say nothing about a read-only mount, and nothing at all to root.
     """
     p = Path(path)
+    if not create_dir and stream_target(p):  # written straight through: the device itself must take writes
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"{what} {path}: cannot be written (permission denied)")
+        return p
     folder = p if create_dir else (p.parent if str(p.parent) else Path("."))
     if create_dir:
         if p.exists() and not p.is_dir():
@@ -267,6 +312,26 @@ def check_writable(path: PathLike, what: str = "output", create_dir: bool = Fals
         reason = disk_full_message(folder) if e.errno == errno.ENOSPC else e.strerror
         raise ValueError(f"{what} {path}: folder {folder} cannot be written ({reason})") from None
     return p
+
+
+def _same_file(a, b) -> bool:
+    """Whether two paths name one file: the same path once resolved, or (a hard link) the same inode."""
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: not the same file
+        return False
+
+
+def check_paths_apart(outputs: list, inputs: list) -> None:
+    """Refuse an output that is an input or another output, however spelled: it would replace the input
+    with the CSV, or one output with the other. `outputs`, `inputs`: (what, path) pairs, both named."""
+    outs = [(what, path) for what, path in outputs if path]
+    for i, (what, path) in enumerate(outs):
+        for other, other_path in [*outs[:i], *inputs]:
+            if _same_file(path, other_path):
+                raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
 
 
 LOCK_FILE = "train.lock"

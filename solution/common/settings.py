@@ -1,5 +1,6 @@
 """Settings files read safely: YAML or JSON by suffix, never evaluated, a repeated key an error naming its
-line.
+line, and YAML's aliases bounded: a file whose aliases expand past `MAX_YAML_NODES` values (an alias bomb:
+1.4 KB of nested aliases is billions of values, minutes and gigabytes for whatever walks it) is refused.
 """
 
 from __future__ import annotations
@@ -51,6 +52,30 @@ def _unique_json_object(pairs: list) -> dict:
     return out
 
 
+MAX_YAML_NODES = 100_000  # values of a YAML settings file, each alias counted as what it stands for
+
+
+class _TooLarge(Exception):
+    """A YAML file whose aliases expand past MAX_YAML_NODES values."""
+
+
+def _check_expanded_size(value) -> None:
+    """Walk `value` as a reader of it would (an alias's target once per alias), stopping at MAX_YAML_NODES:
+    the cost is bounded whatever the aliases multiply to (a self-referencing alias too)."""
+    stack, count = [value], 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise _TooLarge(f"its aliases (*name) expand to more than {MAX_YAML_NODES:,} values; a settings "
+                            "file this large is refused (write the values out, or use fewer nested aliases)")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            stack.extend(item)
+
+
 def read_settings_file(path: str, what: str):
     """Parse a YAML or JSON settings file (by suffix), never evaluating it; errors name the file.
 
@@ -62,8 +87,10 @@ def read_settings_file(path: str, what: str):
         text = p.read_text(encoding="utf-8")
         if p.suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_json_object)
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except _DuplicateKey as e:
+        loaded = yaml.load(text, Loader=_UniqueKeyLoader)
+        _check_expanded_size(loaded)
+        return loaded
+    except (_DuplicateKey, _TooLarge) as e:
         raise ValueError(f"{path}: {e}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None

@@ -22,7 +22,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 YES_NO_VALUES = ("NONE", "YES", "NO")
 # The answer types of an annotation (`Annotation.answer_type`), the classes that splits are stratified by and
@@ -172,7 +172,8 @@ class ReadStats:
                 "skipped": self.num_skipped, "skipped_by_reason": dict(self.skipped)}
 
 
-_ID_IN_TEXT = re.compile(r'"example_id"\s*:\s*"?(-?[0-9]{1,20})\b')
+# The whole value only: 1.5 or "12,34" is no id (not 1, not 12), and the line's rows cannot be written.
+_ID_IN_TEXT = re.compile(r'"example_id"\s*:\s*(?:"\s*(-?[0-9]{1,20})\s*"|(-?[0-9]{1,20})(?=\s*[,}]))')
 
 
 def recover_example_id(text: str) -> Optional[str]:
@@ -181,7 +182,7 @@ def recover_example_id(text: str) -> Optional[str]:
     Lets the submission write blank rows for a document it could not parse (malformed JSON
     included: the id is looked for in the raw text), so no id goes missing from the CSV."""
     match = _ID_IN_TEXT.search(text or "")
-    return match.group(1) if match else None
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def _reason_kind(reason: str) -> str:
@@ -219,6 +220,41 @@ def _decompresses(path: str) -> bool:
         return False
 
 
+def _gzip_lines(raw) -> Iterator[bytes]:
+    """The lines of a gzip stream (every member), each as soon as it is whole: where the stream is cut or
+    damaged, the lines before the damage have come out and the error is raised (gzip.open's buffered reader
+    loses the last block's lines with it). Decompressed 16 MiB at a time, whatever the ratio."""
+    d, pending = None, b""
+    while block := raw.read(1 << 20):
+        while block:
+            if d is None or d.eof:  # the first member, or the next one after a member's end
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pending += d.decompress(block, 1 << 24)
+            block = d.unused_data if d.eof else d.unconsumed_tail
+            if b"\n" in pending:
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line + b"\n"
+    if d is not None and not d.eof:
+        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+    if pending:
+        yield pending
+
+
+def check_input_file(path) -> None:
+    """A regular file to read: standard input (`-`, `/dev/stdin`) or another pipe or device is a ValueError
+    saying so (a file is read by name, and some commands read it twice); a missing one FileNotFoundError."""
+    p = Path(path)
+    if str(path) == "-":
+        raise ValueError("-: reading standard input is not supported; save it to a file and give its path")
+    if p.exists() and not p.is_file():
+        kind = "a folder" if p.is_dir() else "a pipe or a device (standard input?)"
+        raise ValueError(f"{path}: {kind}, not a regular file; reading it is not supported: save the input to a "
+                         "file and give its path")
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+
+
 def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
     """Yield (line_number, text) with I/O and decoding faults turned into NQFormatError.
 
@@ -230,17 +266,17 @@ def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:
     lines are independent: the next line is intact).
     """
     path = str(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    check_input_file(path)
     line_no = 0
-    with open_binary(path) as f:
+    with open(path, "rb") if path.endswith(".gz") else open_binary(path) as f:
+        source = _gzip_lines(f) if path.endswith(".gz") else iter(f.readline, b"")
         while True:
             try:
-                raw = f.readline()
+                raw = next(source)
+            except StopIteration:
+                break
             except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
                 raise NQFormatError(path, line_no + 1, "<gzip>", f"compressed stream is damaged or truncated ({e})") from None
-            if not raw:
-                break
             line_no += 1
             if line_no == 1 and raw.startswith(_UTF8_BOM):
                 raw = raw[len(_UTF8_BOM):]  # a UTF-8 BOM (Windows editors write one): not part of the JSON
@@ -299,6 +335,24 @@ def read_examples(path, on_error: str = "raise", stats: Optional[ReadStats] = No
         yield ex
     if n == 1 and stats.examples == 0 and stats.num_skipped == 0:
         raise NQFormatError(path, stats.lines, "<file>", "the file holds no examples")
+
+
+def batches_until_error(examples: Iterable, size: int) -> Iterator[list]:
+    """Lists of `size` examples (the last one shorter). When reading fails (a truncated .gz), the examples
+    read before it come as a last list, then the error is raised: those documents keep their answers."""
+    chunk: list = []
+    try:
+        for ex in examples:
+            chunk.append(ex)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+    except Exception:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
+        yield chunk
 
 
 def parse_example(text: str, path: str = "<string>", line: int = 1, require_annotations: bool = False) -> Example:

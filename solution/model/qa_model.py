@@ -41,6 +41,12 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"  # the fast tokenizer windows are cut with (save_pretrained writes it)
 MODEL_DIR_FORMAT = "nq-bert-qa/2"
+# What `save_model_dir` writes: the weights, the backbone's config, qa_config.json and the tokenizer's files
+# (transformers 5 writes tokenizer.json and tokenizer_config.json; 4.x also the others).
+TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
+                   "chat_template.jinja")
+MODEL_DIR_FILES = (WEIGHTS_FILE, CONFIG_FILE, QA_CONFIG_FILE, *TOKENIZER_FILES)
 # Format 1: weights under `backbone.*`, and none of the answer techniques (post-processing settings, structure tokens) yet.
 READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
 QA_CONFIG_SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
@@ -137,8 +143,38 @@ def backbone_config(name_or_path: str, overrides: Optional[dict] = None):
     for key, value in (overrides or {}).items():
         if not hasattr(config, key):
             raise ValueError(f"backbone config has no field '{key}' (model_config_overrides)")
+        _check_override_type(key, getattr(config, key), value)
         setattr(config, key, value)
     return config
+
+
+def _check_override_type(key: str, current, value) -> None:
+    """An override of the type the backbone's own value has (an integer for num_labels, a number for a
+    dropout, ...): else it reaches the model unchecked and fails there, after featurising, in a traceback."""
+    kinds = [(bool, (bool,), "true or false"), (int, (int,), "an integer"), (float, (int, float), "a number"),
+             (str, (str,), "a string")]
+    for typ, accepted, name in kinds:
+        if isinstance(current, typ):
+            if isinstance(value, bool) != (typ is bool) or not isinstance(value, accepted):
+                raise ValueError(f"model_config_overrides.{key} must be {name} (the backbone's is {current!r}), "
+                                 f"got {value!r}")
+            return
+
+
+# Backbones that number positions from padding_idx + 1: two of their position embeddings hold no token.
+_OFFSET_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
+
+
+def check_sequence_length(config, max_seq_length: int, where: str) -> None:
+    """Refuse windows longer than the backbone has position embeddings for (its forward would fail with
+    an index error after featurising), naming `where` the window length is set."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int):
+        return
+    usable = positions - _OFFSET_POSITIONS.get(getattr(config, "model_type", None), 0)
+    if max_seq_length > usable:
+        raise ValueError(f"{where}: window.max_seq_length {max_seq_length} is more than the backbone's "
+                         f"{usable} positions (max_position_embeddings {positions}); use at most {usable}")
 
 
 # Backbone config fields that make the network what it is beyond its parameter count: 2 attention heads or 4
@@ -237,6 +273,18 @@ def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
     meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config,
             "tokenizer_size": len(tokenizer)}
     (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def model_dir_files(model_dir) -> tuple:
+    """(the files of a model directory, by name; anything else in it, by name): what a copy of the model
+    takes, and what it leaves (a pickled training_args.bin, notes). A symbolic link is a ValueError naming
+    it: its content lies elsewhere (a credentials file), and is never packed."""
+    d = Path(model_dir)
+    links = sorted(p.name for p in d.iterdir() if p.is_symlink())
+    if links:
+        raise ValueError(f"{d / links[0]}: a symbolic link; a model directory to pack holds its files themselves")
+    files = [n for n in MODEL_DIR_FILES if (d / n).is_file()]
+    return files, sorted(p.name for p in d.iterdir() if p.name not in files)
 
 
 def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict) -> Path:
@@ -455,7 +503,9 @@ def load_model_dir(model_dir, device="cpu"):
             raise ValueError(f"{d / name}: missing; a model directory holds {WEIGHTS_FILE}, {CONFIG_FILE}, "
                              f"{TOKENIZER_FILE} and {QA_CONFIG_FILE}")
     meta = read_qa_config(d / QA_CONFIG_FILE)
-    model = load_qa_weights(d, read_backbone_config(d))
+    config = read_backbone_config(d)
+    check_sequence_length(config, meta["window"]["max_seq_length"], str(d / QA_CONFIG_FILE))
+    model = load_qa_weights(d, config)
     tokenizer = read_tokenizer(d)
     check_vocabulary(d, tokenizer, model, meta.get("tokenizer_size"))
     model.to(device).eval()

@@ -106,7 +106,9 @@ class TrainConfig:
     learning_rate: float = 5e-5
     """Peak learning rate, reached at the end of warmup."""
     weight_decay: float = 0.01
-    """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights."""
+    """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights. Plain SGD (`optim: sgd`)
+    has none: a non-zero value with it is refused (set 0). A resume keeps the checkpoint's value (and AdamW's
+    betas and epsilon): another one is refused, as another learning rate is."""
     adam_beta1: float = 0.9
     """AdamW's first-moment decay."""
     adam_beta2: float = 0.999
@@ -221,6 +223,8 @@ class TrainConfig:
             (self.global_batch_size is None or self.global_batch_size >= 1, "global_batch_size", ">= 1 or null"),
             (self.learning_rate > 0, "learning_rate", "> 0"),
             (self.weight_decay >= 0, "weight_decay", ">= 0"),
+            (self.optim != "sgd" or self.weight_decay == 0, "weight_decay", "0 with optim sgd (plain SGD has no "
+                                                                            "weight decay)"),
             (self.warmup_ratio is None or 0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1) or null"),
             (self.warmup_steps is None or (self.warmup_steps >= 0 and (self.warmup_steps < 1
                                                                       or float(self.warmup_steps).is_integer())),
@@ -435,13 +439,28 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
+def check_model_settings(cfg: TrainConfig, source: str) -> None:
+    """The settings that reach the model, against its backbone's config, at start-up: an override of
+    another type than the backbone's value, windows longer than its position embeddings. One line naming
+    `source` (the config file) and the field, instead of a traceback from the model after featurising."""
+    from solution.model.qa_model import backbone_config, check_sequence_length
+
+    try:
+        config = backbone_config(cfg.model_name_or_path, cfg.backbone_overrides)
+        check_sequence_length(config, cfg.window.max_seq_length, source)
+    except ValueError as e:
+        message = str(e)
+        raise ValueError(message if message.startswith(f"{source}:") else f"{source}: {message}") from None
+
+
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:
     """Read a YAML config and apply `--name value` overrides (a list of strings)."""
     values: dict = {}
     if path:
         loaded = read_settings_file(path, "config")
-        if loaded is None:
-            loaded = {}
+        if loaded is None or loaded == {}:  # else the built-in defaults would train, unannounced
+            raise ValueError(f"{path}: empty, no settings; give at least one (train without --config for the "
+                             "built-in defaults)")
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping of settings at the top level")
         values.update(loaded)

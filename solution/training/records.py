@@ -61,13 +61,20 @@ class StartRecord:
     seed: int = 0  # the epoch order is a function of it
     architecture: dict = field(default_factory=dict)  # solution.model.qa_model.architecture: heads, layers, sizes
     window: dict = field(default_factory=dict)  # WindowConfig: max_seq_length, doc_stride, ...
+    # AdamW's weight_decay, betas and epsilon: a checkpoint's optimizer state carries its param_groups, whose
+    # values a resume would load over this run's, so they must match like the learning rate (empty for SGD)
+    optimizer: dict = field(default_factory=dict)
+    # sha256 of the training windows (ids, tokens, labels: windows.dataset.windows_digest), "dummy" for dummy
+    # data: another train_file with as many windows is other data
+    train_data_digest: str = ""
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",
                        "negatives_kept_answerable", "negatives_kept_unanswerable", "skipped", "skipped_by_reason")
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
-                   "optim", "num_parameters", "train_windows", "schedule", "seed", "architecture", "window")
+                   "optim", "num_parameters", "train_windows", "schedule", "seed", "architecture", "window", "optimizer",
+                   "train_data_digest")
     RATE_IGNORES_LENGTH = ("constant", "constant_with_warmup")  # schedules whose rates do not depend on max_steps
 
     def as_dict(self) -> dict:
@@ -82,13 +89,14 @@ class StartRecord:
 
     def resume_key(self) -> dict:
         """The fields a checkpoint must share with the run resuming it: the global batch (what "step N"
-        means), precision and optimizer, the model (its size and architecture), the data (its windows, how
-        they are cut, and the seed that orders each epoch) and the learning-rate schedule (its type, peak
+        means), precision and optimizer, the model (its size and architecture), the data (its windows, their
+        digest, how they are cut, and the seed that orders each epoch) and the learning-rate schedule (its type, peak
         rate, warm-up, and its length unless the rates do not depend on it: under a constant schedule a
-        stopped run may go on to another max_steps). World size, strategy and per-device batch against
+        stopped run may go on to another max_steps) and AdamW's weight decay, betas and epsilon (the loaded
+        optimizer state would put the checkpoint's back). World size, strategy and per-device batch against
         accumulation may change (solution.checkpoints.resume.resume_route)."""
         keys = ["global_batch_size", "mixed_precision", "optim", "num_parameters", "architecture", "train_windows",
-                "window", "seed", "schedule"]
+                "window", "seed", "schedule", "optimizer", "train_data_digest"]
         if self.schedule.get("lr_scheduler_type") not in self.RATE_IGNORES_LENGTH:
             keys.append("num_optimizer_steps")
         return {k: getattr(self, k) for k in keys}

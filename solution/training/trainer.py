@@ -302,7 +302,10 @@ class Trainer:
             else {"source": cfg.data_source}, optim=cfg.optim,
             schedule={"lr_scheduler_type": cfg.lr_scheduler_type, "learning_rate": cfg.learning_rate,
                       "num_warmup_steps": cfg.num_warmup_steps(total_steps)},
-            seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window))
+            seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window),
+            optimizer={} if cfg.optim == "sgd" else {"weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
+                                                     "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon},
+            train_data_digest=summary.get("windows_digest", "") if summary else cfg.data_source)
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""

@@ -85,6 +85,28 @@ def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSamp
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+DIGEST_COLUMNS = ("example_id", "window_index", "input_ids", "token_type_ids", "start_positions", "end_positions",
+                  "answer_type")
+
+
+def windows_digest(ds, batch_size: int = 8192) -> str:
+    """sha256 (16 hex digits) of the training windows in order: their ids, tokens and labels. What a
+    checkpoint records of its data, since another file can give as many windows (a resume compares it)."""
+    h = hashlib.sha256()
+    for table in ds.with_format("arrow").iter(batch_size=batch_size):
+        for name in DIGEST_COLUMNS:
+            column = table.column(name).combine_chunks()
+            if name == "example_id":
+                h.update("\n".join(column.to_pylist()).encode() + b"\n")
+                continue
+            values = column.flatten() if hasattr(column, "flatten") and name in ("input_ids", "token_type_ids") \
+                else column
+            h.update(np.asarray(values.to_numpy(zero_copy_only=False)).tobytes())
+            if values is not column:  # where each window's tokens end
+                h.update(np.asarray(column.offsets.to_numpy()).tobytes())
+    return h.hexdigest()[:16]
+
+
 def recovered_answers(example, windows) -> tuple:
     """(short span, long span) that the window labels point back to, as NQ (start, end); None if none.
 
@@ -314,6 +336,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     if summary["examples"] == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise NQFormatError(path, summary["lines"], "<file>", "the file holds no usable examples")
+    summary["windows_digest"] = windows_digest(ds)
     _keep_arrow_files(ds, tmp / "arrow", key)
     del ds
     (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -331,6 +354,8 @@ def _reuse_cache(final: Path, key: str, log) -> tuple:
     ds = _load_arrow(final / "arrow")
     if not (final / "arrow" / "state.json").is_file():  # an entry written before the metadata files were
         write_dataset_metadata(final / "arrow", ds, json.loads((final / "arrow" / "files.json").read_text()), key)
+    if "windows_digest" not in summary:  # an entry written before summaries recorded it
+        summary["windows_digest"] = windows_digest(ds)
     return ds, {**summary, "dataset_dir": str(final / "arrow")}
 
 

@@ -35,7 +35,16 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from solution.data.nq import ANNOTATION_TYPES, Candidate, Example, Span, is_html_token, is_text_token, label_annotation
+from solution.data.nq import (
+    ANNOTATION_TYPES,
+    Candidate,
+    Example,
+    Span,
+    batches_until_error,
+    is_html_token,
+    is_text_token,
+    label_annotation,
+)
 from solution.data.words import content_words, question_word_share
 
 # The answer-type head's classes, in the order of its logits (saved weights and every model directory's
@@ -229,13 +238,8 @@ class Featurizer:
         isolate_errors: a batch that fails is retried one document at a time, and a document that
         still fails is yielded as (example, the exception) instead of windows, so the others go on
         (the submission writes its rows blank)."""
-        batch = []
-        for ex in examples:
-            batch.append(ex)
-            if len(batch) == batch_size:
-                yield from self._featurize_checked(batch, with_labels, isolate_errors)
-                batch = []
-        if batch:
+        # A read that fails (a truncated .gz) comes after the windows of the documents read before it.
+        for batch in batches_until_error(examples, batch_size):
             yield from self._featurize_checked(batch, with_labels, isolate_errors)
 
     def _featurize_checked(self, batch: list, with_labels: bool, isolate_errors: bool) -> Iterator[tuple]:
