@@ -318,7 +318,7 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     model's post-processing settings, with `sets` over them, as `submission.predict` does)."""
     from dataclasses import replace
 
-    from solution.answers.inference import WINDOW_OVERRIDES, with_overrides
+    from solution.answers.inference import split_overrides, with_overrides
     from solution.answers.postprocess import PostprocessConfig, score_record
     from solution.scoring.metric import read_submission
     from solution.scoring.tuning import predictions_with, tune
@@ -327,7 +327,7 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     meta = RUNNERS.get(models[0])[2]
     _, cfg = with_overrides(WindowConfig(**meta["window"]), PostprocessConfig(**meta["postprocess"]), sets)
-    window_sets = [s for s in sets if s.partition("=")[0] in WINDOW_OVERRIDES]
+    window_sets, _ = split_overrides(sets)
     dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
     dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
     records = [score_record(p) for p in dev_preds]

@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.answers.inference import model_runner, submission_rows, with_overrides  # noqa: E402
+from solution.answers.inference import model_runner, split_overrides, submission_rows, with_overrides  # noqa: E402
 from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
 from solution.common.fsutil import atomic_output, check_paths_apart, check_writable, file_digest  # noqa: E402
@@ -235,9 +235,10 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         from solution.answers.nq_format import PredictionsWriter
     groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
                                                  precision)
-    for group in groups:  # which windows run is a window setting, so --set may change it per group
-        group.featurizer.config, post_of_group = with_overrides(group.featurizer.config, post, overrides)
-    post = post_of_group if groups else apply_overrides(post, overrides)
+    window_sets, post_sets = split_overrides(overrides)
+    post = apply_overrides(post, post_sets)
+    for group in groups:  # which windows run is a window setting: each group's featurizer holds it
+        group.featurizer.config = apply_overrides(group.featurizer.config, window_sets)
     stats = ReadStats()
     t0 = time.perf_counter()
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream

@@ -148,11 +148,18 @@ WINDOW_OVERRIDES = ("max_windows_per_document",)
 model was trained on that)."""
 
 
-def with_overrides(window: WindowConfig, post: PostprocessConfig, overrides) -> tuple:
-    """(window, post) with each --set KEY=VALUE applied: `WINDOW_OVERRIDES` to the window settings, every
-    other key to post-processing's (`postprocess.apply_overrides`, which names an unknown key)."""
+def split_overrides(overrides) -> tuple:
+    """(window settings, post-processing settings) among --set KEY=VALUE items: `WINDOW_OVERRIDES` keys go
+    to the window settings, every other key to post-processing's."""
     mine = [o for o in overrides if str(o).partition("=")[0].strip() in WINDOW_OVERRIDES]
-    return apply_overrides(window, mine), apply_overrides(post, [o for o in overrides if o not in mine])
+    return mine, [o for o in overrides if o not in mine]
+
+
+def with_overrides(window: WindowConfig, post: PostprocessConfig, overrides) -> tuple:
+    """(window, post) with each --set KEY=VALUE applied where `split_overrides` sends it
+    (`postprocess.apply_overrides`, which names an unknown key)."""
+    window_sets, post_sets = split_overrides(overrides)
+    return apply_overrides(window, window_sets), apply_overrides(post, post_sets)
 
 
 def select_windows(example: Example, windows: list, cfg: PostprocessConfig, window: WindowConfig) -> list:
