@@ -137,8 +137,6 @@ class PostprocessConfig:
             raise ValueError(f"score_space must be one of {', '.join(SCORE_SPACES)}, got {self.score_space!r}")
 
 
-
-
 def apply_overrides(cfg, overrides):
     """A copy of `cfg` (post-processing's settings, or the window settings a prediction may change) with
     each "key=value" applied, typed by the field as training's command line types its settings

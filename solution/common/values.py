@@ -82,3 +82,21 @@ def coerce(value: Any, typ) -> Any:
             raise ValueError("expected a mapping")
         return value
     return value
+
+
+def move_settings(values: dict, moves: dict, where: str) -> dict:
+    """`values` (settings by section name) with each setting of `moves` ({(old section, key): new section})
+    taken out of its old section into its new one, so that a file written before a setting moved still
+    loads. Given in both places: a ValueError naming `where`. A section that is not a mapping is left for
+    the caller's own checks to name."""
+    values = dict(values)
+    for (old, key), new in moves.items():
+        source, target = values.get(old), values.get(new, {})
+        if not (isinstance(source, dict) and key in source and isinstance(target, dict)):
+            continue
+        if key in target or key in values:
+            where_else = new if key in target else "the top level"
+            raise ValueError(f"{where}: {key} is given under both {old} and {where_else}; give it once, under {new}")
+        values[old] = {k: v for k, v in source.items() if k != key}
+        values[new] = {**target, key: source[key]}
+    return values

@@ -33,8 +33,8 @@ from torch import nn
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.common.fsutil import replace_dir
-from solution.common.values import json_type_ok
-from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
+from solution.common.values import json_type_ok, move_settings
+from solution.windows.featurizer import ANSWER_TYPES, MOVED_SETTINGS, WindowConfig
 
 QA_CONFIG_FILE = "qa_config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -368,21 +368,10 @@ def read_qa_config(path) -> dict:
     size = meta.get("tokenizer_size")
     if "tokenizer_size" in meta and not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
         raise ValueError(f"{path}: 'tokenizer_size' must be a positive integer, got {size!r}")
-    _move_first_pass(path, meta)
+    meta = move_settings(meta, MOVED_SETTINGS, str(path))  # in memory: the file is never rewritten
     for section, cls in QA_CONFIG_SECTIONS.items():
         meta[section] = _check_section(path, section, meta[section], cls, old_format=fmt != MODEL_DIR_FORMAT)
     return meta
-
-
-def _move_first_pass(path: Path, meta: dict) -> None:
-    """Directories written before `max_windows_per_document` became a window setting hold it under
-    postprocess: moved to window in memory (the file is never rewritten)."""
-    post, window = meta.get("postprocess"), meta.get("window")
-    if isinstance(post, dict) and isinstance(window, dict) and "max_windows_per_document" in post:
-        if "max_windows_per_document" in window:
-            raise ValueError(f"{path}: max_windows_per_document is given under both postprocess and window")
-        meta["postprocess"] = {k: v for k, v in post.items() if k != "max_windows_per_document"}
-        meta["window"] = {**window, "max_windows_per_document": post["max_windows_per_document"]}
 
 
 def _unreadable(path, e: Exception) -> ValueError:

@@ -31,8 +31,8 @@ import yaml
 from solution.answers.postprocess import PostprocessConfig
 from solution.common import cli
 from solution.common.settings import read_settings_file
-from solution.common.values import coerce
-from solution.windows.featurizer import WindowConfig
+from solution.common.values import coerce, move_settings
+from solution.windows.featurizer import MOVED_SETTINGS, WindowConfig
 from solution.windows.sampling import NegativeSampling
 
 SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}
@@ -383,29 +383,9 @@ def _twice(key: str, section: str, source: str) -> ValueError:
                       f"give it once")
 
 
-# Settings that moved to another section: (old section, key) -> new section. A config written before the
-# move still loads, the value going where the setting lives now.
-MOVED_KEYS = {("postprocess", "max_windows_per_document"): "window"}
-
-
-def _moved_keys(values: dict) -> dict:
-    """`values` with every setting of MOVED_KEYS taken out of its old section into its new one (a value
-    given in both places is refused by build_config as given twice)."""
-    values = dict(values)
-    for (old, key), new in MOVED_KEYS.items():
-        if isinstance(values.get(old), dict) and key in values[old]:
-            moved = values[old][key]
-            values[old] = {k: v for k, v in values[old].items() if k != key}
-            section = dict(values[new]) if isinstance(values.get(new), dict) else {}
-            if key in section or key in values:
-                raise _twice(key, new, "config")
-            values[new] = {**section, key: moved}
-    return values
-
-
 def build_config(values: dict, source: str = "config") -> TrainConfig:
     """A TrainConfig from a flat or sectioned dict, every value type-checked."""
-    values = _moved_keys(values)
+    values = move_settings(values, MOVED_SETTINGS, source)
     owners = _field_owner()
     top: dict = {}
     sections: dict = {s: {} for s in SECTIONS}

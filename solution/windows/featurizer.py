@@ -63,6 +63,11 @@ _KIND_OF_TAG = {"p": "Paragraph", "table": "Table", "ul": "List", "ol": "List", 
 MAX_STRUCTURE_POSITION = 50
 
 
+# Settings that moved into the window settings: (old section, key) -> new section. Training configs and
+# model directories written before the move still load (`common.values.move_settings`).
+MOVED_SETTINGS = {("postprocess", "max_windows_per_document"): "window"}
+
+
 @dataclass
 class WindowConfig:
     """How documents are cut into windows. Saved with the model, so inference cuts them the same way."""
