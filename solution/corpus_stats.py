@@ -44,7 +44,7 @@ import statistics
 import sys
 
 from solution.data.nq import is_html_token, read_examples
-from solution.data.words import content_words, page_title
+from solution.data.words import content_words, page_title, stem
 
 CHUNK_WORDS = 350  # ~512 word pieces of running Wikipedia text
 
@@ -76,7 +76,6 @@ WINDOW_NEED_ROWS = (
 )
 
 
-PREFIX_LETTERS = 6  # words compared on their first letters: "founded" and "founder" are one word
 FIRST_PASS_WINDOWS = (4, 8, 16)
 # (key, label): the question/answer word overlap, and the first pass's recall (only with a featurizer).
 OVERLAP_ROWS = (
@@ -90,7 +89,7 @@ FIRST_PASS_WINDOW = {"max_seq_length": 192, "doc_stride": 64, "max_question_leng
 
 
 def _prefixes(words) -> frozenset:
-    return frozenset(w[:PREFIX_LETTERS] for w in words)
+    return frozenset(stem(w) for w in words)  # words.stem: "founded" and "founder" are one word
 
 
 def gold_long_annotation(ex):

@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 
 from solution.data.nq import is_text_token, read_examples
-from solution.data.words import STOP_WORDS, content_words, page_title
+from solution.data.words import STOP_WORDS, content_words, page_title, stem
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
 SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
@@ -157,11 +157,9 @@ def inverse_document_frequency(path, on_error: str = "raise") -> dict:
     return {**{w: math.log(n / c) for w, c in df.items()}, "": math.log(n + 1)}
 
 
-STEM = 6  # letters a word is compared on by bm25_answer ("establ" for established and establishment)
-
-
 def _stems(words) -> list:
-    return [w.lower()[:STEM] for w in words if w.lower() not in STOP_WORDS and any(c.isalnum() for c in w)]
+    """The stems (`words.stem`) of the words that are not stop words."""
+    return [stem(w) for w in words if w.lower() not in STOP_WORDS and any(c.isalnum() for c in w)]
 
 
 def bm25_answer(example) -> dict:

@@ -35,3 +35,12 @@ def page_title(tokens: list) -> frozenset:
         return content_words(" ".join(tokens[start:tokens.index("</H1>", start)]))
     except ValueError:
         return frozenset()
+
+
+STEM_LETTERS = 6
+"""A crude stem: words compared on their first letters ("founded" and "founder", "establ" for established and
+establishment), as the question-answer overlap figures and the BM25 reference compare them."""
+
+
+def stem(word: str) -> str:
+    return word.lower()[:STEM_LETTERS]
