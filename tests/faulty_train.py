@@ -19,6 +19,10 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
                            prints "faulty_train: featurising" (in each featurising process)
   record-samples           every training sample carries its index (input_ids[1] = 1000 + index) and each
                            micro-batch appends {rank, epoch, step, ids} to $SAMPLE_LOG/rank-R-pidP.jsonl
+  overflow-steps-N         the first N optimizer steps overflow as under fp16's loss scaler (which the CPU
+                           lacks): the gradient norm is inf, the optimizer skips the step and says so
+  grad-scaler-K            a real GradScaler (Accelerate makes none on the CPU) with an initial scale of 2**K:
+                           the first steps' scaled gradients overflow and it skips them, as fp16 does on a GPU
   FAULT+FAULT              several at once (record-samples+kill-after-step-4)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
@@ -189,6 +193,49 @@ def record_samples(folder: Path) -> None:
     train.Trainer.micro_step = micro_step
 
 
+def overflow_steps(n: int) -> None:
+    """What a GradScaler does on a step whose gradients overflowed: their norm is inf, the optimizer's step
+    is skipped (the weights do not move) and `step_was_skipped` says so."""
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    from solution.distributed import strategy
+
+    original_norm, original_step = strategy.Strategy.clip_and_norm, AcceleratedOptimizer.step
+    steps = {"n": 0}
+
+    def clip_and_norm(self, *args, **kwargs):
+        steps["n"] += 1
+        norm = original_norm(self, *args, **kwargs)
+        return float("inf") if steps["n"] <= n else norm
+
+    def step(self, *args, **kwargs):
+        self._is_overflow = steps["n"] <= n
+        if not self._is_overflow:
+            return original_step(self, *args, **kwargs)
+
+    strategy.Strategy.clip_and_norm, AcceleratedOptimizer.step = clip_and_norm, step
+
+
+def grad_scaler(exponent: int) -> None:
+    """fp16's dynamic loss scaling on the CPU: the scaler Accelerate makes for fp16 on a GPU, with an initial
+    scale so high that the first steps' gradients overflow fp32, so that it skips them and halves its scale."""
+    import accelerate
+    import torch
+
+    original_init = accelerate.Accelerator.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** exponent)
+
+    def unscale_gradients(self, optimizer=None):  # what Accelerate does before clipping under fp16
+        for opt in [optimizer] if optimizer is not None else self._optimizers:
+            self.scaler.unscale_(getattr(opt, "optimizer", opt))
+
+    accelerate.Accelerator.__init__ = init
+    accelerate.Accelerator.unscale_gradients = unscale_gradients
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -234,6 +281,10 @@ def apply(fault: str) -> None:
         slow_checkpoint_writes(float(m[1]))
     elif m := re.fullmatch(r"slow-features-([\d.]+)", fault):
         slow_featurisation(float(m[1]))
+    elif m := re.fullmatch(r"grad-scaler-(\d+)", fault):
+        grad_scaler(int(m[1]))
+    elif m := re.fullmatch(r"overflow-steps-(\d+)", fault):
+        overflow_steps(int(m[1]))
     elif fault in ("sum-gradients", "same-data", "double-accumulation"):
         inject_training_bug(fault.replace("-", "_"))
     else:

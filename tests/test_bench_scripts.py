@@ -54,8 +54,9 @@ def test_gpu_check_list_names_every_launch():
         assert f"[bf16-{strategy}] " in text and f"--strategy {strategy} --mixed_precision bf16" in text
     assert "--mixed_precision fp16" in text
     # single (bf16 and fp16) as a plain process; zero2, zero3 and fsdp as one rank under torchrun.
-    assert text.count("--nproc_per_node 1") == 3
+    assert text.count("--nproc_per_node 1") == 5
     assert "[bf16-single] python -c" in text and "[fp16-single] python -c" in text
+    assert "--strategy zero2 --mixed_precision fp16" in text and "--strategy fsdp --mixed_precision fp16" in text
     assert "--max_seq_length 512" in text and "--doc_stride 317" in text
     assert "[predict-minilm] python -m submission.predict" in text and "[predict-bert-base] " in text
     assert "--device cuda" in text

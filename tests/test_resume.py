@@ -7,6 +7,7 @@ epoch; dropout 0.1 makes every forward draw from the RNG that a checkpoint must 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -99,6 +100,40 @@ def test_a_diverging_run_stops_naming_the_step_and_writes_no_model(tmp_path):
     assert step >= 2 and f"the last good checkpoint is {tmp_path / f'checkpoint-{step - 1}'} (latest)" in line
     assert (tmp_path / "latest").read_text().strip() == f"checkpoint-{step - 1}"
     assert not (tmp_path / f"checkpoint-{step}").exists() and not (tmp_path / "model").exists()
+
+
+def test_steps_the_fp16_loss_scaler_skips_are_not_divergence(tmp_path):
+    """Under fp16 the loss scaler starts high and skips the first steps whose gradients overflow (grad_norm
+    inf, weights unchanged): the H100's first fp16 run stopped there as diverged. A scaler that keeps
+    skipping is divergence, named as such."""
+    proc = train(tmp_path / "a", "--max_steps", "6", "--logging_steps", "1", entry=("tests/faulty_train.py",
+                                                                                  "overflow-steps-3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "grad_norm" in r]
+    assert [r["grad_norm"] for r in steps[:3]] == [float("inf")] * 3 and math.isfinite(steps[3]["grad_norm"])
+    assert [r.get("skipped_steps") for r in steps] == [1, 2, 3, 3, 3, 3]
+    assert (tmp_path / "a" / "model").is_dir()
+
+    proc = train(tmp_path / "b", "--max_steps", "30", entry=("tests/faulty_train.py", "overflow-steps-100"))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    [line] = error_lines(proc)
+    assert line.startswith("error: training diverged at step 20: the fp16 loss scaler skipped 20 steps in a row"), line
+    assert not (tmp_path / "b" / "model").exists()
+
+
+def test_a_real_loss_scaler_skipping_a_fused_adamws_step_is_told_apart_from_divergence(tmp_path):
+    """A real GradScaler (tests/faulty_train.py grad-scaler-127: a scale so high that step 9's gradients
+    overflow) with a fused AdamW, which takes the overflow flag itself: Accelerate's step_was_skipped says
+    False there, and the H100's fp16 run stopped as diverged. The scale the scaler halves tells the skip."""
+    proc = train(tmp_path, "--max_steps", "12", "--optim", "adamw_torch_fused", "--weight_decay", "0.01",
+                 entry=("tests/faulty_train.py", "grad-scaler-127"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "grad_norm" in r]
+    skipped = [r["step"] for r in steps if not math.isfinite(r["grad_norm"])]
+    assert skipped and steps[-1]["skipped_steps"] == len(skipped), steps
+    assert (tmp_path / "model").is_dir()
 
 
 def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path):

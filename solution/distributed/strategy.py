@@ -403,6 +403,20 @@ class Strategy:
             norm = norm.full_tensor()
         return float(norm)
 
+    def loss_scale(self) -> Optional[float]:
+        """The fp16 loss scaler's scale now (None without one: bf16, fp32, or DeepSpeed's own scaler)."""
+        scaler = self.accelerator.scaler
+        return None if scaler is None else float(scaler.get_scale())
+
+    def step_was_skipped(self, scale_before: Optional[float]) -> bool:
+        """Whether the optimizer step just taken was skipped for overflowed gradients; `scale_before` is
+        loss_scale() before it. Accelerate tells a skip by whether the scaler called the optimizer's step,
+        but a fused or foreach AdamW takes the overflow flag and is called either way (the H100's first
+        fp16 runs): the scaler lowering its scale is what every skip has in common."""
+        if scale_before is not None:
+            return self.accelerator.scaler.get_scale() < scale_before
+        return bool(self.accelerator.optimizer_step_was_skipped)  # DeepSpeed's engine: its overflow flag
+
     def lockstep(self, run: Callable, dummy_batch: dict, flags: Callable[[], list] = list,
                  agree: Callable[[list], None] = lambda summed: None) -> tuple[Callable, Callable[[], None]]:
         """Wrap a forward function so that before each forward every rank agrees on two things.

@@ -4,12 +4,32 @@ handler sets so the loop stops at a step boundary with a checkpoint.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from typing import Optional
 
 EXIT_FAULT = 1  # diverged, disk full
 EXIT_STOPPED = 3  # SIGTERM/SIGINT/SIGUSR1: a checkpoint was written at the step reached
+# fp16's dynamic loss scaler skips a step whose gradients overflowed and halves its scale: from 2**16,
+# 20 skips in a row bring it under 1, where the gradients overflow unscaled. That run has diverged.
+MAX_SKIPPED_IN_A_ROW = 20
+
+
+def divergence(loss: float, grad_norm: Optional[float], skipped: bool, skipped_in_a_row: int) -> Optional[str]:
+    """Why a step's figures show a diverged run, or None. An infinite gradient norm on a step the loss
+    scaler skipped is how fp16 training finds its scale (the weights did not move); a few of those are
+    normal at the start, and only a scaler that keeps skipping means the gradients themselves overflow."""
+    if not math.isfinite(loss):
+        return f"loss {loss}"
+    if skipped:
+        if skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW:
+            return (f"the fp16 loss scaler skipped {skipped_in_a_row} steps in a row (gradients overflow "
+                    f"at every scale; grad_norm {grad_norm})")
+        return None
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        return f"loss {loss}, grad_norm {grad_norm}"
+    return None
 
 
 class TrainingStopped(Exception):

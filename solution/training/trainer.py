@@ -36,7 +36,7 @@ from solution.scoring.metric import format_report, load_gold, score
 from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
-from solution.training.stop import EXIT_FAULT, EXIT_STOPPED, EvaluationStopped, StopRequest, TrainingStopped
+from solution.training.stop import EXIT_FAULT, EXIT_STOPPED, EvaluationStopped, StopRequest, TrainingStopped, divergence
 from solution.windows.dataset import DummyWindows, WindowDataset, build_train_features
 from solution.windows.featurizer import Featurizer, add_structure_tokens, structure_vocabulary
 
@@ -128,6 +128,9 @@ class StepMeter:
     micro: int = 0
     samples: int = 0  # since the last logged step, all ranks
     grad_norm: Optional[float] = None
+    skipped: bool = False  # the loss scaler (fp16) skipped this step: its gradients overflowed
+    skipped_in_a_row: int = 0
+    skipped_steps: int = 0  # since the start of this process
     lr: float = 0.0
     step_time: float = 0.0
     t_log: float = field(default_factory=time.perf_counter)
@@ -135,6 +138,11 @@ class StepMeter:
 
     def __post_init__(self):
         self.t_step = self.t_log
+
+    def count_skip(self, skipped: bool) -> None:
+        self.skipped = bool(skipped)
+        self.skipped_in_a_row = self.skipped_in_a_row + 1 if self.skipped else 0
+        self.skipped_steps += self.skipped
 
     def close_step(self, accelerator, flags: list) -> tuple[float, list]:
         """After an optimizer step: its time, its loss (mean over micro-batches, then over ranks: the
@@ -427,7 +435,7 @@ class Trainer:
                 step += 1
                 self.progress.mark("collective", step)
                 loss, flags = meter.close_step(self.accelerator, self.stop_request.flags())
-                self._check_finite(step, loss, meter.grad_norm)
+                self._check_finite(step, loss, meter)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
                 self.log_step(step, epoch, loss, meter, run.total_steps)
@@ -483,7 +491,9 @@ class Trainer:
                 self.progress.mark("optimizer")
                 meter.lr = run.scheduler.get_last_lr()[0]  # the rate this step uses
                 meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm, want_norm)
+                scale = self.strategy.loss_scale()
                 run.optimizer.step()
+                meter.count_skip(self.strategy.step_was_skipped(scale))
                 run.scheduler.step()
                 run.optimizer.zero_grad(set_to_none=True)
         return acc.sync_gradients
@@ -504,6 +514,8 @@ class Trainer:
         record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": meter.grad_norm,
                   "lr": meter.lr, "step_time_s": meter.step_time,
                   "samples_per_s": meter.samples / max(elapsed, 1e-9)}
+        if meter.skipped_steps:  # fp16: steps the loss scaler skipped so far (their weights did not move)
+            record["skipped_steps"] = meter.skipped_steps
         self.metrics.write(record)
         if self.cfg.report_to:
             self.accelerator.log(tracker_values(record, "train"), step=step)
@@ -558,13 +570,14 @@ class Trainer:
         self.progress.mark("collective")
         acc.wait_for_everyone()
 
-    def _check_finite(self, step: int, loss: float, grad_norm) -> None:
-        """Stop before anything is saved from a diverged model. The loss is reduced over ranks and the
-        norm is global, so every rank stops at the same step."""
-        if math.isfinite(loss) and (grad_norm is None or math.isfinite(grad_norm)):
+    def _check_finite(self, step: int, loss: float, meter: StepMeter) -> None:
+        """Stop before anything is saved from a diverged model. The loss is reduced over ranks, and the
+        norm and the loss scaler's skip are global, so every rank stops at the same step."""
+        why = divergence(loss, meter.grad_norm, meter.skipped, meter.skipped_in_a_row)
+        if why is None:
             return
-        raise TrainingStopped(f"training diverged at step {step}: loss {loss}, grad_norm {grad_norm}; "
-                              f"{self.checkpointer.last_good()}", EXIT_FAULT)
+        raise TrainingStopped(f"training diverged at step {step}: {why}; {self.checkpointer.last_good()}",
+                              EXIT_FAULT)
 
     def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int, during: str = "") -> None:
         """Checkpoint at `step` and stop (`during`: where, when not between optimizer steps)."""
