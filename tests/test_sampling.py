@@ -379,3 +379,29 @@ def test_top_window_keep_keeps_the_windows_inference_runs_on(tmp_path, tokenizer
     assert kept_negatives(ds) == expected
     with pytest.raises(ValueError, match="top_window_keep must be an integer >= 0"):
         NegativeSampling(top_window_keep=-1)
+
+
+def test_yes_no_repeat_trains_each_yes_no_window_that_many_times(tmp_path, tokenizer):
+    """Yes/no pages are ~1.5% of NQ: yes_no_repeat N yields each YES or NO window N times (counted in the
+    summary as trained), and leaves every other window, and the cache key of N = 1, as they were."""
+    doc = "T <H1> T </H1> " + " ".join(f"<P> para {j} says the capital is Place{j} . </P>" for j in range(6))
+    path = write_jsonl(tmp_path / "train.jsonl", [
+        nq_line(example_id="1", document=doc, long=2, yes_no="YES", question="is the capital place2"),
+        nq_line(example_id="2", document=doc, long=3, yes_no="NO", question="is the capital place9"),
+        nq_line(example_id="3", document=doc, long=4, question="what does para 4 say")])
+    once, s1 = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(NEVER), str(tmp_path / "a"))
+    thrice, s3 = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(NEVER, yes_no_repeat=3),
+                                      str(tmp_path / "b"))
+
+    def by_type(ds):
+        return sorted((r["example_id"], r["window_index"], r["answer_type"]) for r in ds)
+
+    yes_no = [r for r in by_type(once) if r[2] in (TYPE_ID["YES"], TYPE_ID["NO"])]
+    others = [r for r in by_type(once) if r not in yes_no]
+    assert {r[0] for r in yes_no} == {"1", "2"} and others
+    assert by_type(thrice) == sorted(others + yes_no * 3)
+    assert s3["windows_kept"] == s1["windows_kept"] + 2 * len(yes_no)
+    assert s3["windows_per_type"]["YES"] == 3 * s1["windows_per_type"]["YES"]
+    assert "yes_no_repeat" not in NegativeSampling().key(0) and NegativeSampling(yes_no_repeat=3).key(0)["yes_no_repeat"] == 3
+    with pytest.raises(ValueError, match="yes_no_repeat must be an integer >= 1"):
+        NegativeSampling(yes_no_repeat=0)

@@ -283,6 +283,7 @@ def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, lim
                         raise NQFormatError(path, ex.line, "example_id",
                                             hard.mismatch(ex.example_id, answerable, len(windows)))
                     kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
+                kept = [w for w in kept for _ in range(sampling.copies(ANSWER_TYPES[w.answer_type]))]
                 summary.add(ex, windows, kept, answerable, featurizer)
                 for w in kept:
                     yield w.as_dict()

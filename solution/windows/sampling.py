@@ -117,6 +117,11 @@ class NegativeSampling:
     ranks them at inference); 0: no such rule. Set it with the same N as `max_windows_per_document`: the model
     then learns on exactly the windows it is run on, the neighbour's fact in the question's words among them."""
 
+    yes_no_repeat: int = 1
+    """How many times each window labelled YES or NO is trained on. Yes/no answers are about 1.5% of NQ's
+    pages (and of the synthetic profiles'): an epoch shows the answer-type head a few dozen such windows
+    against thousands of others, and a model trained so never answers YES or NO."""
+
     def __post_init__(self):
         checks = [
             (0.0 < self.negative_keep_rate <= 1.0, "negative_keep_rate", "in (0, 1]"),
@@ -127,10 +132,16 @@ class NegativeSampling:
              "question_word_keep_rate", "in (0, 1] or null"),
             (0.0 < self.question_word_share <= 1.0, "question_word_share", "in (0, 1]"),
             (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
+            (isinstance(self.yes_no_repeat, int) and not isinstance(self.yes_no_repeat, bool)
+             and self.yes_no_repeat >= 1, "yes_no_repeat", "an integer >= 1"),
         ]
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+    def copies(self, answer_type: str) -> int:
+        """How many times a kept window of `answer_type` (an ANSWER_TYPES name) is trained on."""
+        return self.yes_no_repeat if answer_type in ("YES", "NO") else 1
 
     def rate(self, answerable: bool) -> float:
         if answerable or self.unanswerable_keep_rate is None:
@@ -146,6 +157,8 @@ class NegativeSampling:
 
     def key(self, seed: int) -> dict:
         d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
+        if d["yes_no_repeat"] == 1:  # as before the setting existed: those caches stay valid too
+            del d["yes_no_repeat"]
         if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
             d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
         return d
