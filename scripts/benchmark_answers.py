@@ -50,7 +50,7 @@ Beside the techniques:
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
   (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
 * `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
-  with 45 yes/no questions added to each (nq-profile pages of another seed, `solution.synth --answer-types
+  with 80 yes/no questions added to each (nq-profile pages of another seed, `solution.synth --answer-types
   YES,NO`): at NQ's 1.5% the 400 dev pages hold only 6.
 
 Post-processing never changes the windows or the model, so a window runs once per model: its logits
@@ -105,7 +105,7 @@ YES_NO_TECHNIQUE = ("thresholds_yes_no", ["separate_thresholds=true"])
 # ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
 # windows a model; max_windows=0 runs the other ~43,000 once per seed.
 FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000],
-        "num_dev": 400, "num_test": 400, "yes_no": 45, "max_words": None, "train": [],
+        "num_dev": 400, "num_test": 400, "yes_no": 80, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
 # max_windows rows change something, and a tiny stage 1 so that the warm start runs.
@@ -714,6 +714,26 @@ def chart(rows: list, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def curve_projection(rows: list, target: float = 0.80) -> dict | None:
+    """A projection, not a measurement: test F1 fitted as a + b log2(pages) over the learning curve's points,
+    and training seconds as c + d pages (stage 1 is the constant); the pages and seconds at which the fitted
+    line reaches `target`, if it rises. None with fewer than three points."""
+    import numpy as np
+    key = _key(rows)
+    points = sorted((r for r in rows if r["technique"] == "learning_curve" and r.get(key) is not None),
+                    key=lambda r: r["num_train_documents"])
+    if len(points) < 3:
+        return None
+    pages = np.array([r["num_train_documents"] for r in points], dtype=float)
+    b, a = np.polyfit(np.log2(pages), [r[key] for r in points], 1)
+    out = {"metric": key, "target": target, "points": len(points), "per_doubling": float(b), "intercept": float(a)}
+    if b > 0:
+        need = float(2 ** ((target - a) / b))
+        d, c = np.polyfit(pages, [r.get("train_seconds") or 0.0 for r in points], 1)
+        out |= {"pages_for_target": round(need), "train_seconds_for_target": round(float(c + d * need))}
+    return out
+
+
 def curve_chart(rows: list, path: Path, title: str) -> None:
     """F1 against the number of training pages, with 95% intervals; the lexical answerer as a line."""
     import matplotlib
@@ -728,6 +748,13 @@ def curve_chart(rows: list, path: Path, title: str) -> None:
                 yerr=[[y - r[_ci_key(key)][0] for y, r in zip(ys, points)],
                       [r[_ci_key(key)][1] - y for y, r in zip(ys, points)]])
     _lexical_line(ax, rows, key)
+    fit = curve_projection(rows)
+    if fit and "pages_for_target" in fit:  # dashed: the fitted line, carried to the target
+        import numpy as np
+        xs = np.geomspace(points[0]["num_train_documents"], max(fit["pages_for_target"], points[-1]["num_train_documents"]), 50)
+        ax.plot(xs, fit["intercept"] + fit["per_doubling"] * np.log2(xs), "--", color="gray",
+                label=f"fit, +{fit['per_doubling']:.3f} a doubling: {fit['target']:.2f} at ~{fit['pages_for_target']:,} pages")
+        ax.set_xscale("log", base=2)
     ax.set_xlabel("training pages")
     ax.set_ylabel(key.replace("_", " ") + " (95% CI)")
     ax.set_ylim(0, 1)
@@ -862,6 +889,11 @@ def write_outputs(rows: list, args, label: str) -> Path:
     ok = [r for r in rows if "error" not in r]
     chart(ok, path.with_suffix(".png"), f"answer techniques, {label}")
     curve_chart(ok, path.with_name(path.stem + "-curve.png"), f"learning curve, {label}")
+    fit = curve_projection(ok)
+    if fit and "pages_for_target" in fit:
+        print(f"projection (a fit, not a measurement): {fit['metric']} +{fit['per_doubling']:.3f} per doubling of the "
+              f"pages; {fit['target']:.2f} at ~{fit['pages_for_target']:,} pages, ~{fit['train_seconds_for_target']:,} s "
+              f"of training on this machine")
     return path
 
 

@@ -231,3 +231,19 @@ def test_corpus_seed_profile_and_no_techniques_parse():
     assert bench.parse_args(["--json", "x.json", "--profile", "nq-lexical"]).profile == "nq-lexical"
     with pytest.raises(SystemExit):
         bench.parse_args(["--json", "x.json", "--corpus-seed", "-1"])
+
+
+def test_the_curve_projection_fits_f1_on_log_pages_and_seconds_on_pages():
+    """F1 = a + b log2(pages): +0.1 a doubling from 0.2 at 500 pages reaches 0.8 at 500 x 2^6 = 32,000 pages;
+    the seconds a line through the points (300 + 0.3 x pages here). Fewer than three points, or a curve that
+    does not rise, project nothing."""
+    def point(n, f, t):
+        return {"technique": "learning_curve", "num_train_documents": n, "test_f1": f,
+                "test_f1_ci": [f - 0.05, f + 0.05], "train_seconds": t}
+    rows = [point(500, 0.2, 450), point(1000, 0.3, 600), point(2000, 0.4, 900), point(4000, 0.5, 1500)]
+    fit = bench.curve_projection(rows)
+    assert fit["pages_for_target"] == 32000 and fit["per_doubling"] == pytest.approx(0.1)
+    assert fit["train_seconds_for_target"] == pytest.approx(300 + 0.3 * 32000, rel=1e-6)
+    assert bench.curve_projection(rows[:2]) is None
+    flat = [point(n, 0.3, 100) for n in (500, 1000, 2000)]
+    assert "pages_for_target" not in bench.curve_projection(flat)
