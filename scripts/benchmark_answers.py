@@ -92,7 +92,12 @@ TECHNIQUES = {
     # The first pass's cost and benefit: every window of a page (0), and half of the recipe's 8.
     "max_windows": ([], ["max_windows_per_document=0"]),
     "max_windows_4": ([], ["max_windows_per_document=4"]),
+    # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
+    "yes_no_repeat": (["--yes_no_repeat", "8"], []),
 }
+# Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
+# beside the baseline's model there (rows named TECHNIQUE_yes_no).
+YES_NO_TRAINED = ("yes_no_repeat",)
 # Rows that are not a TECHNIQUES pair.
 NO_TECHNIQUE = ("baseline", "lexical", "bm25", "first_paragraph", "ensemble", "learning_curve")
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
@@ -153,7 +158,7 @@ def answers_of(path: str) -> list:
 def yes_no_split(predictions: dict, gold: dict) -> dict:
     """F1 of the YES and NO short answers: a row counts for YES when predicted YES or YES is valid."""
     from solution.scoring.metric import _figures, parse_prediction
-    out = {}
+    out, both = {}, [0, 0, 0]
     for label in ("YES", "NO"):
         tp = fp = fn = 0
         for eid, g in gold.items():
@@ -161,6 +166,8 @@ def yes_no_split(predictions: dict, gold: dict) -> dict:
             tp, fp, fn = tp + (said and label in g.short), fp + (said and label not in g.short), \
                 fn + (not said and label in g.short)
         out[label.lower()] = _figures(tp, fp, fn)
+        both = [both[0] + tp, both[1] + fp, both[2] + fn]
+    out["yes_no"] = _figures(*both)  # YES and NO together: a row counts when either is said or valid
     return out
 
 
@@ -344,7 +351,7 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test, "num_test_windows": test_windows}
     split = row.get("test") or dev  # no test gold (real corpus): the split of the untuned dev predictions
-    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
 
 
 def lexical_row(corpus: dict, method: str = "words") -> dict:
@@ -369,7 +376,7 @@ def lexical_row(corpus: dict, method: str = "words") -> dict:
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
     split = row.get("test") or dev
-    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
 
 
 def first_paragraph_rows(path: str) -> dict:
@@ -396,7 +403,7 @@ def first_paragraph_row(corpus: dict) -> dict:
         test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
     split = row.get("test") or dev
-    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no")}
+    return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
 
 
 @functools.lru_cache(maxsize=None)
@@ -541,6 +548,20 @@ def yes_no_rows(base: dict, corpus: dict, out: Path) -> list:
     return [off, on | deltas(off, on)]
 
 
+def yes_no_trained_rows(base: dict, row: dict, name: str, corpus: dict, out: Path) -> list:
+    """The baseline's model (off) and technique `name`'s (on, `row`) on dev and test with the yes/no
+    supplement added, with the on row's paired deltas."""
+    seed, added = base["seed"], corpus["yes_no"]
+    head = {"technique": f"{name}_yes_no", "seed": seed, "num_train_documents": corpus["num_train_documents"],
+            "yes_no_documents_added": added["added"]}
+    if "_model" not in base or "_model" not in row:
+        return [head | {"enabled": flag, "error": "a model failed"} for flag in (False, True)]
+    off = attempt(head | {"enabled": False}, lambda: evaluate([base["_model"]], [], added, out / f"{name}-yes-no-off-seed{seed}"))
+    on = attempt(head | {"enabled": True, "train_overrides": row.get("train_overrides")},
+                 lambda: evaluate([row["_model"]], [], added, out / f"{name}-yes-no-seed{seed}"))
+    return [off, on | deltas(off, on)]
+
+
 def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
     """The baseline trained on the first N training pages, for each N of the plan; the largest is `base`."""
     rows, seed = [], base["seed"]
@@ -569,6 +590,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
     references = {"lexical": lexical, "bm25": bm25, "first_paragraph": first_paragraph}
     baselines, per_technique, ensembles, curve = {}, {}, [], []
     names = techniques + ([YES_NO_TECHNIQUE[0]] if "thresholds" in techniques and corpus.get("yes_no") else [])
+    names += [f"{n}_yes_no" for n in techniques if n in YES_NO_TRAINED and corpus.get("yes_no")]
 
     def rows() -> list:
         out_rows = [lexical, bm25, first_paragraph]
@@ -585,6 +607,10 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
             for name in techniques:
                 if bool(TECHNIQUES[name][0]) == retrains:
                     per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
+                    partial(rows())
+                if retrains and name in YES_NO_TRAINED and corpus.get("yes_no"):
+                    per_technique[seed, f"{name}_yes_no"] = yes_no_trained_rows(
+                        baselines[seed], per_technique[seed, name][-1], name, corpus, out)
                     partial(rows())
         if not retrains:
             if YES_NO_TECHNIQUE[0] in names:

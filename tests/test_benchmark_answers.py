@@ -20,7 +20,7 @@ spec.loader.exec_module(bench)
 
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
-                                     "structure_tokens", "max_windows", "max_windows_4"}
+                                     "structure_tokens", "max_windows", "max_windows_4", "yes_no_repeat"}
     sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
@@ -155,7 +155,7 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     rows = json.loads(out.read_text())
     assert not [x for x in rows if "error" in x or "_counts" in x]
     for x in rows:  # the yes/no rows score 3 more pages on each side
-        _check_intervals(x, 9 if x["technique"] == "thresholds_yes_no" else 6)
+        _check_intervals(x, 9 if x["technique"] in ("thresholds_yes_no", "yes_no_repeat_yes_no") else 6)
     lexical = next(x for x in rows if x["technique"] == "lexical")
     assert lexical["num_train_documents"] == 0
     bm25 = next(x for x in rows if x["technique"] == "bm25")
@@ -187,6 +187,11 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     assert yes_no[False]["num_test_documents"] == base["num_test_documents"] + 3
     assert yes_no[False]["num_dev_documents"] == base["num_dev_documents"] + 3
     _check_delta(yes_no[True], yes_no[False])
+    # yes_no_repeat's model and the baseline's on the same pages with the yes/no supplement (off: the baseline)
+    repeat = {x["enabled"]: x for x in rows if x["technique"] == "yes_no_repeat_yes_no"}
+    assert set(repeat) == {False, True} and repeat[False]["test_f1"] == yes_no[False]["test_f1"]
+    assert repeat[True]["train_overrides"] == ["--yes_no_repeat", "8"] and "yes_no_f1" in repeat[True]
+    _check_delta(repeat[True], repeat[False])
     curve = sorted((x for x in rows if x["technique"] == "learning_curve"), key=lambda x: x["num_train_documents"])
     assert [x["num_train_documents"] for x in curve] == [6, 12] and curve[1]["test_f1"] == base["test_f1"]
     from solution.scoring.mlebench import score_files  # the grader on the CSV the script wrote: the same score
