@@ -23,7 +23,16 @@ import pytest
 from conftest import ROOT
 
 from solution.distributed import strategy
-from solution.distributed.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks, kill_sibling
+from solution.distributed.watchdog import (
+    EXIT_HANG,
+    Beat,
+    Progress,
+    Watchdog,
+    collective_timeout,
+    diagnose,
+    format_ranks,
+    kill_sibling,
+)
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -141,6 +150,66 @@ def test_a_rank_without_progress_exits_4_with_one_line_and_its_stacks(tmp_path):
     assert json.loads((tmp_path / "heartbeat" / "rank-0.json").read_text())["phase"] == "forward"
 
 
+PAUSED = """
+import sys
+from pathlib import Path
+from solution.distributed.watchdog import Progress, Watchdog
+progress = Progress()
+with Watchdog(progress, Path(sys.argv[1]), 0, 1, float(sys.argv[2])):
+    for step, _ in enumerate(sys.stdin):  # a step each line the test sends: none while it holds them back
+        progress.mark("collective", step)
+print("done", flush=True)
+"""
+
+
+def test_a_process_stopped_and_continued_is_not_a_hang(tmp_path):
+    """SIGSTOP for three timeouts, then SIGCONT (a whole job suspended, a VM paused), twice: the monotonic
+    clock ran on, but nothing could move meanwhile. After each SIGCONT the main thread goes on a second
+    later (waiting, as in a collective, for ranks continued after it), while the watchdog's thread wakes
+    at once: it must see that it was frozen, not that its rank made no progress for three timeouts."""
+    timeout = 2.0
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED, str(tmp_path), str(timeout)], cwd=ROOT, env=ENV,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def steps(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and proc.poll() is None:
+            try:
+                proc.stdin.write("step\n")
+                proc.stdin.flush()
+            except BrokenPipeError:  # it exited: the assertions below say how
+                return
+            time.sleep(0.2)
+
+    try:
+        steps(2.5)  # the watchdog beats, and watches
+        for _ in range(2):
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(3 * timeout)
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(1.0)
+            steps(2.5)
+        stdout, stderr = proc.communicate(timeout=30)  # closes its stdin: the loop ends
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and stdout == "done\n", (proc.returncode, stderr[-2000:])
+    assert "hang:" not in stderr and not (tmp_path / "hang-stacks").exists()
+
+
+def test_a_declaration_is_withdrawn_when_this_rank_moves_on_during_its_confirmation(tmp_path, capfd):
+    """Idle past the timeout, the watchdog starts its confirmation (three beats and a second); the rank
+    moves on before it ends: no hang (it would have said `no progress for 0 s`)."""
+    progress, exits = Progress(), []
+    progress.mark("forward", 3)
+    with Watchdog(progress, tmp_path, 0, 1, 0.5, exit=exits.append):
+        time.sleep(2.5)  # idle since the start: the declaration began at the first beat, its confirmation lasts 4 s
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:  # the rank moves on, and keeps moving past the confirmation's end
+            progress.mark("backward")
+            time.sleep(0.1)
+    assert exits == [] and "hang:" not in capfd.readouterr().err
+
+
 # -- two ranks under torchrun, one stopped ------------------------------------------------------------
 STEPS = 100
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
@@ -216,6 +285,66 @@ def test_sigstop_on_one_of_two_ranks_ends_the_run_naming_it_and_resume_auto_fini
     assert (out / "model" / "model.safetensors").is_file()
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["event"] == "end" and last["step"] == STEPS
+
+
+def logged_step(out: Path) -> int:
+    """The last optimizer step metrics.jsonl logged (0 before the first)."""
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    steps = [json.loads(x).get("step") for x in lines if x.startswith('{"step"')]
+    return steps[-1] if steps else 0
+
+
+def signal_if_there(process: psutil.Process, sig: int) -> None:
+    """`sig` to `process` unless it has exited (a rank that declared a hang: the assertions say so)."""
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.mark.slow
+def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_path):
+    """SIGSTOP to the torchrun agent and both ranks (what `scontrol suspend`, a VM pause or Ctrl-Z do) for
+    three hang_timeouts, then SIGCONT, three times in one run: it is no hang, and the run finishes, exit 0.
+    The ranks are continued half a second apart (one node's before another's), in turn rank 0 and rank 1
+    first, so that the first one's main thread waits in a collective while its watchdog wakes."""
+    timeout, out = 4, tmp_path / "run"
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        cmd = torchrun(out, "--hang_timeout", str(timeout), "--max_steps", "300", "--save_total_limit", "2")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        try:
+            agent = psutil.Process(proc.pid)
+            ranks = [rank_process(agent, 0), rank_process(agent, 1)]
+            reached = 0
+            for attempt in range(3):
+                deadline = time.monotonic() + 120
+                while logged_step(out) < reached + 3:  # running: a few steps past the last pause
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                    time.sleep(0.05)
+                for p in (agent, *ranks):
+                    signal_if_there(p, signal.SIGSTOP)
+                time.sleep(3 * timeout)
+                signal_if_there(agent, signal.SIGCONT)
+                first, second = ranks if attempt % 2 == 0 else ranks[::-1]
+                signal_if_there(first, signal.SIGCONT)
+                time.sleep(0.5)
+                signal_if_there(second, signal.SIGCONT)
+                reached = logged_step(out)
+            proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+                    p.send_signal(signal.SIGKILL)
+    stderr = log.read_text()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "hang:" not in stderr and not (out / "hang-stacks").exists()
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["event"] == "end" and records[-1]["step"] == 300
+    assert not [r for r in records if r.get("event") == "hang"]
 
 
 # -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------

@@ -18,6 +18,11 @@ frozen or dead; such a rank cannot run its own watchdog, so the others must name
   - exits with EXIT_HANG at once (os._exit: the main thread is stuck in a collective and cannot unwind),
     so that torchrun tears down the other ranks and a restart with `--resume auto` continues.
 
+A whole job suspended and continued (SIGSTOP and SIGCONT to every rank: `scontrol suspend`, a VM pause,
+Ctrl-Z) is not a hang, though the monotonic clock ran on meanwhile: each rank's thread sees that its own
+wait lasted far longer than it asked (`freeze_margin`), and counts idle time from that moment on. A
+declaration is withdrawn when, during its confirmation, this rank moved on or this process was frozen.
+
 A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
 releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
 every thread's stack to stderr and exits 1 once the beats stop for longer than the collective timeout.
@@ -58,6 +63,13 @@ def confirm_wait(hang_timeout: float) -> float:
     """How long the watchdog waits between its two reads of the heartbeats: three beats and a second,
     so a rank whose thread is only slow (a loaded machine) still beats in between."""
     return 3 * beat_interval(hang_timeout) + 1.0
+
+
+def freeze_margin(hang_timeout: float) -> float:
+    """How much longer than asked the watchdog's own wait may last before it counts as a freeze of this
+    process (stopped, then continued): a beat, or a quarter of the timeout where that is longer. A busy
+    machine delays a thread's wake-up by far less; a true hang never makes the watchdog's wait longer."""
+    return max(beat_interval(hang_timeout), hang_timeout / 4)
 
 
 def collective_timeout(hang_timeout: float) -> float:
@@ -191,6 +203,9 @@ class Watchdog:
         self._main = threading.main_thread().ident
         self._thread: Optional[threading.Thread] = None
         self._warned = False
+        # This watcher's clock: idle time counts from here at most. Set at the start, and again when this
+        # process wakes from a freeze (no rank moved while the job stood still).
+        self._awake_since = time.monotonic()
 
     def heartbeat_path(self, rank: int) -> Path:
         return self.out / HEARTBEAT_DIR / f"rank-{rank}.json"
@@ -198,6 +213,7 @@ class Watchdog:
     def __enter__(self) -> "Watchdog":
         if self.timeout > 0:
             self.heartbeat_path(self.rank).parent.mkdir(parents=True, exist_ok=True)
+            self._awake_since = time.monotonic()
             self._write_beat()
             self._thread = threading.Thread(target=self._run, name="hang-watchdog", daemon=True)
             self._thread.start()
@@ -211,12 +227,35 @@ class Watchdog:
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(self.interval):
             self._write_beat()
             faulthandler.dump_traceback_later(collective_timeout(self.timeout), exit=True)
-            if self.progress.idle_s() > self.timeout:
-                self._declare()
+            # One reading for every judgement below: a stop that lands after it is seen at the next wake-up
+            # as a freeze, and nothing read after the stop is judged against the time it lasted.
+            now = time.monotonic()
+            self._notice_freeze(now - last, now)
+            if self._hang_seen(now):
                 return
+            last = time.monotonic()
+
+    def _notice_freeze(self, took: float, now: float) -> bool:
+        """Whether one turn of this thread (asked to last a beat) lasted far longer: the process was stopped
+        and continued (the whole job suspended, a VM paused), and the monotonic clock ran on meanwhile.
+        Idle time then counts from `now`."""
+        if took <= self.interval + freeze_margin(self.timeout):
+            return False
+        self._awake_since = now
+        return True
+
+    def _idle(self, now: float) -> float:
+        return now - max(self.progress.since, self._awake_since)
+
+    def _hang_seen(self, now: float) -> bool:
+        """Declare a hang if there is one; True once declared (the process has exited, unless `exit` was
+        replaced)."""
+        idle = self._idle(now)
+        return idle > self.timeout and self._declare(idle)
 
     def _main_stack(self) -> list:
         frame = sys._current_frames().get(self._main)
@@ -225,7 +264,7 @@ class Watchdog:
     def _write_beat(self) -> None:
         self.beat += 1
         record = {"rank": self.rank, "beat": self.beat, "step": self.progress.step, "phase": self.progress.phase,
-                  "idle_s": round(self.progress.idle_s(), 1), "pid": os.getpid(), "host": socket.gethostname(),
+                  "idle_s": round(self._idle(time.monotonic()), 1), "pid": os.getpid(), "host": socket.gethostname(),
                   "time": time.time(), "stack": self._main_stack()}
         path = self.heartbeat_path(self.rank)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -241,18 +280,32 @@ class Watchdog:
     def read_all(self) -> dict:
         return {r: Beat.read(self.heartbeat_path(r), r) for r in range(self.world)}
 
-    def _declare(self) -> None:
-        """Confirm, name the stalled ranks, dump stacks, report (one rank), exit."""
-        idle = self.progress.idle_s()
-        first = self.read_all()
-        deadline = time.monotonic() + confirm_wait(self.timeout)
-        while time.monotonic() < deadline:  # keep beating: other ranks are confirming too
-            time.sleep(min(self.interval, max(0.0, deadline - time.monotonic())))
+    def _confirmed(self) -> bool:
+        """Wait `confirm_wait`, beating (other ranks are confirming too). False if this process was frozen
+        meanwhile: what was read before the freeze says nothing about after it."""
+        last = time.monotonic()
+        deadline = last + confirm_wait(self.timeout)
+        while (now := time.monotonic()) < deadline:
+            time.sleep(min(self.interval, deadline - now))
             self._write_beat()
-        faulthandler.cancel_dump_traceback_later()
+            now = time.monotonic()
+            if self._notice_freeze(now - last, now):
+                return False
+            last = now
+        return True
+
+    def _declare(self, idle: float) -> bool:
+        """Confirm, name the stalled ranks, dump stacks, report (one rank), exit; True once done. False, and
+        the thread goes back to watching, when the confirmation shows none: this rank moved on meanwhile,
+        or this process was frozen."""
+        since = self.progress.since
+        first = self.read_all()
+        if not self._confirmed() or self.progress.since != since:
+            return False
         second = self.read_all()
         second[self.rank] = Beat.read(self.heartbeat_path(self.rank), self.rank)
         stalled, silent = diagnose(first, second)
+        faulthandler.cancel_dump_traceback_later()
         stacks = self.out / STACKS_DIR
         self._dump_own_stacks(stacks, idle)
         reporter = min(r for r in range(self.world) if r not in silent)  # never empty: this rank just beat
@@ -271,6 +324,7 @@ class Watchdog:
                 print(f"warning: rank {self.rank}: hang record not written ({e})", file=sys.stderr, flush=True)
         sys.stdout.flush()
         self._exit(EXIT_HANG)
+        return True
 
     def _dump_own_stacks(self, stacks: Path, idle: float) -> None:
         try:
