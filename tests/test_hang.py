@@ -210,6 +210,32 @@ def test_a_declaration_is_withdrawn_when_this_rank_moves_on_during_its_confirmat
     assert exits == [] and "hang:" not in capfd.readouterr().err
 
 
+def test_before_the_first_step_only_a_silent_rank_is_a_hang(tmp_path, capfd):
+    """During set-up a rank's own idle time says nothing (rank 0 featurises while the others wait in a
+    barrier): set-up past three timeouts with every rank beating is no hang, though rank 1 starts a second
+    after rank 0 over a heartbeat file an earlier run left. Then rank 1's heartbeat stops: rank 0 names it."""
+    timeout = 3.0
+    (tmp_path / "heartbeat").mkdir()
+    (tmp_path / "heartbeat" / "rank-1.json").write_text(json.dumps({"rank": 1, "beat": 57, "step": 40, "pid": 1,
+                                                                      "phase": "collective", "host": "old"}))
+    exits, records = [], []
+    with Watchdog(Progress(), tmp_path, 0, 2, timeout, on_hang=records.append, exit=exits.append):
+        time.sleep(1.0)
+        with Watchdog(Progress(), tmp_path, 1, 2, timeout, exit=exits.append):
+            time.sleep(3 * timeout)
+            assert exits == [], capfd.readouterr().err
+        started = time.monotonic()  # rank 1 stops beating
+        while not exits and time.monotonic() - started < 30:
+            time.sleep(0.1)
+    took = time.monotonic() - started
+    assert exits == [EXIT_HANG] and took < timeout + 1 + 4 + 3, (exits, took)
+    [record] = records
+    assert record["phase"] == "setup" and record["not_responding"] == [1] and record["rank"] == 0
+    [line] = [x for x in capfd.readouterr().err.splitlines() if x.startswith("hang:")]
+    assert line.startswith("hang: no heartbeat for ") and "before the first step (rank 0, in setup); stalled: " \
+        "rank 1 (last seen at step 0, setup; not responding: stopped, frozen or dead" in line, line
+
+
 # -- two ranks under torchrun, one stopped ------------------------------------------------------------
 STEPS = 100
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
@@ -345,6 +371,101 @@ def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_pat
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["event"] == "end" and records[-1]["step"] == 300
     assert not [r for r in records if r.get("event") == "hang"]
+
+
+# -- before the first step: set-up watched ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A small synthetic training file (12 documents); each test featurises it into a cache of its own."""
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev", "2",
+                    "--num-test", "1", "--min-words", "200", "--max-words", "400", "--seed", "9"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def featurising_run(corpus: Path, work: Path, seconds_a_document: float, hang_timeout: float) -> list:
+    """torchrun, 2 DDP ranks, 4 steps of the tiny model on `corpus`; rank 0 featurises it first, slowed down
+    (tests/faulty_train.py), while rank 1 waits for it in a barrier."""
+    from solution.distributed.ports import free_port
+
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+            "tests/faulty_train.py", f"slow-features-{seconds_a_document}", "--config", "configs/train/tiny.yaml",
+            "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--dev_file", str(corpus / "simplified-nq-dev.jsonl"),
+            "--cache_dir", str(work / "cache"), "--eval_strategy", "no", "--max_steps", "4", "--strategy", "ddp",
+            "--disable_tqdm", "true", "--hang_timeout", str(hang_timeout), "--output_dir", str(work / "run")]
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return
+    raise AssertionError(f"the run ended (exit {proc.wait()}) before printing {prefix!r}")
+
+
+def kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL to torchrun and every process under it that is still there."""
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        signal_if_there(p, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_before_its_first_step_is_named(corpus, tmp_path):
+    """SIGSTOP to rank 1 while rank 0 featurises: within hang_timeout and a minute the run ends, rank 0
+    naming rank 1 and killing it (before, the watchdog started with the first step: rank 0 waited in the
+    barrier for gloo's 30-minute timeout, without a word)."""
+    timeout, out, log = 5, tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(featurising_run(corpus, tmp_path, 0.3, timeout), cwd=ROOT, env=ENV,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            wait_for_line(proc, "faulty_train: featurising")
+            rank_process(psutil.Process(proc.pid), 1).suspend()
+            stopped_at = time.monotonic()
+            try:
+                proc.communicate(timeout=timeout + 60)
+            except subprocess.TimeoutExpired:
+                pass
+            took = time.monotonic() - stopped_at
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert proc.wait() != 0 and took < timeout + 60, (proc.returncode, took, stderr[-3000:])
+    [line] = [x for x in stderr.splitlines() if x.startswith("hang:")]
+    assert "before the first step (rank 0, in setup); stalled: rank 1 (last seen at step 0, setup; not " \
+           "responding: stopped, frozen or dead" in line and "; killed)" in line, line
+    assert f"exitcode  : {EXIT_HANG}" in stderr
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["event"] == "hang" and record["phase"] == "setup" and record["not_responding"] == [1]
+
+
+@pytest.mark.slow
+def test_a_set_up_longer_than_hang_timeout_with_every_rank_alive_finishes(corpus, tmp_path):
+    """Rank 0 featurises for three timeouts (12 documents, 1 s each) while rank 1 waits for it: both beat
+    from the start (their heartbeat files say `setup`), neither is taken for hung, and the run ends, exit 0."""
+    timeout, out, log = 4, tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(featurising_run(corpus, tmp_path, 1, timeout), cwd=ROOT, env=ENV,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            wait_for_line(proc, "faulty_train: featurising")
+            deadline = time.monotonic() + 2 * timeout  # featurising lasts 12 s
+            phases = {}
+            while len(phases) < 2 and time.monotonic() < deadline:
+                beats = [Beat.read(out / "heartbeat" / f"rank-{r}.json", r) for r in (0, 1)]
+                phases = {b.rank: b.phase for b in beats if b.beat >= 0}
+                time.sleep(0.2)
+            proc.communicate(timeout=300)
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert phases == {0: "setup", 1: "setup"}, phases
+    assert proc.returncode == 0 and "hang:" not in stderr, stderr[-3000:]
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["event"] == "end"
 
 
 # -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------

@@ -23,6 +23,11 @@ Ctrl-Z) is not a hang, though the monotonic clock ran on meanwhile: each rank's 
 wait lasted far longer than it asked (`freeze_margin`), and counts idle time from that moment on. A
 declaration is withdrawn when, during its confirmation, this rank moved on or this process was frozen.
 
+Before the first step (set-up: featurisation, model build, engine preparation) a rank's own idle time
+says nothing: rank 0 may featurise for an hour while the others wait for it in a barrier. Then the
+thread watches the other ranks' heartbeats instead: a rank whose beat does not change for hang_timeout
+(by this rank's clock) is not responding, and is named, killed and reported as above.
+
 A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
 releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
 every thread's stack to stderr and exits 1 once the beats stop for longer than the collective timeout.
@@ -152,6 +157,14 @@ def diagnose(first: dict, second: dict) -> tuple[list, list]:
     return (working or sorted(second)), []
 
 
+def hang_reason(me: int, progress: Progress, idle: float) -> str:
+    """What the watchdog saw: this rank idle at its step and phase, or before the first step, another
+    rank's heartbeat silent for `idle` seconds."""
+    if progress.phase == "setup":
+        return f"no heartbeat for {idle:.0f} s before the first step (rank {me}, in setup)"
+    return f"no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me})"
+
+
 def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: list, beats: dict,
               stacks: Path, killed: list = ()) -> str:
     """One line: the hang, this rank's step and phase, each stalled rank with its last step and phase."""
@@ -162,9 +175,8 @@ def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: l
         why = "not responding: stopped, frozen or dead" if r in silent else f"no progress for {b.idle_s:.0f} s"
         host = ", on " + b.host if b.host != "?" else ""
         described.append(f"rank {r} ({where}; {why}{host}{'; killed' if r in killed else ''})")
-    return (f"hang: no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me}); "
-            f"stalled: {'; '.join(described)}; stacks in {stacks}; exiting {EXIT_HANG} so the launcher can "
-            "restart with --resume auto")
+    return (f"hang: {hang_reason(me, progress, idle)}; stalled: {'; '.join(described)}; stacks in {stacks}; "
+            f"exiting {EXIT_HANG} so the launcher can restart with --resume auto")
 
 
 def parent_pid(pid: int) -> Optional[int]:
@@ -203,9 +215,10 @@ class Watchdog:
         self._main = threading.main_thread().ident
         self._thread: Optional[threading.Thread] = None
         self._warned = False
-        # This watcher's clock: idle time counts from here at most. Set at the start, and again when this
-        # process wakes from a freeze (no rank moved while the job stood still).
+        # This watcher's clock: idle time and other ranks' silence count from here at most. Set at the
+        # start, and again when this process wakes from a freeze (no rank moved while the job stood still).
         self._awake_since = time.monotonic()
+        self._heard: dict = {}  # rank -> ((pid, beat) last read, when this watcher first read it)
 
     def heartbeat_path(self, rank: int) -> Path:
         return self.out / HEARTBEAT_DIR / f"rank-{rank}.json"
@@ -242,7 +255,7 @@ class Watchdog:
     def _notice_freeze(self, took: float, now: float) -> bool:
         """Whether one turn of this thread (asked to last a beat) lasted far longer: the process was stopped
         and continued (the whole job suspended, a VM paused), and the monotonic clock ran on meanwhile.
-        Idle time then counts from `now`."""
+        Idle time and other ranks' silence then count from `now`."""
         if took <= self.interval + freeze_margin(self.timeout):
             return False
         self._awake_since = now
@@ -253,9 +266,31 @@ class Watchdog:
 
     def _hang_seen(self, now: float) -> bool:
         """Declare a hang if there is one; True once declared (the process has exited, unless `exit` was
-        replaced)."""
+        replaced). Before the first step only silent ranks count, after it this rank's own idle time."""
+        if self.progress.phase == "setup":
+            quiet = self._quiet_ranks(now)
+            return bool(quiet) and self._declare(max(quiet.values()))
         idle = self._idle(now)
         return idle > self.timeout and self._declare(idle)
+
+    def _quiet_ranks(self, now: float) -> dict:
+        """The other ranks whose heartbeat has not changed for hang_timeout by this watcher's clock (rank ->
+        seconds). A file that is missing, or left by an earlier run in output_dir and never rewritten, has
+        not changed since this watcher started; a rank that starts later than this one, but within the
+        timeout, is heard from in time."""
+        quiet = {}
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            b = Beat.read(self.heartbeat_path(r), r)
+            seen, since = self._heard.get(r, ((b.pid, b.beat), self._awake_since))
+            if (b.pid, b.beat) != seen:
+                seen, since = (b.pid, b.beat), now
+            self._heard[r] = (seen, since)
+            silent = now - max(since, self._awake_since)
+            if silent > self.timeout:
+                quiet[r] = silent
+        return quiet
 
     def _main_stack(self) -> list:
         frame = sys._current_frames().get(self._main)
@@ -297,14 +332,16 @@ class Watchdog:
     def _declare(self, idle: float) -> bool:
         """Confirm, name the stalled ranks, dump stacks, report (one rank), exit; True once done. False, and
         the thread goes back to watching, when the confirmation shows none: this rank moved on meanwhile,
-        or this process was frozen."""
-        since = self.progress.since
+        this process was frozen, or before the first step every other rank beats again."""
+        since, phase = self.progress.since, self.progress.phase
         first = self.read_all()
         if not self._confirmed() or self.progress.since != since:
             return False
         second = self.read_all()
         second[self.rank] = Beat.read(self.heartbeat_path(self.rank), self.rank)
         stalled, silent = diagnose(first, second)
+        if phase == "setup" and not silent:  # a slow heartbeat, not a silent rank
+            return False
         faulthandler.cancel_dump_traceback_later()
         stacks = self.out / STACKS_DIR
         self._dump_own_stacks(stacks, idle)
@@ -330,8 +367,8 @@ class Watchdog:
         try:
             stacks.mkdir(parents=True, exist_ok=True)
             with open(stacks / f"rank-{self.rank}-pid{os.getpid()}.txt", "w", encoding="utf-8") as f:
-                f.write(f"rank {self.rank} pid {os.getpid()} on {socket.gethostname()}: no progress for {idle:.0f} s "
-                        f"at step {self.progress.step}, phase {self.progress.phase}; every thread:\n")
+                f.write(f"rank {self.rank} pid {os.getpid()} on {socket.gethostname()}: "
+                        f"{hang_reason(self.rank, self.progress, idle)}; every thread:\n")
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
         except OSError as e:
