@@ -33,6 +33,7 @@ from solution.model.qa_model import (
     save_model_meta,
 )
 from solution.scoring.metric import format_report, load_gold, score
+from solution.training.agreement import check_same_settings
 from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
@@ -169,6 +170,7 @@ class Trainer:
         self.stop_request = stop_request or StopRequest()
         self.strategy = strategy.Strategy(cfg)
         self.accelerator = self.strategy.accelerator
+        check_same_settings(cfg, self.accelerator.num_processes)  # before anything is built from them
         from accelerate.utils import set_seed
 
         set_seed(cfg.seed)
