@@ -31,6 +31,7 @@ thread watches the other ranks' heartbeats instead: a rank whose beat does not c
 A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
 releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
 every thread's stack to stderr and exits 1 once the beats stop for longer than the collective timeout.
+It knows nothing of freezes: a job suspended for longer than that ends as it is continued.
 
 Standard library only; nothing here knows about Accelerate or the model.
 """
@@ -96,9 +97,6 @@ class Progress:
         if step is not None:
             self.step = step
         self.phase, self.since = phase, time.monotonic()
-
-    def idle_s(self) -> float:
-        return time.monotonic() - self.since
 
 
 @dataclass
