@@ -10,11 +10,12 @@ strategy comes from `solution.distributed.strategy`, never from this file. Write
                   `stopped` record naming the signal and the checkpoint)
   model/          the consolidated model directory that `submission/` loads
 
-Exit codes: 0 done; 2 bad input or config (`error: ...`); 1 stopped by a fault it names (another rank gone, the loss or
-gradient norm stopped being finite, no space left on device); 3 stopped by SIGTERM, SIGINT or SIGUSR1
-after writing a checkpoint at the step reached (continue with `--resume auto` or `--resume latest`);
-4 a hang: a rank made no progress for hang_timeout seconds (solution.distributed.watchdog; continue with `--resume auto`);
-128 + N stopped by signal N before the first optimizer step, when there was nothing to save.
+Exit codes: 0 done; 2 bad input or config (`error: ...`; ranks started with different settings too); 1 stopped
+by a fault it names (another rank gone, the loss or gradient norm stopped being finite, no space left on device);
+3 stopped by SIGTERM, SIGINT or SIGUSR1 after writing a checkpoint at the step reached (continue with
+`--resume auto` or `--resume latest`); 4 a hang: a rank made no progress for hang_timeout seconds
+(solution.distributed.watchdog; continue with `--resume auto`); 128 + N stopped by signal N before the first
+optimizer step, when there was nothing to save.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from solution.distributed import lifecycle
 from solution.distributed.strategy import shutdown
 from solution.training.config import TrainConfig, check_model_settings, load_config, parse_command_line
 from solution.training.records import MetricsLog
-from solution.training.stop import EXIT_FAULT, StoppedBySignal, StopRequest, TrainingStopped
+from solution.training.stop import EXIT_CONFIG, EXIT_FAULT, StoppedBySignal, StopRequest, TrainingStopped
 from solution.training.trainer import Trainer
 
 
@@ -103,7 +104,7 @@ def main(argv=None) -> int:
     except (TrainingStopped, StoppedBySignal, CheckpointFailed) as e:
         code = getattr(e, "exit_code", EXIT_FAULT)  # a checkpoint that did not fit on the disk: a fault
         if lifecycle.launcher_rank() == 0:  # one line, not one per rank
-            print(f"error: {e}" if code == EXIT_FAULT else str(e), file=sys.stderr)
+            print(f"error: {e}" if code in (EXIT_FAULT, EXIT_CONFIG) else str(e), file=sys.stderr)
         return code
     return 0
 

@@ -373,3 +373,62 @@ def test_the_first_pass_is_a_window_setting_and_its_old_place_still_loads(tmp_pa
         load_config(str(both))
     for name in ("demo", "nq-profile"):
         assert load_config(str(ROOT / f"configs/train/{name}.yaml")).window.max_windows_per_document > 0
+
+
+# -- every rank runs the same settings ----------------------------------------------------------------
+def test_settings_that_differ_between_ranks_are_named_with_each_group_of_ranks():
+    from solution.training.agreement import compared_settings, settings_disagreement
+
+    base = compared_settings(load_config("configs/train/tiny.yaml", []))
+    assert settings_disagreement([base, dict(base)]) is None
+    other = compared_settings(load_config("configs/train/tiny.yaml", ["--learning_rate", "0.05", "--doc_stride", "16"]))
+    assert settings_disagreement([base, base, other, other]) == (
+        "the ranks do not run the same settings: learning_rate is 0.001 on ranks 0-1 and 0.05 on ranks 2-3; "
+        "window.doc_stride is 32 on ranks 0-1 and 16 on ranks 2-3; start every node with the same config and "
+        "arguments")
+    # Sized to each machine, never compared: featurising processes and loader workers.
+    sized = compared_settings(load_config("configs/train/tiny.yaml", ["--num_proc", "4", "--dataloader_num_workers", "2"]))
+    assert settings_disagreement([base, sized]) is None
+    paths = compared_settings(load_config("configs/train/tiny.yaml", ["--cache_dir", "/mnt/b/cache"]))
+    assert settings_disagreement([base, paths, base]) == (
+        'the ranks do not run the same settings: cache_dir is "cache/features" on ranks 0,2 and "/mnt/b/cache" on '
+        "rank 1; start every node with the same config and arguments")
+
+
+def node(node_rank: int, port: int, out, *extra) -> list:
+    """One of two torchrun agents (`--nnodes 2`, static rendezvous on this machine), one rank each: what two
+    nodes run, each with its own command line."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
+            "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+            "-m", "solution.train", "--config", "configs/train/tiny.yaml", "--data_source", "dummy",
+            "--dummy_num_windows", "32", "--optim", "sgd", "--weight_decay", "0", "--max_steps", "4",
+            "--eval_strategy", "no", "--disable_tqdm", "true", "--per_device_train_batch_size", "2",
+            "--output_dir", str(out), *extra]
+
+
+@pytest.mark.slow  # two launchers, two ranks
+def test_nodes_started_with_different_settings_stop_before_training_naming_them(tmp_path):
+    """Two nodes, one started with --learning_rate 0.3 and the other with 0.05 (and another num_proc, which
+    each machine may size for itself): both ranks exit 2 before training, with one line naming the setting
+    and each rank's value; nothing is trained and no config.yaml claims a setting for the run."""
+    from solution.distributed.ports import free_port
+
+    port, out = free_port(), tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    logs = [tmp_path / f"node-{n}.txt" for n in (0, 1)]
+    extra = [["--learning_rate", "0.3"], ["--learning_rate", "0.05", "--num_proc", "2"]]
+    procs = [subprocess.Popen(node(n, port, out, *extra[n]), cwd=ROOT, env=env, stdout=log.open("w"),
+                              stderr=subprocess.STDOUT) for n, log in enumerate(logs)]
+    try:
+        for proc in procs:
+            proc.wait(timeout=300)
+    finally:
+        for proc in procs:
+            proc.kill()
+    texts = [log.read_text() for log in logs]
+    for proc, text in zip(procs, texts):
+        assert proc.returncode != 0 and "exitcode  : 2" in text, text[-3000:]
+    lines = [x for text in texts for x in text.splitlines() if x.startswith("error:")]
+    assert lines == ["error: the ranks do not run the same settings: learning_rate is 0.3 on rank 0 and 0.05 on "
+                     "rank 1; start every node with the same config and arguments"], texts[0][-3000:]
+    assert not (out / "config.yaml").exists() and not (out / "metrics.jsonl").exists()

@@ -23,7 +23,16 @@ import pytest
 from conftest import ROOT
 
 from solution.distributed import strategy
-from solution.distributed.watchdog import EXIT_HANG, Beat, collective_timeout, diagnose, format_ranks, kill_sibling
+from solution.distributed.watchdog import (
+    EXIT_HANG,
+    Beat,
+    Progress,
+    Watchdog,
+    collective_timeout,
+    diagnose,
+    format_ranks,
+    kill_sibling,
+)
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
@@ -141,6 +150,92 @@ def test_a_rank_without_progress_exits_4_with_one_line_and_its_stacks(tmp_path):
     assert json.loads((tmp_path / "heartbeat" / "rank-0.json").read_text())["phase"] == "forward"
 
 
+PAUSED = """
+import sys
+from pathlib import Path
+from solution.distributed.watchdog import Progress, Watchdog
+progress = Progress()
+with Watchdog(progress, Path(sys.argv[1]), 0, 1, float(sys.argv[2])):
+    for step, _ in enumerate(sys.stdin):  # a step each line the test sends: none while it holds them back
+        progress.mark("collective", step)
+print("done", flush=True)
+"""
+
+
+def test_a_process_stopped_and_continued_is_not_a_hang(tmp_path):
+    """SIGSTOP for three timeouts, then SIGCONT (a whole job suspended, a VM paused), twice: the monotonic
+    clock ran on, but nothing could move meanwhile. After each SIGCONT the main thread goes on a second
+    later (waiting, as in a collective, for ranks continued after it), while the watchdog's thread wakes
+    at once: it must see that it was frozen, not that its rank made no progress for three timeouts."""
+    timeout = 2.0
+    proc = subprocess.Popen([sys.executable, "-c", PAUSED, str(tmp_path), str(timeout)], cwd=ROOT, env=ENV,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def steps(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and proc.poll() is None:
+            try:
+                proc.stdin.write("step\n")
+                proc.stdin.flush()
+            except BrokenPipeError:  # it exited: the assertions below say how
+                return
+            time.sleep(0.2)
+
+    try:
+        steps(2.5)  # the watchdog beats, and watches
+        for _ in range(2):
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(3 * timeout)
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(1.0)
+            steps(2.5)
+        stdout, stderr = proc.communicate(timeout=30)  # closes its stdin: the loop ends
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and stdout == "done\n", (proc.returncode, stderr[-2000:])
+    assert "hang:" not in stderr and not (tmp_path / "hang-stacks").exists()
+
+
+def test_a_declaration_is_withdrawn_when_this_rank_moves_on_during_its_confirmation(tmp_path, capfd):
+    """Idle past the timeout, the watchdog starts its confirmation (three beats and a second); the rank
+    moves on before it ends: no hang (it would have said `no progress for 0 s`)."""
+    progress, exits = Progress(), []
+    progress.mark("forward", 3)
+    with Watchdog(progress, tmp_path, 0, 1, 0.5, exit=exits.append):
+        time.sleep(2.5)  # idle since the start: the declaration began at the first beat, its confirmation lasts 4 s
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:  # the rank moves on, and keeps moving past the confirmation's end
+            progress.mark("backward")
+            time.sleep(0.1)
+    assert exits == [] and "hang:" not in capfd.readouterr().err
+
+
+def test_before_the_first_step_only_a_silent_rank_is_a_hang(tmp_path, capfd):
+    """During set-up a rank's own idle time says nothing (rank 0 featurises while the others wait in a
+    barrier): set-up past three timeouts with every rank beating is no hang, though rank 1 starts a second
+    after rank 0 over a heartbeat file an earlier run left. Then rank 1's heartbeat stops: rank 0 names it."""
+    timeout = 3.0
+    (tmp_path / "heartbeat").mkdir()
+    (tmp_path / "heartbeat" / "rank-1.json").write_text(json.dumps({"rank": 1, "beat": 57, "step": 40, "pid": 1,
+                                                                      "phase": "collective", "host": "old"}))
+    exits, records = [], []
+    with Watchdog(Progress(), tmp_path, 0, 2, timeout, on_hang=records.append, exit=exits.append):
+        time.sleep(1.0)
+        with Watchdog(Progress(), tmp_path, 1, 2, timeout, exit=exits.append):
+            time.sleep(3 * timeout)
+            assert exits == [], capfd.readouterr().err
+        started = time.monotonic()  # rank 1 stops beating
+        while not exits and time.monotonic() - started < 30:
+            time.sleep(0.1)
+    took = time.monotonic() - started
+    assert exits == [EXIT_HANG] and took < timeout + 1 + 4 + 3, (exits, took)
+    [record] = records
+    assert record["phase"] == "setup" and record["not_responding"] == [1] and record["rank"] == 0
+    [line] = [x for x in capfd.readouterr().err.splitlines() if x.startswith("hang:")]
+    assert line.startswith("hang: no heartbeat for ") and "before the first step (rank 0, in setup); stalled: " \
+        "rank 1 (last seen at step 0, setup; not responding: stopped, frozen or dead" in line, line
+
+
 # -- two ranks under torchrun, one stopped ------------------------------------------------------------
 STEPS = 100
 RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
@@ -216,6 +311,161 @@ def test_sigstop_on_one_of_two_ranks_ends_the_run_naming_it_and_resume_auto_fini
     assert (out / "model" / "model.safetensors").is_file()
     last = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()][-1]
     assert last["event"] == "end" and last["step"] == STEPS
+
+
+def logged_step(out: Path) -> int:
+    """The last optimizer step metrics.jsonl logged (0 before the first)."""
+    try:
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return 0
+    steps = [json.loads(x).get("step") for x in lines if x.startswith('{"step"')]
+    return steps[-1] if steps else 0
+
+
+def signal_if_there(process: psutil.Process, sig: int) -> None:
+    """`sig` to `process` unless it has exited (a rank that declared a hang: the assertions say so)."""
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.mark.slow
+def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_path):
+    """SIGSTOP to the torchrun agent and both ranks (what `scontrol suspend`, a VM pause or Ctrl-Z do) for
+    three hang_timeouts, then SIGCONT, three times in one run: it is no hang, and the run finishes, exit 0.
+    The ranks are continued half a second apart (one node's before another's), in turn rank 0 and rank 1
+    first, so that the first one's main thread waits in a collective while its watchdog wakes."""
+    timeout, out = 4, tmp_path / "run"
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        cmd = torchrun(out, "--hang_timeout", str(timeout), "--max_steps", "300", "--save_total_limit", "2")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        try:
+            agent = psutil.Process(proc.pid)
+            ranks = [rank_process(agent, 0), rank_process(agent, 1)]
+            reached = 0
+            for attempt in range(3):
+                deadline = time.monotonic() + 120
+                while logged_step(out) < reached + 3:  # running: a few steps past the last pause
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                    time.sleep(0.05)
+                for p in (agent, *ranks):
+                    signal_if_there(p, signal.SIGSTOP)
+                time.sleep(3 * timeout)
+                signal_if_there(agent, signal.SIGCONT)
+                first, second = ranks if attempt % 2 == 0 else ranks[::-1]
+                signal_if_there(first, signal.SIGCONT)
+                time.sleep(0.5)
+                signal_if_there(second, signal.SIGCONT)
+                reached = logged_step(out)
+            proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+                    p.send_signal(signal.SIGKILL)
+    stderr = log.read_text()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "hang:" not in stderr and not (out / "hang-stacks").exists()
+    records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["event"] == "end" and records[-1]["step"] == 300
+    assert not [r for r in records if r.get("event") == "hang"]
+
+
+# -- before the first step: set-up watched ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A small synthetic training file (12 documents); each test featurises it into a cache of its own."""
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev", "2",
+                    "--num-test", "1", "--min-words", "200", "--max-words", "400", "--seed", "9"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def featurising_run(corpus: Path, work: Path, seconds_a_document: float, hang_timeout: float) -> list:
+    """torchrun, 2 DDP ranks, 4 steps of the tiny model on `corpus`; rank 0 featurises it first, slowed down
+    (tests/faulty_train.py), while rank 1 waits for it in a barrier."""
+    from solution.distributed.ports import free_port
+
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+            "tests/faulty_train.py", f"slow-features-{seconds_a_document}", "--config", "configs/train/tiny.yaml",
+            "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--dev_file", str(corpus / "simplified-nq-dev.jsonl"),
+            "--cache_dir", str(work / "cache"), "--eval_strategy", "no", "--max_steps", "4", "--strategy", "ddp",
+            "--disable_tqdm", "true", "--hang_timeout", str(hang_timeout), "--output_dir", str(work / "run")]
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            return
+    raise AssertionError(f"the run ended (exit {proc.wait()}) before printing {prefix!r}")
+
+
+def kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL to torchrun and every process under it that is still there."""
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        signal_if_there(p, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_before_its_first_step_is_named(corpus, tmp_path):
+    """SIGSTOP to rank 1 while rank 0 featurises: within hang_timeout and a minute the run ends, rank 0
+    naming rank 1 and killing it (before, the watchdog started with the first step: rank 0 waited in the
+    barrier for gloo's 30-minute timeout, without a word)."""
+    timeout, out, log = 5, tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(featurising_run(corpus, tmp_path, 0.3, timeout), cwd=ROOT, env=ENV,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            wait_for_line(proc, "faulty_train: featurising")
+            rank_process(psutil.Process(proc.pid), 1).suspend()
+            stopped_at = time.monotonic()
+            try:
+                proc.communicate(timeout=timeout + 60)
+            except subprocess.TimeoutExpired:
+                pass
+            took = time.monotonic() - stopped_at
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert proc.wait() != 0 and took < timeout + 60, (proc.returncode, took, stderr[-3000:])
+    [line] = [x for x in stderr.splitlines() if x.startswith("hang:")]
+    assert "before the first step (rank 0, in setup); stalled: rank 1 (last seen at step 0, setup; not " \
+           "responding: stopped, frozen or dead" in line and "; killed)" in line, line
+    assert f"exitcode  : {EXIT_HANG}" in stderr
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["event"] == "hang" and record["phase"] == "setup" and record["not_responding"] == [1]
+
+
+@pytest.mark.slow
+def test_a_set_up_longer_than_hang_timeout_with_every_rank_alive_finishes(corpus, tmp_path):
+    """Rank 0 featurises for three timeouts (12 documents, 1 s each) while rank 1 waits for it: both beat
+    from the start (their heartbeat files say `setup`), neither is taken for hung, and the run ends, exit 0."""
+    timeout, out, log = 4, tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(featurising_run(corpus, tmp_path, 1, timeout), cwd=ROOT, env=ENV,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            wait_for_line(proc, "faulty_train: featurising")
+            deadline = time.monotonic() + 2 * timeout  # featurising lasts 12 s
+            phases = {}
+            while len(phases) < 2 and time.monotonic() < deadline:
+                beats = [Beat.read(out / "heartbeat" / f"rank-{r}.json", r) for r in (0, 1)]
+                phases = {b.rank: b.phase for b in beats if b.beat >= 0}
+                time.sleep(0.2)
+            proc.communicate(timeout=300)
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert phases == {0: "setup", 1: "setup"}, phases
+    assert proc.returncode == 0 and "hang:" not in stderr, stderr[-3000:]
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["event"] == "end"
 
 
 # -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------

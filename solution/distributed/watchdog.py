@@ -18,9 +18,20 @@ frozen or dead; such a rank cannot run its own watchdog, so the others must name
   - exits with EXIT_HANG at once (os._exit: the main thread is stuck in a collective and cannot unwind),
     so that torchrun tears down the other ranks and a restart with `--resume auto` continues.
 
+A whole job suspended and continued (SIGSTOP and SIGCONT to every rank: `scontrol suspend`, a VM pause,
+Ctrl-Z) is not a hang, though the monotonic clock ran on meanwhile: each rank's thread sees that its own
+wait lasted far longer than it asked (`freeze_margin`), and counts idle time from that moment on. A
+declaration is withdrawn when, during its confirmation, this rank moved on or this process was frozen.
+
+Before the first step (set-up: featurisation, model build, engine preparation) a rank's own idle time
+says nothing: rank 0 may featurise for an hour while the others wait for it in a barrier. Then the
+thread watches the other ranks' heartbeats instead: a rank whose beat does not change for hang_timeout
+(by this rank's clock) is not responding, and is named, killed and reported as above.
+
 A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
 releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
 every thread's stack to stderr and exits 1 once the beats stop for longer than the collective timeout.
+It knows nothing of freezes: a job suspended for longer than that ends as it is continued.
 
 Standard library only; nothing here knows about Accelerate or the model.
 """
@@ -60,6 +71,13 @@ def confirm_wait(hang_timeout: float) -> float:
     return 3 * beat_interval(hang_timeout) + 1.0
 
 
+def freeze_margin(hang_timeout: float) -> float:
+    """How much longer than asked the watchdog's own wait may last before it counts as a freeze of this
+    process (stopped, then continued): a beat, or a quarter of the timeout where that is longer. A busy
+    machine delays a thread's wake-up by far less; a true hang never makes the watchdog's wait longer."""
+    return max(beat_interval(hang_timeout), hang_timeout / 4)
+
+
 def collective_timeout(hang_timeout: float) -> float:
     """The collectives' own timeout (gloo, NCCL), set from hang_timeout: past the watchdog's detection
     (timeout + confirmation) by a minute, so the watchdog's line comes first and the library's timeout
@@ -79,9 +97,6 @@ class Progress:
         if step is not None:
             self.step = step
         self.phase, self.since = phase, time.monotonic()
-
-    def idle_s(self) -> float:
-        return time.monotonic() - self.since
 
 
 @dataclass
@@ -140,6 +155,14 @@ def diagnose(first: dict, second: dict) -> tuple[list, list]:
     return (working or sorted(second)), []
 
 
+def hang_reason(me: int, progress: Progress, idle: float) -> str:
+    """What the watchdog saw: this rank idle at its step and phase, or before the first step, another
+    rank's heartbeat silent for `idle` seconds."""
+    if progress.phase == "setup":
+        return f"no heartbeat for {idle:.0f} s before the first step (rank {me}, in setup)"
+    return f"no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me})"
+
+
 def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: list, beats: dict,
               stacks: Path, killed: list = ()) -> str:
     """One line: the hang, this rank's step and phase, each stalled rank with its last step and phase."""
@@ -150,9 +173,8 @@ def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: l
         why = "not responding: stopped, frozen or dead" if r in silent else f"no progress for {b.idle_s:.0f} s"
         host = ", on " + b.host if b.host != "?" else ""
         described.append(f"rank {r} ({where}; {why}{host}{'; killed' if r in killed else ''})")
-    return (f"hang: no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me}); "
-            f"stalled: {'; '.join(described)}; stacks in {stacks}; exiting {EXIT_HANG} so the launcher can "
-            "restart with --resume auto")
+    return (f"hang: {hang_reason(me, progress, idle)}; stalled: {'; '.join(described)}; stacks in {stacks}; "
+            f"exiting {EXIT_HANG} so the launcher can restart with --resume auto")
 
 
 def parent_pid(pid: int) -> Optional[int]:
@@ -191,6 +213,10 @@ class Watchdog:
         self._main = threading.main_thread().ident
         self._thread: Optional[threading.Thread] = None
         self._warned = False
+        # This watcher's clock: idle time and other ranks' silence count from here at most. Set at the
+        # start, and again when this process wakes from a freeze (no rank moved while the job stood still).
+        self._awake_since = time.monotonic()
+        self._heard: dict = {}  # rank -> ((pid, beat) last read, when this watcher first read it)
 
     def heartbeat_path(self, rank: int) -> Path:
         return self.out / HEARTBEAT_DIR / f"rank-{rank}.json"
@@ -198,6 +224,7 @@ class Watchdog:
     def __enter__(self) -> "Watchdog":
         if self.timeout > 0:
             self.heartbeat_path(self.rank).parent.mkdir(parents=True, exist_ok=True)
+            self._awake_since = time.monotonic()
             self._write_beat()
             self._thread = threading.Thread(target=self._run, name="hang-watchdog", daemon=True)
             self._thread.start()
@@ -211,12 +238,57 @@ class Watchdog:
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(self.interval):
             self._write_beat()
             faulthandler.dump_traceback_later(collective_timeout(self.timeout), exit=True)
-            if self.progress.idle_s() > self.timeout:
-                self._declare()
+            # One reading for every judgement below: a stop that lands after it is seen at the next wake-up
+            # as a freeze, and nothing read after the stop is judged against the time it lasted.
+            now = time.monotonic()
+            self._notice_freeze(now - last, now)
+            if self._hang_seen(now):
                 return
+            last = time.monotonic()
+
+    def _notice_freeze(self, took: float, now: float) -> bool:
+        """Whether one turn of this thread (asked to last a beat) lasted far longer: the process was stopped
+        and continued (the whole job suspended, a VM paused), and the monotonic clock ran on meanwhile.
+        Idle time and other ranks' silence then count from `now`."""
+        if took <= self.interval + freeze_margin(self.timeout):
+            return False
+        self._awake_since = now
+        return True
+
+    def _idle(self, now: float) -> float:
+        return now - max(self.progress.since, self._awake_since)
+
+    def _hang_seen(self, now: float) -> bool:
+        """Declare a hang if there is one; True once declared (the process has exited, unless `exit` was
+        replaced). Before the first step only silent ranks count, after it this rank's own idle time."""
+        if self.progress.phase == "setup":
+            quiet = self._quiet_ranks(now)
+            return bool(quiet) and self._declare(max(quiet.values()))
+        idle = self._idle(now)
+        return idle > self.timeout and self._declare(idle)
+
+    def _quiet_ranks(self, now: float) -> dict:
+        """The other ranks whose heartbeat has not changed for hang_timeout by this watcher's clock (rank ->
+        seconds). A file that is missing, or left by an earlier run in output_dir and never rewritten, has
+        not changed since this watcher started; a rank that starts later than this one, but within the
+        timeout, is heard from in time."""
+        quiet = {}
+        for r in range(self.world):
+            if r == self.rank:
+                continue
+            b = Beat.read(self.heartbeat_path(r), r)
+            seen, since = self._heard.get(r, ((b.pid, b.beat), self._awake_since))
+            if (b.pid, b.beat) != seen:
+                seen, since = (b.pid, b.beat), now
+            self._heard[r] = (seen, since)
+            silent = now - max(since, self._awake_since)
+            if silent > self.timeout:
+                quiet[r] = silent
+        return quiet
 
     def _main_stack(self) -> list:
         frame = sys._current_frames().get(self._main)
@@ -225,7 +297,7 @@ class Watchdog:
     def _write_beat(self) -> None:
         self.beat += 1
         record = {"rank": self.rank, "beat": self.beat, "step": self.progress.step, "phase": self.progress.phase,
-                  "idle_s": round(self.progress.idle_s(), 1), "pid": os.getpid(), "host": socket.gethostname(),
+                  "idle_s": round(self._idle(time.monotonic()), 1), "pid": os.getpid(), "host": socket.gethostname(),
                   "time": time.time(), "stack": self._main_stack()}
         path = self.heartbeat_path(self.rank)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
@@ -241,18 +313,34 @@ class Watchdog:
     def read_all(self) -> dict:
         return {r: Beat.read(self.heartbeat_path(r), r) for r in range(self.world)}
 
-    def _declare(self) -> None:
-        """Confirm, name the stalled ranks, dump stacks, report (one rank), exit."""
-        idle = self.progress.idle_s()
-        first = self.read_all()
-        deadline = time.monotonic() + confirm_wait(self.timeout)
-        while time.monotonic() < deadline:  # keep beating: other ranks are confirming too
-            time.sleep(min(self.interval, max(0.0, deadline - time.monotonic())))
+    def _confirmed(self) -> bool:
+        """Wait `confirm_wait`, beating (other ranks are confirming too). False if this process was frozen
+        meanwhile: what was read before the freeze says nothing about after it."""
+        last = time.monotonic()
+        deadline = last + confirm_wait(self.timeout)
+        while (now := time.monotonic()) < deadline:
+            time.sleep(min(self.interval, deadline - now))
             self._write_beat()
-        faulthandler.cancel_dump_traceback_later()
+            now = time.monotonic()
+            if self._notice_freeze(now - last, now):
+                return False
+            last = now
+        return True
+
+    def _declare(self, idle: float) -> bool:
+        """Confirm, name the stalled ranks, dump stacks, report (one rank), exit; True once done. False, and
+        the thread goes back to watching, when the confirmation shows none: this rank moved on meanwhile,
+        this process was frozen, or before the first step every other rank beats again."""
+        since, phase = self.progress.since, self.progress.phase
+        first = self.read_all()
+        if not self._confirmed() or self.progress.since != since:
+            return False
         second = self.read_all()
         second[self.rank] = Beat.read(self.heartbeat_path(self.rank), self.rank)
         stalled, silent = diagnose(first, second)
+        if phase == "setup" and not silent:  # a slow heartbeat, not a silent rank
+            return False
+        faulthandler.cancel_dump_traceback_later()
         stacks = self.out / STACKS_DIR
         self._dump_own_stacks(stacks, idle)
         reporter = min(r for r in range(self.world) if r not in silent)  # never empty: this rank just beat
@@ -271,13 +359,14 @@ class Watchdog:
                 print(f"warning: rank {self.rank}: hang record not written ({e})", file=sys.stderr, flush=True)
         sys.stdout.flush()
         self._exit(EXIT_HANG)
+        return True
 
     def _dump_own_stacks(self, stacks: Path, idle: float) -> None:
         try:
             stacks.mkdir(parents=True, exist_ok=True)
             with open(stacks / f"rank-{self.rank}-pid{os.getpid()}.txt", "w", encoding="utf-8") as f:
-                f.write(f"rank {self.rank} pid {os.getpid()} on {socket.gethostname()}: no progress for {idle:.0f} s "
-                        f"at step {self.progress.step}, phase {self.progress.phase}; every thread:\n")
+                f.write(f"rank {self.rank} pid {os.getpid()} on {socket.gethostname()}: "
+                        f"{hang_reason(self.rank, self.progress, idle)}; every thread:\n")
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
         except OSError as e:

@@ -10,6 +10,7 @@ import signal
 from typing import Optional
 
 EXIT_FAULT = 1  # diverged, disk full
+EXIT_CONFIG = 2  # bad input or config: here, ranks started with different settings
 EXIT_STOPPED = 3  # SIGTERM/SIGINT/SIGUSR1: a checkpoint was written at the step reached
 # fp16's dynamic loss scaler skips a step whose gradients overflowed and halves its scale: from 2**16,
 # 20 skips in a row bring it under 1, where the gradients overflow unscaled. That run has diverged.

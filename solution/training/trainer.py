@@ -33,6 +33,7 @@ from solution.model.qa_model import (
     save_model_meta,
 )
 from solution.scoring.metric import format_report, load_gold, score
+from solution.training.agreement import check_same_settings
 from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
@@ -169,6 +170,7 @@ class Trainer:
         self.stop_request = stop_request or StopRequest()
         self.strategy = strategy.Strategy(cfg)
         self.accelerator = self.strategy.accelerator
+        check_same_settings(cfg, self.accelerator.num_processes)  # before anything is built from them
         from accelerate.utils import set_seed
 
         set_seed(cfg.seed)
@@ -318,7 +320,6 @@ class Trainer:
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
         cfg, acc = self.cfg, self.accelerator
-        check_writable(self.out, "output_dir", create_dir=True)
         if self.strategy.accounting:  # global_batch_size: the accumulation this world size needs
             self.log(self.strategy.accounting)
         train_set = self.train_dataset()
@@ -387,23 +388,32 @@ class Trainer:
 
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
-        run = self.setup()
-        if self.cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
-            # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
-            self.log("cpu memory: " + retain_freed_memory()[1])
-        if self.cfg.save_first_step:
-            self.checkpointer.save_due.first_step = run.step + 1  # the first step this start runs
-        with self.watchdog():
+        # Here, not in setup(): the watchdog's heartbeats are written there from the start.
+        check_writable(self.out, "output_dir", create_dir=True)
+        with self.watchdog():  # set-up included: a rank stopped before its first step is named too
+            run = self.setup()
+            self.before_loop(run)
             last_eval = self.train_loop(run)
             self.finish(run, run.step, last_eval)
         self.strategy.close()
         return last_eval
 
-    def watchdog(self) -> Watchdog:
-        """The hang watchdog for the loop, and the collectives' timeout set from hang_timeout."""
-        cfg, acc = self.cfg, self.accelerator
+    def before_loop(self, run: TrainingRun) -> None:
+        """Once set-up is done: the heap kept, the first-step save, the collectives' timeout lowered."""
+        cfg = self.cfg
+        if cfg.cpu_retain_freed_memory and self.accelerator.device.type == "cpu":
+            # After the data is read: only the loop's steady allocations should land on a heap that never shrinks.
+            self.log("cpu memory: " + retain_freed_memory()[1])
+        if cfg.save_first_step:
+            self.checkpointer.save_due.first_step = run.step + 1  # the first step this start runs
+        # Only now: during set-up the other ranks may wait in a barrier while the main process featurises,
+        # and the engines' own process groups exist only after prepare().
         if cfg.hang_timeout > 0:
             strategy.set_collective_timeout(collective_timeout(cfg.hang_timeout))
+
+    def watchdog(self) -> Watchdog:
+        """The hang watchdog (set-up and loop): before the first step it watches the other ranks' heartbeats."""
+        cfg, acc = self.cfg, self.accelerator
         # The rank that reports a hang appends its record, whichever rank it is (rank 0 may be the frozen one).
         metrics = MetricsLog(self.out / "metrics.jsonl", True, append=True)
         return Watchdog(self.progress, self.out, acc.process_index, acc.num_processes, cfg.hang_timeout,
