@@ -109,7 +109,7 @@ YES_NO_TECHNIQUE = ("thresholds_yes_no", ["separate_thresholds=true"])
 # config, and the `solution.synth` options of its corpus), stage 2 the nq-profile config from its model.
 # ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
 # windows a model; max_windows=0 runs the other ~43,000 once per seed.
-FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000],
+FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000, 4000],
         "num_dev": 400, "num_test": 400, "yes_no": 80, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both

@@ -81,6 +81,16 @@ ONE_STEP_RUN = ["-m", "solution.train", "--config", "configs/train/tiny.yaml", "
                 "--max_steps", "1", "--save_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 
 
+def synth_corpus(out: Path, num_dev: int, max_words: int) -> Path:
+    """12 short synthetic training pages (seed 9) and `num_dev` dev pages, written to `out`."""
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev",
+                    str(num_dev), "--num-test", "1", "--min-words", "200", "--max-words", str(max_words), "--seed", "9"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
 def train_one_process(out: Path, run: list, env: dict, *extra) -> Path:
     """An uninterrupted one-process training run (the reference a distributed or interrupted run must match)."""
     import subprocess

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
+from conftest import ROOT, synth_corpus
 
 from solution.distributed import strategy
 from solution.distributed.watchdog import (
@@ -377,11 +377,7 @@ def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_pat
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A small synthetic training file (12 documents); each test featurises it into a cache of its own."""
-    out = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev", "2",
-                    "--num-test", "1", "--min-words", "200", "--max-words", "400", "--seed", "9"],
-                   cwd=ROOT, check=True, capture_output=True)
-    return out
+    return synth_corpus(tmp_path_factory.mktemp("synth"), num_dev=2, max_words=400)
 
 
 def featurising_run(corpus: Path, work: Path, seconds_a_document: float, hang_timeout: float) -> list:

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import ROOT, train_one_process
+from conftest import ROOT, synth_corpus, train_one_process
 from safetensors.torch import load_file
 from test_strategies import COMMON, TWO_RANKS, launch
 
@@ -224,11 +224,7 @@ def test_slurm_script_checkpoints_on_sigusr1_requeues_and_resumes(reference, tmp
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A small synthetic train and dev file: a 2-epoch run evaluates after each epoch."""
-    out = tmp_path_factory.mktemp("synth")
-    subprocess.run([sys.executable, "-m", "solution.synth", "--out", str(out), "--num-train", "12", "--num-dev", "4",
-                    "--num-test", "1", "--min-words", "200", "--max-words", "900", "--seed", "9"],
-                   cwd=ROOT, check=True, capture_output=True)
-    return out
+    return synth_corpus(tmp_path_factory.mktemp("synth"), num_dev=4, max_words=900)
 
 
 def two_ranks_evaluating(entry: list, corpus: Path, out: Path, extra=()) -> list:
