@@ -534,32 +534,31 @@ def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, referenc
     return rows
 
 
-def yes_no_rows(base: dict, corpus: dict, out: Path) -> list:
-    """The baseline and `separate_thresholds` on dev and test with the yes/no supplement added (off, on)."""
-    name, sets = YES_NO_TECHNIQUE
+def yes_no_pair(base: dict, name: str, on_model: dict, on_head: dict, sets: list, corpus: dict, out: Path) -> list:
+    """Rows `name` off (the baseline's model) and on (`on_model`'s "_model" with `sets`) on dev and test with
+    the yes/no supplement added, the on row with its paired deltas. The window cache runs each model's
+    windows once, however many rows score them."""
     seed, added = base["seed"], corpus["yes_no"]
     head = {"technique": name, "seed": seed, "num_train_documents": corpus["num_train_documents"],
             "yes_no_documents_added": added["added"]}
-    if "_model" not in base:
-        return [head | {"enabled": flag, "error": f"the baseline of seed {seed} failed"} for flag in (False, True)]
+    if "_model" not in base or "_model" not in on_model:
+        return [head | {"enabled": flag, "error": f"a model of seed {seed} failed"} for flag in (False, True)]
     off = attempt(head | {"enabled": False}, lambda: evaluate([base["_model"]], [], added, out / f"{name}-off-seed{seed}"))
-    on = attempt(head | {"enabled": True, "set": sets},
-                 lambda: evaluate([base["_model"]], sets, added, out / f"{name}-seed{seed}"))
+    on = attempt(head | {"enabled": True, **on_head},
+                 lambda: evaluate([on_model["_model"]], sets, added, out / f"{name}-seed{seed}"))
     return [off, on | deltas(off, on)]
+
+
+def yes_no_rows(base: dict, corpus: dict, out: Path) -> list:
+    """The baseline and `separate_thresholds` on dev and test with the yes/no supplement added (off, on)."""
+    name, sets = YES_NO_TECHNIQUE
+    return yes_no_pair(base, name, base, {"set": sets}, sets, corpus, out)
 
 
 def yes_no_trained_rows(base: dict, row: dict, name: str, corpus: dict, out: Path) -> list:
     """The baseline's model (off) and technique `name`'s (on, `row`) on dev and test with the yes/no
     supplement added, with the on row's paired deltas."""
-    seed, added = base["seed"], corpus["yes_no"]
-    head = {"technique": f"{name}_yes_no", "seed": seed, "num_train_documents": corpus["num_train_documents"],
-            "yes_no_documents_added": added["added"]}
-    if "_model" not in base or "_model" not in row:
-        return [head | {"enabled": flag, "error": "a model failed"} for flag in (False, True)]
-    off = attempt(head | {"enabled": False}, lambda: evaluate([base["_model"]], [], added, out / f"{name}-yes-no-off-seed{seed}"))
-    on = attempt(head | {"enabled": True, "train_overrides": row.get("train_overrides")},
-                 lambda: evaluate([row["_model"]], [], added, out / f"{name}-yes-no-seed{seed}"))
-    return [off, on | deltas(off, on)]
+    return yes_no_pair(base, f"{name}_yes_no", row, {"train_overrides": row.get("train_overrides")}, [], corpus, out)
 
 
 def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
