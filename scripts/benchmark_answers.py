@@ -574,12 +574,13 @@ def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
     return rows
 
 
-def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lambda rows: None) -> list:
+def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lambda rows: None,
+              ensembles_wanted: bool = True) -> list:
     """Every row, cheapest proof first: the baselines of every seed (the ensembles' members too), the
     techniques that only post-process, the ensembles, then the techniques that retrain and the curve.
     `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results.
-    No techniques: the baselines of `plan["seeds"]`, the references and the curve alone (no ensembles, whose
-    extra seeds would triple the training)."""
+    No techniques, or `ensembles_wanted` false: no ensembles, whose extra seeds would triple the training
+    (no techniques: the baselines of `plan["seeds"]`, the references and the curve alone)."""
     lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
                       lambda: lexical_row(corpus))
     bm25 = attempt({"technique": "bm25", "enabled": None, "seed": None, "num_train_documents": 0},
@@ -598,7 +599,8 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
             out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
         return out_rows + ensembles + curve
 
-    for seed in ensemble_seeds(plan["seeds"]) if techniques else plan["seeds"]:
+    with_ensembles = bool(techniques) and ensembles_wanted
+    for seed in ensemble_seeds(plan["seeds"]) if with_ensembles else plan["seeds"]:
         baselines[seed] = baseline(seed, corpus, plan, out, references)
         partial(rows())
     for retrains in (False, True):
@@ -616,7 +618,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                 for seed in plan["seeds"]:
                     per_technique[seed, YES_NO_TECHNIQUE[0]] = yes_no_rows(baselines[seed], corpus, out)
                     partial(rows())
-            ensembles = ensemble_rows(baselines, corpus, plan, out, references) if techniques else []
+            ensembles = ensemble_rows(baselines, corpus, plan, out, references) if with_ensembles else []
             partial(rows())
     curve = curve_rows(baselines[plan["seeds"][0]], corpus, plan, out)
     return rows()
@@ -872,6 +874,9 @@ def parse_args(argv):
     p.add_argument("--train-sizes", type=int_list, default=None,
                    help=f"training pages of the learning curve, the largest the baseline's (default "
                         f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
+    p.add_argument("--ensembles", action=argparse.BooleanOptionalAction, default=True,
+                   help="with techniques, also the 2- and 3-model ensembles (their extra seeds are trained for them "
+                        "alone); --no-ensembles: the techniques of --seeds alone")
     p.add_argument("--seeds", type=int_list, default=None,
                    help=f"the techniques' seeds (default {','.join(map(str, FULL['seeds']))}; --quick "
                         f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
@@ -934,7 +939,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         corpus = prepare_corpus(args, plan, out)
-        rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args))
+        rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args),
+                         args.ensembles)
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,6 +237,25 @@ def test_corpus_seed_profile_and_no_techniques_parse():
     assert bench.parse_args(["--json", "x.json", "--profile", "nq-lexical"]).profile == "nq-lexical"
     with pytest.raises(SystemExit):
         bench.parse_args(["--json", "x.json", "--corpus-seed", "-1"])
+
+
+def test_no_ensembles_trains_the_seeds_asked_for_alone(monkeypatch):
+    """--no-ensembles: the techniques of --seeds without the third seed the ensembles would train."""
+    trained = []
+    monkeypatch.setattr(bench, "lexical_row", lambda corpus, method="words": {})
+    monkeypatch.setattr(bench, "first_paragraph_row", lambda corpus: {})
+    monkeypatch.setattr(bench, "baseline", lambda seed, *a: trained.append(seed) or
+                        {"technique": "baseline", "seed": seed, "_model": "m"})
+    monkeypatch.setattr(bench, "technique_rows", lambda base, names, *a: [])
+    monkeypatch.setattr(bench, "ensemble_rows", lambda *a: [{"technique": "ensemble"}])
+    monkeypatch.setattr(bench, "curve_rows", lambda base, *a: [])
+    plan = {"seeds": [0, 1]}
+    rows = bench.benchmark({}, plan, Path("x"), ["thresholds"], ensembles_wanted=False)
+    assert trained == [0, 1] and not [r for r in rows if r["technique"] == "ensemble"]
+    trained.clear()
+    rows = bench.benchmark({}, plan, Path("x"), ["thresholds"])
+    assert trained == [0, 1, 2] and [r for r in rows if r["technique"] == "ensemble"]
+    assert bench.parse_args(["--json", "x.json", "--no-ensembles"]).ensembles is False
 
 
 def test_the_curve_projection_fits_f1_on_log_pages_and_seconds_on_pages():
