@@ -94,10 +94,16 @@ TECHNIQUES = {
     "max_windows_4": ([], ["max_windows_per_document=4"]),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
+    # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
+    # answers as real NQ's training set holds for every 300 pages or so, not a repeat of the same 60.
+    "yes_no_pages": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"], []),
 }
 # Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
 # beside the baseline's model there (rows named TECHNIQUE_yes_no).
-YES_NO_TRAINED = ("yes_no_repeat",)
+YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages")
+# Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
+# that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
+YES_NO_TRAIN_PAGES = 800
 # Rows that are not a TECHNIQUES pair.
 NO_TECHNIQUE = ("baseline", "lexical", "bm25", "first_paragraph", "ensemble", "learning_curve")
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
@@ -447,13 +453,19 @@ def warm_start(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:
     return ["--model_name_or_path", str(model), "--pretrained", "true"], secs
 
 
-def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path) -> tuple:
-    """Train one model (stage 2 from the seed's stage 1, if the plan has one); (model dir, seconds of both stages)."""
+def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path, pages: int | None = None) -> tuple:
+    """Train one model (stage 2 from the seed's stage 1, if the plan has one) on the first `pages` training
+    pages, every page of the corpus by default: the config's own max_train_examples would otherwise cap a
+    larger corpus while the row said it had trained on all of it. `extra`'s {KEY} items are the corpus's
+    (a technique's own training file). (model dir, seconds of both stages)."""
     warm, warm_secs = warm_start(seed, corpus, plan, out)
+    extra = [corpus[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in extra]
     args = ["--config", plan["config"], "--seed", str(seed), "--train_file", corpus["train"], "--dev_file",
             corpus["dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *precision_args(),
-            *corpus["train_overrides"], *warm, *extra]
-    model, secs = train_run(f"{name}-seed{seed}", args, plan["config"], corpus["train"], out)
+            *corpus["train_overrides"], *warm, "--max_train_examples", str(pages or corpus["num_train_documents"]),
+            *extra]
+    train_file = args[len(args) - 1 - args[::-1].index("--train_file") + 1]  # the last one given is the one used
+    model, secs = train_run(f"{name}-seed{seed}", args, plan["config"], train_file, out)
     return model, round(secs + warm_secs, 1)
 
 
@@ -471,19 +483,17 @@ def attempt(base: dict, fn) -> dict:
         return base | {"error": str(e)}
 
 
-def trained(name: str, seed: int, train_extra: list, sets: list, corpus: dict, plan: dict, out: Path) -> dict:
+def trained(name: str, seed: int, train_extra: list, sets: list, corpus: dict, plan: dict, out: Path,
+            pages: int | None = None) -> dict:
     """A model of its own, trained then evaluated (its directory kept in the row as `_model`)."""
-    model, secs = train(name, seed, train_extra, corpus, plan, out)
+    model, secs = train(name, seed, train_extra, corpus, plan, out, pages)
     return evaluate([model], sets, corpus, out / f"{name}-seed{seed}") | {"train_seconds": secs, "_model": model}
 
 
 def baseline(seed: int, corpus: dict, plan: dict, out: Path, references: dict) -> dict:
     head = {"technique": "baseline", "enabled": False, "seed": seed,
             "num_train_documents": corpus["num_train_documents"]}
-    # Every page of the file: the config's own max_train_examples would otherwise cap a larger corpus
-    # while the row said it had trained on all of it.
-    pages = ["--max_train_examples", str(corpus["num_train_documents"])]
-    row = attempt(head, lambda: trained("baseline", seed, pages, [], corpus, plan, out))
+    row = attempt(head, lambda: trained("baseline", seed, [], [], corpus, plan, out))
     return row | reference_deltas(references, row)
 
 
@@ -569,8 +579,7 @@ def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
         if n == corpus["num_train_documents"]:
             rows.append(base | head)
         else:
-            rows.append(attempt(head, lambda n=n: trained(f"curve{n}", seed, ["--max_train_examples", str(n)], [],
-                                                          corpus, plan, out)))
+            rows.append(attempt(head, lambda n=n: trained(f"curve{n}", seed, [], [], corpus, plan, out, n)))
     return rows
 
 
@@ -817,6 +826,8 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
         if plan.get("yes_no"):
             corpus["yes_no"] = yes_no_corpus(corpus, plan, out, args)
+        if "yes_no_pages" in args.techniques:
+            corpus |= yes_no_train_corpus(corpus, plan, out, args)
     if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
         easy = out / "data-easy"
         run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
@@ -842,6 +853,21 @@ def yes_no_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
             raise StepFailed(f"{extra / name}: an example_id of the yes/no pages is also in {corpus[key]}")
         (mixed / name).write_text("\n".join(lines) + "\n")
     return {key: str(mixed / name) for key, name in files.items()} | {"added": plan["yes_no"]}
+
+
+def yes_no_train_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
+    """The training file with YES_NO_TRAIN_PAGES yes/no pages appended (`--answer-types YES,NO`, corpus seed + 2:
+    neither the benchmark's pages nor its yes/no supplement's); its path and page count, for `yes_no_pages`."""
+    pages = YES_NO_TRAIN_PAGES if plan["num_dev"] >= 100 else plan["yes_no"]  # --quick: a handful
+    extra, mixed = out / "data-yes-no-train", out / "data-train-with-yes-no"
+    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(extra), "--seed", str(args.corpus_seed + 2),
+         "--answer-types", "YES,NO", "--num-train", str(pages), "--num-dev", "1", "--num-test", "1",
+         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+    lines = Path(corpus["train"]).read_text().splitlines()
+    lines += (extra / "simplified-nq-train.jsonl").read_text().splitlines()
+    mixed.mkdir(parents=True, exist_ok=True)
+    (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
+    return {"yes_no_train": str(mixed / "simplified-nq-train.jsonl"), "yes_no_train_pages": str(len(lines))}
 
 
 def int_list(text: str) -> list:
