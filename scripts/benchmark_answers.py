@@ -900,6 +900,9 @@ def parse_args(argv):
     p.add_argument("--train-sizes", type=int_list, default=None,
                    help=f"training pages of the learning curve, the largest the baseline's (default "
                         f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
+    p.add_argument("--merge", nargs="+", metavar="RECORD", default=None,
+                   help="train nothing: write the rows of these records of one corpus (a run in pieces) to --json as "
+                        "one record, with its table and charts; a later record's row replaces the same row of an earlier")
     p.add_argument("--ensembles", action=argparse.BooleanOptionalAction, default=True,
                    help="with techniques, also the 2- and 3-model ensembles (their extra seeds are trained for them "
                         "alone); --no-ensembles: the techniques of --seeds alone")
@@ -920,9 +923,9 @@ def parse_args(argv):
 
 
 def write_rows(rows: list, args, path: Path) -> None:
-    for r in rows:
-        r["corpus"] = (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else "")
-        if args.corpus == "nq":
+    for r in rows:  # merged rows keep the corpus they were measured on
+        r.setdefault("corpus", (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else ""))
+        if args.corpus == "nq" and "corpus_seed" not in r:
             r["corpus_seed"] = args.corpus_seed
         if args.corpus == "real":
             r["note"] = REAL_NOTE
@@ -953,8 +956,44 @@ def write_outputs(rows: list, args, label: str) -> Path:
     return path
 
 
+REFERENCES = ("lexical", "bm25", "first_paragraph")
+
+
+def merge_records(paths: list) -> list:
+    """The rows of several records of one corpus (a benchmark run in pieces) as one record: a row of a later
+    file replaces the same row (technique, enabled, seed, pages) of an earlier one; references first, then
+    each seed's rows, the ensembles, the curve by pages."""
+    merged, corpus = {}, None
+    for p in paths:
+        for r in json.loads(Path(p).read_text()):
+            c = (r.get("corpus"), r.get("corpus_seed"))
+            if corpus is not None and c != corpus:
+                raise StepFailed(f"{p}: a {r['technique']} row of corpus {c}, not {corpus}: records of one corpus only")
+            corpus = c
+            merged[r["technique"], r["enabled"], r["seed"], r["num_train_documents"]] = r
+
+    def order(r):
+        if r["technique"] in REFERENCES:
+            return 0, REFERENCES.index(r["technique"])
+        if r["technique"] == "ensemble":
+            return 2, 0
+        if r["technique"] == "learning_curve":
+            return 3, r["num_train_documents"]
+        return 1, r["seed"]
+    return sorted(merged.values(), key=order)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        try:
+            rows = merge_records(args.merge)
+        except StepFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        path = write_outputs(rows, args, f"{rows[0]['corpus']} profile, corpus seed {rows[0].get('corpus_seed')}, merged")
+        print(f"\n{len(rows)} rows from {len(args.merge)} records -> {path}")
+        return 0
     plan = dict(QUICK if args.quick else FULL)
     plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds") if getattr(args, k) is not None}
     name = f"{args.profile}-seed{args.corpus_seed}" if args.corpus == "nq" else args.corpus

@@ -266,6 +266,26 @@ def test_every_model_trains_on_every_page_unless_its_row_says_otherwise(monkeypa
     assert [f for _, f in calls] == ["t.jsonl", "t.jsonl", "ty.jsonl"]
 
 
+def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(tmp_path):
+    def row(technique, seed, pages=4000, enabled=False, f1=0.5, corpus_seed=0):
+        return {"technique": technique, "enabled": enabled, "seed": seed, "num_train_documents": pages,
+                "test_f1": f1, "corpus": "nq", "corpus_seed": corpus_seed}
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps([row("learning_curve", 0, 4000), row("baseline", 0), row("yes_no_repeat", 0, enabled=True),
+                             row("lexical", None, 0), row("learning_curve", 0, 500)]))
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps([row("baseline", 1), row("yes_no_repeat", 0, enabled=True, f1=0.6)]))
+    rows = bench.merge_records([a, b])
+    assert [(r["technique"], r["seed"], r["num_train_documents"]) for r in rows] == [
+        ("lexical", None, 0), ("baseline", 0, 4000), ("yes_no_repeat", 0, 4000), ("baseline", 1, 4000),
+        ("learning_curve", 0, 500), ("learning_curve", 0, 4000)]
+    assert rows[2]["test_f1"] == 0.6
+    c = tmp_path / "c.json"
+    c.write_text(json.dumps([row("baseline", 2, corpus_seed=7)]))
+    with pytest.raises(bench.StepFailed, match="one corpus"):
+        bench.merge_records([a, c])
+
+
 def test_no_ensembles_trains_the_seeds_asked_for_alone(monkeypatch):
     """--no-ensembles: the techniques of --seeds without the third seed the ensembles would train."""
     trained = []
