@@ -5,6 +5,8 @@
     python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, ~2 minutes
     python scripts/benchmark_answers.py --corpus-seed 7 --seeds 0 --techniques "" --json runs/seed7/answers.json \
         --out runs/seed7                 # the documented recipe alone, retrained on a corpus of another seed
+    python scripts/benchmark_answers.py --seeds 1 --no-ensembles --techniques thresholds --json runs/a1.json
+    python scripts/benchmark_answers.py --merge runs/a0.json runs/a1.json --json docs/benchmarks/answers.json
 
 Trains the nq-profile recipe in its two stages, with the seeds of `--seeds` (0 and 1), one model after
 the other (never two at once: they would share the cores): stage 1 is the demo's training
@@ -49,6 +51,11 @@ Beside the techniques:
   it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
   (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
+* `yes_no_repeat_yes_no`, `yes_no_pages_yes_no`: the baseline's model (off) and the technique's (on) on
+  dev and test with the yes/no pages added, as below. `yes_no_pages` trains on the corpus's pages and
+  YES_NO_TRAIN_PAGES yes/no pages of another seed (`solution.synth --answer-types YES,NO`, corpus seed + 2).
+* `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
+  made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
 * `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
   with 80 yes/no questions added to each (nq-profile pages of another seed, `solution.synth --answer-types
   YES,NO`): at NQ's 1.5% the 400 dev pages hold only 6.

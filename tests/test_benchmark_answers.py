@@ -157,7 +157,7 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     rows = json.loads(out.read_text())
     assert not [x for x in rows if "error" in x or "_counts" in x]
     for x in rows:  # the yes/no rows score 3 more pages on each side
-        _check_intervals(x, 9 if x["technique"] in ("thresholds_yes_no", "yes_no_repeat_yes_no") else 6)
+        _check_intervals(x, 9 if x["technique"].endswith("_yes_no") else 6)
     lexical = next(x for x in rows if x["technique"] == "lexical")
     assert lexical["num_train_documents"] == 0
     bm25 = next(x for x in rows if x["technique"] == "bm25")
@@ -209,6 +209,9 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
             command = json.loads((p / "benchmark_train.json").read_text())["command"]
             seed = command[command.index("--seed") + 1]
             assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
+            # every page of the corpus (12), the curve its own, yes_no_pages its 3 yes/no pages more
+            pages = command[len(command) - 1 - command[::-1].index("--max_train_examples") + 1]
+            assert pages == {"curve6": "6", "yes_no_pages": "15"}.get(p.name.rsplit("-seed", 1)[0], "12"), p.name
 
 
 @pytest.mark.parametrize("record", ["answers.json", "answers-nq-lexical.json"])
