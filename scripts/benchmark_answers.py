@@ -757,14 +757,20 @@ def chart(rows: list, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def curve_points(rows: list, key: str) -> list:
+    """The learning curve's rows by pages: one seed's, the first seed's (a merged record may hold another
+    seed's baseline as a curve point too)."""
+    curve = [r for r in rows if r["technique"] == "learning_curve" and r.get(key) is not None]
+    return sorted((r for r in curve if r.get("seed") == curve[0].get("seed")), key=lambda r: r["num_train_documents"])
+
+
 def curve_projection(rows: list, target: float = 0.80) -> dict | None:
     """A projection, not a measurement: test F1 fitted as a + b log2(pages) over the learning curve's points,
     and training seconds as c + d pages (stage 1 is the constant); the pages and seconds at which the fitted
     line reaches `target`, if it rises. None with fewer than three points."""
     import numpy as np
     key = _key(rows)
-    points = sorted((r for r in rows if r["technique"] == "learning_curve" and r.get(key) is not None),
-                    key=lambda r: r["num_train_documents"])
+    points = curve_points(rows, key)
     if len(points) < 3:
         return None
     pages = np.array([r["num_train_documents"] for r in points], dtype=float)
@@ -783,8 +789,7 @@ def curve_chart(rows: list, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     key = _key(rows)
-    points = sorted((r for r in rows if r["technique"] == "learning_curve" and r.get(key) is not None),
-                    key=lambda r: r["num_train_documents"])
+    points = curve_points(rows, key)
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ys = [r[key] for r in points]
     ax.errorbar([r["num_train_documents"] for r in points], ys, capsize=4, marker="o", label="baseline recipe",

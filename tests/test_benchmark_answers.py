@@ -277,12 +277,15 @@ def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(t
     a.write_text(json.dumps([row("learning_curve", 0, 4000), row("baseline", 0), row("yes_no_repeat", 0, enabled=True),
                              row("lexical", None, 0), row("learning_curve", 0, 500)]))
     b = tmp_path / "b.json"
-    b.write_text(json.dumps([row("baseline", 1), row("yes_no_repeat", 0, enabled=True, f1=0.6)]))
+    b.write_text(json.dumps([row("baseline", 1), row("yes_no_repeat", 0, enabled=True, f1=0.6),
+                             row("learning_curve", 1, 4000)]))
     rows = bench.merge_records([a, b])
     assert [(r["technique"], r["seed"], r["num_train_documents"]) for r in rows] == [
         ("lexical", None, 0), ("baseline", 0, 4000), ("yes_no_repeat", 0, 4000), ("baseline", 1, 4000),
-        ("learning_curve", 0, 500), ("learning_curve", 0, 4000)]
+        ("learning_curve", 0, 500), ("learning_curve", 0, 4000), ("learning_curve", 1, 4000)]
     assert rows[2]["test_f1"] == 0.6
+    # the curve is the first seed's: seed 1's baseline is not a point of it
+    assert [(r["seed"], r["num_train_documents"]) for r in bench.curve_points(rows, "test_f1")] == [(0, 500), (0, 4000)]
     c = tmp_path / "c.json"
     c.write_text(json.dumps([row("baseline", 2, corpus_seed=7)]))
     with pytest.raises(bench.StepFailed, match="one corpus"):
