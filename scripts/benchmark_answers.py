@@ -977,7 +977,11 @@ def merge_records(paths: list) -> list:
     each seed's rows, the ensembles, the curve by pages."""
     merged, corpus = {}, None
     for p in paths:
-        for r in json.loads(Path(p).read_text()):
+        try:
+            rows = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise StepFailed(f"{p}: not a record of rows ({e})") from None
+        for r in rows:
             c = (r.get("corpus"), r.get("corpus_seed"))
             if corpus is not None and c != corpus:
                 raise StepFailed(f"{p}: a {r['technique']} row of corpus {c}, not {corpus}: records of one corpus only")

@@ -290,6 +290,8 @@ def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(t
     c.write_text(json.dumps([row("baseline", 2, corpus_seed=7)]))
     with pytest.raises(bench.StepFailed, match="one corpus"):
         bench.merge_records([a, c])
+    with pytest.raises(bench.StepFailed, match="missing.json: not a record"):
+        bench.merge_records([a, tmp_path / "missing.json"])
 
 
 def test_no_ensembles_trains_the_seeds_asked_for_alone(monkeypatch):
