@@ -848,14 +848,19 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
     return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 
 
+def yes_no_synth(directory: Path, seed: int, sizes: tuple, plan: dict, args) -> None:
+    """`solution.synth` pages of the profile that are all YES or NO (two YES to a NO): (train, dev, test) pages."""
+    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(directory), "--seed", str(seed),
+         "--answer-types", "YES,NO", *[x for flag, n in zip(("--num-train", "--num-dev", "--num-test"), sizes)
+                                       for x in (flag, str(n))],
+         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+
+
 def yes_no_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
     """Dev and test with `plan["yes_no"]` yes/no questions each added (pages of the same profile and the next
     seed, `solution.synth --answer-types YES,NO`): the files of `corpus` keys, and how many were added."""
     extra, mixed = out / "data-yes-no", out / "data-with-yes-no"
-    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(extra), "--seed", str(args.corpus_seed + 1),
-         "--answer-types", "YES,NO",
-         "--num-train", "1", "--num-dev", str(plan["yes_no"]), "--num-test", str(plan["yes_no"]),
-         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+    yes_no_synth(extra, args.corpus_seed + 1, (1, plan["yes_no"], plan["yes_no"]), plan, args)
     mixed.mkdir(parents=True, exist_ok=True)
     files = {"dev": "simplified-nq-dev.jsonl", "test": "simplified-nq-test.jsonl", "test_gold": "simplified-nq-test-gold.jsonl"}
     for key, name in files.items():
@@ -872,9 +877,7 @@ def yes_no_train_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
     neither the benchmark's pages nor its yes/no supplement's); its path and page count, for `yes_no_pages`."""
     pages = YES_NO_TRAIN_PAGES if plan["num_dev"] >= 100 else plan["yes_no"]  # --quick: a handful
     extra, mixed = out / "data-yes-no-train", out / "data-train-with-yes-no"
-    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(extra), "--seed", str(args.corpus_seed + 2),
-         "--answer-types", "YES,NO", "--num-train", str(pages), "--num-dev", "1", "--num-test", "1",
-         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+    yes_no_synth(extra, args.corpus_seed + 2, (pages, 1, 1), plan, args)
     lines = Path(corpus["train"]).read_text().splitlines()
     lines += (extra / "simplified-nq-train.jsonl").read_text().splitlines()
     mixed.mkdir(parents=True, exist_ok=True)
