@@ -19,11 +19,9 @@ in this one folder, beside the git working tree, within the device tool's 64 MiB
       MANIFEST.json    what was put there, from where, with sizes and versions; its "made_by" marks the
                        folder as this tool's: a later run replaces such a folder, and refuses any other
 
-Not carried: `datasets` (the feature cache of `solution/windows/dataset.py`). It pulls pyarrow (52.5 MiB as a
-wheel) and pandas (11.5 MiB): with MiniLM they cannot fit. The GPU check does not need it: its
-trainings read random windows (`--data_source dummy`), and `submission.predict` and the
-hard-negative pass window pages in memory; only the recipe run (trainings on NQ-shaped files)
-imports it, and `scripts/gpu_check.py` skips that part, saying so, where `datasets` is missing.
+Not needed: `datasets` (and its pyarrow and pandas, 64 MiB as wheels, which could not fit beside MiniLM).
+The feature cache of `solution/windows/dataset.py` is numpy column files, so the recipe run of
+`scripts/gpu_check.py` (trainings on NQ-shaped files) runs on the bare image too.
 
 Prints the total size (this folder + the files git would send: tracked and untracked-not-ignored)
 against the 64 MiB limit, and exits 1 (the folder left in place, for a look) when over it.
@@ -180,8 +178,7 @@ def main(argv=None) -> int:
         parts = {name: tree_bytes(tmp / name) for name in ("wheels", "data", "minilm")}
         manifest = {"made_by": MADE_BY, "python": "cp312 manylinux x86_64", "wheels": dict(wheels),
                     "data": data, "minilm": minilm, "bytes": parts, "limit_bytes": LIMIT_BYTES,
-                    "not_carried": {"datasets": "pyarrow 52.5 MiB + pandas 11.5 MiB as wheels: no room beside MiniLM; "
-                                                "the GPU check skips the recipe run without it"}}
+                    "not_carried": {"datasets": "not needed: the feature cache is numpy column files"}}
         (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

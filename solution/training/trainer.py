@@ -38,7 +38,7 @@ from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
 from solution.training.stop import EXIT_FAULT, EXIT_STOPPED, EvaluationStopped, StopRequest, TrainingStopped, divergence
-from solution.windows.dataset import DummyWindows, WindowDataset, build_train_features
+from solution.windows.dataset import DummyWindows, build_train_features
 from solution.windows.featurizer import Featurizer, add_structure_tokens, structure_vocabulary
 
 
@@ -214,7 +214,7 @@ class Trainer:
                  f"answer), {summary['windows']} windows, {summary['windows_kept']} kept {summary['windows_per_type']}; "
                  f"no-answer windows kept: {summary['negatives_kept_answerable']} from answerable documents, "
                  f"{summary['negatives_kept_unanswerable']} from unanswerable ones")
-        return WindowDataset(ds)
+        return ds  # memory-mapped column files: a data loader worker reads only the windows it is given
 
     # -- evaluation -----------------------------------------------------------
     def evaluate(self, model) -> dict:

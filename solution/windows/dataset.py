@@ -1,24 +1,29 @@
-"""Training windows as a cached `datasets` Arrow dataset, and the dummy source.
+"""Training windows in a feature cache of numpy column files, and the dummy source.
 
 The cache key covers everything that changes the windows: the input file
 (path, size, modification time), the tokenizer's vocabulary, the window
 settings, the negative down-sampling rate and seed, the example limit and
-the code version. A second run with the same key loads the Arrow files
-instead of featurising again.
+the code version. A second run with the same key memory-maps the column
+files (`solution/windows/columns.py`) instead of featurising again.
 
-With `num_proc` > 1 each worker takes every num_proc-th line (raw lines are
-cheap to skip; only a worker's own lines are parsed), and duplicate
-example ids are checked across workers once all are done.
+With `num_proc` > 1, num_proc forked worker processes each take every
+num_proc-th line (raw lines are cheap to skip; only a worker's own lines are
+parsed) and write their own shard; the shards are joined in worker order, and
+duplicate example ids are checked across workers once all are done. An entry
+is built in a temporary folder and renamed into place complete: a failed or
+interrupted build leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
+import traceback
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
@@ -39,6 +44,7 @@ from solution.data.nq import (
     read_examples,
 )
 from solution.data.words import content_words, question_word_share
+from solution.windows.columns import ShardWriter, WindowDataset, merge_shards
 from solution.windows.featurizer import (
     ANSWER_TYPES,
     TYPE_ID,
@@ -51,22 +57,7 @@ from solution.windows.featurizer import (
 )
 from solution.windows.sampling import HardNegativeWeights, NegativeSampling
 
-FEATURES_VERSION = 4  # bump when windows, labels or the cache layout change (4: NQ's single-space numbering)
-
-
-def _features():
-    import datasets
-
-    return datasets.Features({
-        "example_id": datasets.Value("string"),
-        "window_index": datasets.Value("int32"),
-        "input_ids": datasets.Sequence(datasets.Value("int32")),
-        "token_type_ids": datasets.Sequence(datasets.Value("int8")),
-        "nq_token_index": datasets.Sequence(datasets.Value("int32")),
-        "start_positions": datasets.Value("int32"),
-        "end_positions": datasets.Value("int32"),
-        "answer_type": datasets.Value("int8"),
-    })
+FEATURES_VERSION = 5  # bump when windows, labels or the cache layout change (5: numpy column files, not Arrow)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -89,21 +80,26 @@ DIGEST_COLUMNS = ("example_id", "window_index", "input_ids", "token_type_ids", "
                   "answer_type")
 
 
-def windows_digest(ds, batch_size: int = 8192) -> str:
+def windows_digest(ds: WindowDataset, batch_size: int = 8192) -> str:
     """sha256 (16 hex digits) of the training windows in order: their ids, tokens and labels. What a
-    checkpoint records of its data, since another file can give as many windows (a resume compares it)."""
+    checkpoint records of its data, since another file can give as many windows (a resume compares it).
+
+    Hashed in batches of `batch_size` windows, each column's bytes in turn and, for the pieces, where
+    each window's end (int32, counted from the batch's start): the bytes the Arrow cache of
+    FEATURES_VERSION 4 hashed, so the same windows keep the digest they had there."""
     h = hashlib.sha256()
-    for table in ds.with_format("arrow").iter(batch_size=batch_size):
+    for start in range(0, len(ds), batch_size):
+        stop = min(start + batch_size, len(ds))
         for name in DIGEST_COLUMNS:
-            column = table.column(name).combine_chunks()
+            values = ds.values[name]
             if name == "example_id":
-                h.update("\n".join(column.to_pylist()).encode() + b"\n")
-                continue
-            values = column.flatten() if hasattr(column, "flatten") and name in ("input_ids", "token_type_ids") \
-                else column
-            h.update(np.asarray(values.to_numpy(zero_copy_only=False)).tobytes())
-            if values is not column:  # where each window's tokens end
-                h.update(np.asarray(column.offsets.to_numpy()).tobytes())
+                h.update("\n".join(ds.example_ids(start, stop)).encode() + b"\n")
+            elif name in ds.offsets:
+                offsets = np.asarray(ds.offsets[name][start:stop + 1])
+                h.update(np.asarray(values[offsets[0]:offsets[-1]]).tobytes())
+                h.update((offsets - offsets[0]).astype(np.int32).tobytes())
+            else:
+                h.update(np.asarray(values[start:stop]).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -247,194 +243,161 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
     return rates
 
 
-def _generate(shards, path, tokenizer_dir, window, sampling, seed, on_error, limit, num_shards, side_dir):
-    """datasets.Dataset.from_generator worker: windows of this worker's lines."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, use_fast=True)
-    featurizer = Featurizer(tokenizer, WindowConfig(**window))
-    sampling = NegativeSampling(**sampling)
+def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats: ReadStats):
+    """The kept windows of this shard's lines (every num_shards-th), as dicts; counts go to `summary`,
+    `ids` and `stats`."""
+    path, num_shards, sampling, seed = job["path"], job["num_shards"], job["sampling"], job["seed"]
+    featurizer = Featurizer(job["tokenizer"], job["window"])
     hard = (HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
             if sampling.hard_negatives_file else None)
-    for shard in shards:
-        stats, ids, summary = ReadStats(path=path), [], _Summary()
-        # `limit` counts lines, so every worker stops at the same place.
-        examples = read_examples(path, on_error, stats, require_annotations=True, shard=(shard, num_shards),
-                                 max_lines=limit, check_duplicates=False)
-        t0 = last = time.perf_counter()
-        # One process: a bar (it runs in the main process). Several: each worker prints its own lines.
-        bar = progress(desc="features", unit=" documents", disable=num_shards > 1)
-        try:
-            for ex, windows in featurizer.featurize(examples, with_labels=True):
-                ids.append((ex.example_id, ex.line))
-                bar.update()
-                now = time.perf_counter()
-                if num_shards > 1 and now - last >= PROGRESS_SECONDS:  # a long file is never silent
-                    last = now
-                    print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
-                          f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
-                answerable = has_answer(ex)
-                rates = window_rates(sampling, ex, windows, answerable)
-                if hard is None:
-                    kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
-                else:
-                    weights = hard.weights(ex.example_id, answerable, len(windows))
-                    if weights is None:
-                        raise NQFormatError(path, ex.line, "example_id",
-                                            hard.mismatch(ex.example_id, answerable, len(windows)))
-                    kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
-                kept = [w for w in kept for _ in range(sampling.copies(ANSWER_TYPES[w.answer_type]))]
-                summary.add(ex, windows, kept, answerable, featurizer)
-                for w in kept:
-                    yield w.as_dict()
-        except NQFormatError as err:
-            # A worker's exception loses its cause on the way back to the main process;
-            # leave it where the main process looks, so the user sees file, line and field.
-            Path(side_dir, f"error-{shard}.json").write_text(
-                json.dumps({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}))
-            raise
-        finally:
-            bar.close()
-        side = {"stats": {**stats.as_dict(), "first_errors": stats.first_errors},
-                "summary": summary.to_dict(), "ids": ids}
-        Path(side_dir, f"shard-{shard}.json").write_text(json.dumps(side))
+    # `limit` counts lines, so every worker stops at the same place.
+    examples = read_examples(path, job["on_error"], stats, require_annotations=True, shard=(shard, num_shards),
+                             max_lines=job["limit"], check_duplicates=False)
+    t0 = last = time.perf_counter()
+    # One process: a bar. Several: each worker prints its own lines.
+    bar = progress(desc="features", unit=" documents", disable=num_shards > 1)
+    try:
+        for ex, windows in featurizer.featurize(examples, with_labels=True):
+            ids.append((ex.example_id, ex.line))
+            bar.update()
+            now = time.perf_counter()
+            if num_shards > 1 and now - last >= PROGRESS_SECONDS:  # a long file is never silent
+                last = now
+                print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
+                      f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
+            answerable = has_answer(ex)
+            rates = window_rates(sampling, ex, windows, answerable)
+            if hard is None:
+                kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
+            else:
+                weights = hard.weights(ex.example_id, answerable, len(windows))
+                if weights is None:
+                    raise NQFormatError(path, ex.line, "example_id",
+                                        hard.mismatch(ex.example_id, answerable, len(windows)))
+                kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
+            kept = [w for w in kept for _ in range(sampling.copies(ANSWER_TYPES[w.answer_type]))]
+            summary.add(ex, windows, kept, answerable, featurizer)
+            yield from (w.as_dict() for w in kept)
+    finally:
+        bar.close()
+
+
+def _featurize_shard(shard: int, job: dict) -> None:
+    """Write shard `shard`'s windows to TMP/shard-K and its counts to TMP/side/shard-K.json."""
+    stats, ids, summary = ReadStats(path=job["path"]), [], _Summary()
+    writer = ShardWriter(job["tmp"] / f"shard-{shard}")
+    for window in _shard_windows(shard, job, summary, ids, stats):
+        writer.add(window)
+    writer.flush()
+    side = {"stats": {**stats.as_dict(), "first_errors": stats.first_errors}, "summary": summary.to_dict(), "ids": ids}
+    (job["tmp"] / "side" / f"shard-{shard}.json").write_text(json.dumps(side))
+
+
+def _worker(shard: int, job: dict) -> None:
+    """A forked worker: its shard, or its error left where the main process looks (a file: an exception
+    does not cross the process boundary), and exit 1."""
+    try:
+        _featurize_shard(shard, job)
+    except Exception as err:
+        where = ({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}
+                 if isinstance(err, NQFormatError) else {"traceback": traceback.format_exc()})
+        (job["tmp"] / "side" / f"error-{shard}.json").write_text(json.dumps(where))
+        sys.exit(1)
+
+
+def _run_workers(job: dict) -> None:
+    """`num_shards` forked workers, all waited for. A stop request (the trainer's signal stop,
+    KeyboardInterrupt) ends them and is raised as itself; a worker's failure is raised as its error,
+    the lowest line's NQFormatError first."""
+    context = multiprocessing.get_context("fork")  # the tokenizer and settings are inherited, not pickled
+    procs = [context.Process(target=_worker, args=(k, job), name=f"features-{k}") for k in range(job["num_shards"])]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:  # only left alive when this process is being stopped
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    failed = [k for k, p in enumerate(procs) if p.exitcode != 0]
+    if failed:
+        raise _worker_error(job["tmp"] / "side", failed, procs)
+
+
+def _worker_error(side: Path, failed: list, procs: list) -> Exception:
+    errors = [json.loads(f.read_text()) for f in side.glob("error-*.json")]
+    located = sorted((e for e in errors if "line" in e), key=lambda e: e["line"])
+    if located:
+        e = located[0]
+        return NQFormatError(e["path"], e["line"], e["field"], e["reason"])
+    if errors:
+        return RuntimeError(f"features: a worker failed:\n{errors[0]['traceback']}")
+    return RuntimeError(f"features: worker(s) {', '.join(str(k + 1) for k in failed)} ended with exit code(s) "
+                        f"{', '.join(str(procs[k].exitcode) for k in failed)} and left no error")
 
 
 def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: Optional[NegativeSampling] = None,
                          cache_dir: str = "cache/features", num_proc: int = 1,
                          on_error: str = "raise", limit: Optional[int] = None, log=print, seed: int = 0):
-    """(datasets.Dataset of labelled windows, summary dict), from the cache when possible.
+    """(WindowDataset of labelled windows, summary dict), from the cache when possible.
 
     `seed` draws which no-answer windows the sampling rates keep."""
-    import datasets
-
-    datasets.disable_progress_bars()  # our own log lines say what is happening
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    if num_proc < 1:
+        raise ValueError(f"num_proc must be at least 1, got {num_proc}")
     sampling = sampling or NegativeSampling()
     key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     if (final / "summary.json").is_file():
-        return _reuse_cache(final, key, log)
-
+        return _reuse_cache(final, log)
     if sampling.hard_negatives_file:
-        # Read here first, so a bad file is an error naming it rather than a worker's failure inside
-        # `datasets` (a cache hit above means this same file, by size and mtime, was read already).
+        # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
+        # hit above means this same file, by size and mtime, was read already).
         HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
     tmp = Path(cache_dir) / f".{final.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "side").mkdir(parents=True)
-    tok_dir = tmp / "tokenizer"
-    tokenizer.save_pretrained(tok_dir)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
-    if num_proc > 1:
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers already use the cores
-    gen_kwargs = {"shards": list(range(num_proc)), "path": path, "tokenizer_dir": str(tok_dir),
-                  "window": asdict(window), "sampling": asdict(sampling), "seed": seed,
-                  "on_error": on_error, "limit": limit, "num_shards": num_proc, "side_dir": str(tmp / "side")}
-    ds = _generate_windows(tmp, gen_kwargs, num_proc)
-    summary = _merge_sides(tmp / "side", num_proc, path)
-    if summary["examples"] == 0:
+    job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": seed,
+           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp}
+    try:
+        summary = _build_entry(job)
+    except BaseException:  # an error, or a stop request: no half-built entry stays behind
         shutil.rmtree(tmp, ignore_errors=True)
-        raise NQFormatError(path, summary["lines"], "<file>", "the file holds no usable examples")
-    summary["windows_digest"] = windows_digest(ds)
-    _keep_arrow_files(ds, tmp / "arrow", key)
-    del ds
-    (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-    shutil.rmtree(tmp / "hf", ignore_errors=True)
-    shutil.rmtree(tok_dir, ignore_errors=True)
+        raise
     if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
         log(f"features: {final} was published by another process meanwhile; using it")
-    return _load_arrow(final / "arrow"), {**summary, "dataset_dir": str(final / "arrow")}
+    return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}
 
 
-def _reuse_cache(final: Path, key: str, log) -> tuple:
+def _build_entry(job: dict) -> dict:
+    """Featurise into job['tmp']: the joined column files in windows/ and summary.json; the summary."""
+    tmp, num_shards = job["tmp"], job["num_shards"]
+    if num_shards > 1:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers already use the cores
+        _run_workers(job)
+    else:
+        _featurize_shard(0, job)  # in this process: its errors and stop requests arrive as themselves
+    summary = _merge_sides(tmp / "side", num_shards, job["path"])
+    if summary["examples"] == 0:
+        raise NQFormatError(job["path"], summary["lines"], "<file>", "the file holds no usable examples")
+    shards = [tmp / f"shard-{k}" for k in range(num_shards)]
+    merge_shards(shards, tmp / "windows")
+    for directory in [*shards, tmp / "side"]:
+        shutil.rmtree(directory)
+    summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
+    atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def _reuse_cache(final: Path, log) -> tuple:
     """A published cache entry: its windows and summary."""
     summary = json.loads((final / "summary.json").read_text())
     log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
-    ds = _load_arrow(final / "arrow")
-    if not (final / "arrow" / "state.json").is_file():  # an entry written before the metadata files were
-        write_dataset_metadata(final / "arrow", ds, json.loads((final / "arrow" / "files.json").read_text()), key)
-    if "windows_digest" not in summary:  # an entry written before summaries recorded it
-        summary["windows_digest"] = windows_digest(ds)
-    return ds, {**summary, "dataset_dir": str(final / "arrow")}
-
-
-def _interruption(error: BaseException) -> Optional[BaseException]:
-    """The stop request (a BaseException that is no Exception: the trainer's signal stop, KeyboardInterrupt)
-    that `error` is or was raised while handling; None when there is none."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if not isinstance(error, Exception):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def _generate_windows(tmp: Path, gen_kwargs: dict, num_proc: int):
-    """Run `_generate` through `datasets` into tmp/hf; a worker's failure becomes its own error, and a stop
-    request stays itself."""
-    import datasets
-
-    try:
-        return datasets.Dataset.from_generator(
-            _generate, features=_features(), cache_dir=str(tmp / "hf"), num_proc=num_proc if num_proc > 1 else None,
-            gen_kwargs=gen_kwargs)
-    except BaseException as e:
-        stop = _interruption(e)
-        if stop is not None:  # with workers, their pool's clean-up may fail on the way out and hide the stop
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise stop from None
-        if not isinstance(e, datasets.exceptions.DatasetGenerationError):
-            raise
-        # The worker's own error (an NQFormatError naming file, line, field) is the one to show.
-        errors = sorted((json.loads(f.read_text()) for f in (tmp / "side").glob("error-*.json")),
-                        key=lambda err: err["line"])
-        cause = e.__cause__ or e.__context__
-        shutil.rmtree(tmp, ignore_errors=True)
-        if errors:
-            raise NQFormatError(errors[0]["path"], errors[0]["line"], errors[0]["field"], errors[0]["reason"]) from None
-        if isinstance(cause, (NQFormatError, FileNotFoundError)):
-            raise cause from None
-        raise
-
-
-def _keep_arrow_files(ds, arrow_dir: Path, key: str) -> None:
-    """Keep the Arrow files the generator wrote (moved, not copied): save_to_disk would read the whole
-    dataset back through a memory map, and peak memory would grow with the file (measured 1.45x
-    for 10x the documents)."""
-    arrow_dir.mkdir()
-    names = []
-    for i, cache_file in enumerate(sorted({c["filename"] for c in ds.cache_files})):
-        names.append(f"windows-{i:05d}.arrow")
-        os.replace(cache_file, arrow_dir / names[-1])
-    (arrow_dir / "files.json").write_text(json.dumps(names))
-    write_dataset_metadata(arrow_dir, ds, names, key)
-
-
-def write_dataset_metadata(directory: Path, ds, names: list, fingerprint: str) -> None:
-    """`state.json` and `dataset_info.json` beside the Arrow files, as `Dataset.save_to_disk` writes them,
-    so that `datasets.load_from_disk(directory)` opens the cache (the Arrow files stay where they are)."""
-    from datasets.utils.py_utils import asdict
-
-    state = {"_data_files": [{"filename": name} for name in names], "_fingerprint": fingerprint,
-             "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-             "_split": str(ds.split) if ds.split is not None else None}
-    info = asdict(ds.info)
-    # Through temporary names: a reader of a published cache entry never sees half a file.
-    # save_to_disk sorts only the first level of the info: nested feature order is the column order.
-    atomic_write_text(directory / "dataset_info.json", json.dumps({k: info[k] for k in sorted(info)}, indent=2))
-    atomic_write_text(directory / "state.json", json.dumps(state, indent=2, sort_keys=True))
-
-
-def _load_arrow(directory: Path):
-    """The cached windows, memory-mapped from their Arrow files (nothing is read into memory)."""
-    import datasets
-
-    parts = [datasets.Dataset.from_file(str(directory / name))
-             for name in json.loads((directory / "files.json").read_text())]
-    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}
 
 
 def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:
@@ -463,19 +426,6 @@ def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:
     out.update(path=path, lines=lines, examples=examples, skipped=sum(skipped.values()),
                skipped_by_reason=dict(skipped), first_errors=first_errors[:5])
     return out
-
-
-class WindowDataset(torch.utils.data.Dataset):
-    """Arrow windows as dicts of numpy arrays, for `inference.collate`."""
-
-    def __init__(self, ds):
-        self.ds = ds.with_format("numpy")
-
-    def __len__(self):
-        return len(self.ds)
-
-    def __getitem__(self, i):
-        return self.ds[int(i)]
 
 
 class DummyWindows(torch.utils.data.Dataset):
