@@ -614,3 +614,61 @@ def test_corpus_stats_first_pass_flag_uses_the_default_tokenizer(tmp_path, capsy
     out = capsys.readouterr().out
     assert "| share of gold long answers holding none of the question's content words | 0.25 |" in out
     assert "| first pass recall: a window holding the gold long answer among the 8 kept | 1.00 |" in out
+
+
+# --- many training pages on many cores (solution.synth_more) -------------------------------------------
+
+
+def test_synth_more_keeps_the_corpus_bytes_and_appends_other_seeds_training_files(tmp_path, capsys):
+    from solution import synth_more
+
+    sizes = ["--num-train", "6", "--num-dev", "3", "--num-test", "3"]
+    assert synth.main(["--profile", "nq", "--out", str(tmp_path / "base"), "--seed", "0", *sizes]) == 0
+    for k, n in enumerate((4, 4, 3)):  # 11 extra pages, 4 a shard: the last shard holds what remains
+        assert synth.main(["--profile", "nq", "--out", str(tmp_path / f"s{k}"), "--seed", str(500 + k),
+                           "--num-train", str(n), "--num-dev", "1", "--num-test", "1"]) == 0
+    outputs = []
+    for workers in ("1", "3"):  # the same bytes whatever the number of processes
+        out = tmp_path / f"more-{workers}"
+        assert synth_more.main(["--profile", "nq", "--out", str(out), "--seed", "0", *sizes, "--extra-train", "11",
+                                "--extra-seed", "500", "--shard-pages", "4", "--workers", workers]) == 0
+        for name in ("train", "dev", "test", "test-gold"):
+            assert (out / f"simplified-nq-{name}.jsonl").read_bytes() == \
+                (tmp_path / "base" / f"simplified-nq-{name}.jsonl").read_bytes(), name
+        outputs.append((out / synth_more.MORE_NAME).read_bytes())
+        assert sorted(p.name for p in out.iterdir()) == sorted([f"simplified-nq-{n}.jsonl" for n in FILES]
+                                                               + [synth_more.MORE_NAME])  # no shard left
+    expected = b"".join((tmp_path / d / "simplified-nq-train.jsonl").read_bytes() for d in ("base", "s0", "s1", "s2"))
+    assert outputs[0] == outputs[1] == expected
+    assert "6 training pages of seed 0, then 11 of seeds 500 and up" in capsys.readouterr().out
+
+
+def test_extra_training_pages_of_any_seed_never_use_the_held_out_forms(tmp_path):
+    """The held-out question and statement forms are dev's and test's only; training pages made for other seeds
+    (the extra shards) are made as training pages, so they never show them."""
+    import re
+
+    patterns = [_form_pattern(t) for t in HELD_OUT_QUESTIONS]
+    statement = re.compile(r" serves as the |(?:\.|<P>|<Li>) In [^.,<>]{1,40} , the ")
+    held_questions = held_statements = 0
+    for seed in (7, 1_000_000, 1_000_001):
+        path = tmp_path / f"train-{seed}.jsonl"
+        synth_corpus.write_train_split(path, seed, 40, profile="nq")
+        for o in _objs(path):
+            held_questions += any(p.fullmatch(o["question_text"]) for p in patterns)
+            held_statements += bool(statement.search(o["document_text"]))
+        # The same seed's dev split, made as dev is, does use them: the patterns find what they look for.
+        dev = [r for r, _ in synth_corpus.generate_split(synth_corpus.split_seeds(seed)[1], 40, 5, 1000, 40000, set(),
+                                                         "nq", held_out=True)]
+        assert any(any(p.fullmatch(r["question_text"]) for p in patterns) for r in dev)
+    assert held_questions == held_statements == 0
+
+
+def test_synth_more_refuses_a_repeated_example_id_naming_file_and_line():
+    from solution import synth_more
+
+    files = {"a.jsonl": [1, 2, 3], "b.jsonl": [4, "2"]}  # the test file writes its ids as strings
+    with pytest.raises(ValueError, match=r"b.jsonl:2: field 'example_id': 2 repeats a.jsonl:2"):
+        synth_more.check_unique_ids(files)
+    assert synth_more.check_unique_ids({"a.jsonl": [1, 2], "b.jsonl": [3]}) == 3
+    assert synth_more.shard_plan(11, 4, 500) == [(500, 4), (501, 4), (502, 3)]

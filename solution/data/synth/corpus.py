@@ -100,6 +100,29 @@ class _SplitStats:
                 f"candidates {mmm(self.num_cands)} | " + ", ".join(str(p) for p in self.paths))
 
 
+def split_seeds(seed: int) -> list:
+    """The seeds of the train, dev and test splits of corpus seed `seed`."""
+    master = random.Random(seed)
+    return [master.getrandbits(64) for _ in range(3)]
+
+
+def write_train_split(path, seed: int, num_train: int, profile: str = "easy", min_words=None, max_words=None) -> list:
+    """Write the training file `write_corpus` writes for these arguments, byte for byte, without its dev and
+    test splits; return its example ids in order.
+
+    Its pages are made as write_corpus makes training pages (`held_out` False), so they never ask or
+    state in the held-out forms, whatever the seed."""
+    min_words = PROFILES[profile][1] if min_words is None else min_words
+    max_words = PROFILES[profile][2] if max_words is None else max_words
+    ids = []
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for record, _ in generate_split(split_seeds(seed)[0], num_train, 1, min_words, max_words, set(), profile,
+                                        answer_mix(None), held_out=False):
+            ids.append(record["example_id"])
+            f.write(json.dumps(record) + "\n")
+    return ids
+
+
 def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 100, num_test: int = 100,
                  min_words=None, max_words=None, profile: str = "easy", answer_types=None) -> list:
     """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test).
@@ -113,8 +136,7 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
     max_words = PROFILES[profile][2] if max_words is None else max_words
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    master = random.Random(seed)
-    seeds = [master.getrandbits(64) for _ in range(3)]  # train, dev, test
+    seeds = split_seeds(seed)
     used_ids: set = set()
     summary = []
     for name, split_seed, n, num_annotators in (("train", seeds[0], num_train, 1), ("dev", seeds[1], num_dev, NUM_ANNOTATORS),
