@@ -2,11 +2,14 @@
 Kaggle kernel's projection, the hard-negative pass; within a time budget.
 
     python scripts/gpu_check.py --out DIR [--work DIR] [--json FILE] [--budget-s 450] [--peak-tflops T]
+        [--parts bf16,predict,fp16,recipe]
+    python scripts/gpu_check.py --parts recipe --budget-s 540 --out DIR   # the nq-profile recipe alone
     python scripts/gpu_check.py --dry-run --out DIR     # the same parts on the CPU, tiny sizes
     python scripts/gpu_check.py --list                  # the commands, nothing run
     python scripts/gpu_check.py --check-versions        # the versions here against the supported ranges
 
-On one GPU it runs, in this order (most valuable and shortest first), each part as the command a user types,
+On one GPU it runs the parts of --parts in the order given (by default bf16, predict, fp16, recipe: most
+valuable and shortest first), each part as the command a user types,
 each writing its result to the JSON as it finishes; a part that fails names itself in the JSON and its log,
 and the rest go on; a part with too little of the budget left is skipped, saying so:
 
@@ -28,11 +31,38 @@ and the rest go on; a part with too little of the budget left is skipped, saying
    ends on is recorded; zero2: DeepSpeed's own loss scaler; fsdp: FSDP2's scaler; the first steps' overflows
    are skipped steps, counted in metrics.jsonl's `skipped_steps`, not divergence) and
    the hard-negative pass (`python -m solution.hard_negatives --device cuda`) with the single run's model;
-4. the nq-profile recipe (docs/answers.md, "A recipe that learns NQ-shaped pages") at 10x the CPU recipe's
-   pages: stage 1 (the demo's training from the pretrained MiniLM), stage 2 on 20,000 pages, thresholds
-   tuned on the 400 dev pages, scored on the 400 test pages. It needs the `datasets` package (the feature
-   cache), which the bare GPU image lacks and the bundle cannot carry (scripts/make_gpu_bundle.py): skipped,
-   saying so, where it is missing.
+4. `recipe`: the nq-profile recipe (docs/answers.md, "The record on the nq profile") on --recipe-pages
+   training pages (20,000 by default; the CPU record has 4,000), scored on the record's own 400 dev and 400
+   test pages (corpus seed 0). `python -m solution.synth_more` writes corpus seed 0 byte for byte and
+   the training file: its 4,000 pages, then pages of other seeds made on every core (docs/data.md); stage 1
+   is the demo's training from the pretrained MiniLM, stage 2 configs/train/nq-profile.yaml from it on the
+   first --recipe-pages pages of that file, featurised by --num-proc processes (every core); thresholds are
+   tuned on dev, and test is predicted with them. `--recipe-figures` (its own command, run last) gives
+   dev's tuned micro-F1 and test's, each with its 95% bootstrap interval over documents
+   (solution/scoring/intervals.py, as scripts/benchmark_answers.py), and the same for the word-matching
+   reference (`solution.lexical`, thresholds tuned on dev) on the same pages, with the paired difference.
+   gpu_check.json's "recipe" holds them beside the pages, windows, each stage's seconds and stage 2's
+   windows/s. Stage 2's pages are cut to what the budget left can train, at the step time stage 1
+   measured (the same model, window length and batch), so the part ends inside its budget; the JSON says
+   when it cut them and why.
+
+   The default 20,000 pages is a projection for one H100 and 16 cores within a 540 s budget (the device
+   tool's 10 minutes a command, less the bundle's install and a margin), not a measurement:
+     synth      4,800 pages of seed 0 in one process at 6.7 ms a page (SYNTH_S_PER_PAGE, measured on one
+                core of a loaded 2-core EPYC: 300 pages in 2.0 s), the 16,000 extra beside it on 15: ~35 s;
+     features   20,000 pages at 32 pages/s a core (FEATURE_PAGES_PER_S_PER_CORE: 300 pages in 9.3 s under
+                the stage-2 settings, same machine) on 16: ~40 s, ~3.78 windows kept a page (the CPU
+                record's 15,100 for 4,000; 1,124 for these 300): ~75,600 windows;
+     stage 2    9,450 steps of 8 windows at 20 ms a step (ASSUMED_STEP_S): ~190 s. The step time is the
+                guess: BERT-base's 16 x 512 step took 35-45 ms on the H100 (docs/training.md); MiniLM at
+                192 pieces does ~26x less work a step, so its batch-8 step is launch and Python overhead,
+                not compute (the ~13x cheaper window would give ~5,900 windows/s only at a batch that fills
+                the GPU; the recipe's batch is 8). Stage 1's measured step time replaces the guess;
+     stage 1    ~450 steps and 1,000 easy pages: ~30 s; prediction of 400 dev and 400 test pages (~3,200
+                first-pass windows each, 720 windows/s for MiniLM on the H100, featurised on one core):
+                ~25 s each; tuning and the figures (word matching over 800 pages): ~40 s;
+     start-up   eight commands, each importing torch: ~50 s.
+   In all ~450 s of 540. With 10 ms steps stage 2 takes ~95 s, and ~40,000 pages would fit.
 
 The MiniLM backbone (tokenizer and config of the BERT-base runs, weights of the MiniLM model) is
 `--backbone`: by default the bundle's copy (`.gpu-bundle/minilm`) when there is one, else the
@@ -46,7 +76,7 @@ without a GPU). Without `--dry-run`, on a machine without CUDA it prints one lin
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import functools
 import json
 import os
 import re
@@ -76,7 +106,15 @@ TORCH_SUPPORTED = ">=2.11,<3"
 PEAK_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0),
                ("A100", 312.0)]
 NO_CUDA = "gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to check, exiting 0"
-RECIPE_PAGES = 20_000  # 10x the 2,000 pages of configs/train/nq-profile.yaml
+PARTS = ("bf16", "predict", "fp16", "recipe")
+# The recipe part's projection (the module docstring): measured here, or assumed where marked.
+RECIPE_PAGES = 20_000  # 5x the CPU record's 4,000 training pages
+RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers.json's
+SYNTH_S_PER_PAGE = 0.0067  # one core, nq profile, measured on a loaded 2-core EPYC
+FEATURE_PAGES_PER_S_PER_CORE = 32.0  # stage 2's window settings, same machine
+WINDOWS_PER_PAGE = 3.78  # stage 2 keeps 3 first-pass windows a page and a few more (the CPU record)
+ASSUMED_STEP_S = 0.020  # MiniLM, 8 x 192 pieces, bf16, one H100: an assumption until stage 1 measures it
+RECIPE_RESERVE_S = 150.0  # after stage 2: its save and dev pass, dev and test prediction, tuning, the figures
 # `submission.predict`'s closing line: "wrote X: R rows for D documents (W windows run..., P) in S s"
 PREDICT_LINE = re.compile(r"wrote .*: \d+ rows for (\d+) documents \((\d+) windows run.*?, (\w+)\) in ([\d.]+)s")
 
@@ -131,8 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per training (30; 4 with --dry-run)")
     p.add_argument("--warmup", type=int, default=None, help="steps left out of the timing (5; 1 with --dry-run)")
     p.add_argument("--pages", type=int, default=None, help="real NQ pages predicted (all 59; 2 with --dry-run)")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help=f"the parts to run, in this order (of {', '.join(PARTS)}); e.g. `recipe` alone")
     p.add_argument("--recipe-pages", type=int, default=None,
-                   help=f"stage 2 pages of the recipe run ({RECIPE_PAGES}; 40 with --dry-run)")
+                   help=f"stage 2's training pages, corpus seed 0's 4,000 first ({RECIPE_PAGES}; 40 with --dry-run); "
+                        "cut to what the budget left can train")
+    p.add_argument("--num-proc", type=int, default=None,
+                   help="processes that make the pages and featurise them (every core; 2 with --dry-run)")
+    p.add_argument("--recipe-figures", metavar="DIR", default=None,
+                   help="print the recipe's figures (DIR: its folder, WORK/recipe) as one JSON line and exit")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the GPU's peak dense bf16 TFLOP/s for MFU (default: looked up from the device name)")
     p.add_argument("--timeout", type=int, default=600, help="seconds any one command may run")
@@ -150,11 +195,16 @@ def sizes(args) -> None:
     defaults = {"config": "configs/train/tiny.yaml" if dry else "configs/train/bench_base.yaml",
                 "max_seq_length": 64 if dry else 512, "batch_size": 2 if dry else 16, "steps": 4 if dry else 30,
                 "warmup": 1 if dry else 5, "pages": 2 if dry else None, "recipe_pages": 40 if dry else RECIPE_PAGES,
-                "budget_s": 1800.0 if dry else 450.0}
+                "num_proc": 2 if dry else os.cpu_count() or 1, "budget_s": 1800.0 if dry else 450.0}
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.device = "cpu" if dry else "cuda"
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = [part for part in args.parts if part not in PARTS]
+    if unknown or not args.parts or args.recipe_pages < 1:
+        raise SystemExit(f"error: --parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}"
+                         if unknown or not args.parts else "error: --recipe-pages must be at least 1")
     args.work = args.work or str(Path(args.out) / "work")
 
 
@@ -182,7 +232,7 @@ def check_versions(out_dir) -> int:
              "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     bad = []
     for name in ("torch", "transformers", "accelerate", "deepspeed", "tokenizers", "safetensors", "numpy",
-                 "pydantic", "datasets"):
+                 "pydantic"):
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -194,7 +244,7 @@ def check_versions(out_dir) -> int:
         print(f"  {name:13s} {version or 'not installed':22s} supported {spec:16s} {'ok' if ok else 'OUTSIDE'}")
         if not ok:
             bad.append(f"{name} {version or 'not installed'} (supported {spec})")
-    for name in ("python", "cuda", "device", "tokenizers", "safetensors", "numpy", "pydantic", "datasets"):
+    for name in ("python", "cuda", "device", "tokenizers", "safetensors", "numpy", "pydantic"):
         print(f"  {name:13s} {found[name]}")
     found["outside_supported"] = bad
     if out_dir:
@@ -239,45 +289,180 @@ def predict_command(args, model: str, name: str) -> list:
             "--quiet"]
 
 
-def recipe_commands(args) -> list:
-    """(name, command) of the nq-profile recipe at `--recipe-pages` pages: docs/answers.md's commands."""
+def recipe_dirs(args) -> dict:
     out = Path(args.work) / "recipe"
-    synth, profile = out / "synth", out / "nq-profile"
+    return {"out": out, "easy": out / "synth", "profile": out / "nq-profile", "model": out / "stage2" / "model"}
+
+
+def recipe_base(args) -> dict:
+    """Corpus seed 0's sizes: the record's, or a few pages with --dry-run."""
+    return {"num_train": 20, "num_dev": 4, "num_test": 4} if args.dry_run else dict(RECIPE_BASE)
+
+
+def stage2_seconds(pages: int, step_s: float, num_proc: int, batch: int = 8) -> float:
+    """Stage 2's projected seconds for `pages`: featurising them on `num_proc` processes, then one epoch of
+    WINDOWS_PER_PAGE windows a page at `step_s` a step of `batch` windows."""
+    return pages / (FEATURE_PAGES_PER_S_PER_CORE * num_proc) + pages * WINDOWS_PER_PAGE / batch * step_s
+
+
+def stage2_pages(args, step_s: float, left_s: float) -> tuple:
+    """(pages, why they were cut or None): --recipe-pages, or the most that `left_s` can train at `step_s`
+    (1,000 at least: fewer would say nothing)."""
+    room = left_s - RECIPE_RESERVE_S
+    asked = stage2_seconds(args.recipe_pages, step_s, args.num_proc)
+    if args.dry_run or asked <= room:
+        return args.recipe_pages, None
+    pages = max(int(room / stage2_seconds(1, step_s, args.num_proc)), 1000)
+    return pages, (f"{args.recipe_pages} pages project to {asked:.0f} s at stage 1's {1000 * step_s:.1f} ms a step; "
+                   f"{left_s:.0f} s were left, {RECIPE_RESERVE_S:.0f} of them kept for prediction and scoring")
+
+
+def stage1_step_s(args) -> float:
+    """Stage 1's median step time (the same model, window length and batch as stage 2's), or the assumption."""
+    path = recipe_dirs(args)["out"] / "stage1" / "metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    times = [r["step_time_s"] for r in records if "step_time_s" in r]
+    return statistics.median(times) if times else ASSUMED_STEP_S
+
+
+def recipe_stage2(args, result: dict, left_s: float) -> list:
+    """Stage 2's command, built when it starts: its pages fitted to the budget left."""
+    d = recipe_dirs(args)
+    step_s = stage1_step_s(args)
+    pages, why = stage2_pages(args, step_s, left_s)
+    result["recipe_plan"] = {"pages_asked": args.recipe_pages, "pages": pages, "step_s_used": step_s,
+                             "projected_stage2_s": stage2_seconds(pages, step_s, args.num_proc), "cut": why}
     tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
-    precision = "no" if args.dry_run else "bf16"
+    return [sys.executable, "-m", "solution.train", "--config", "configs/train/nq-profile.yaml",
+            "--model_name_or_path", str(d["out"] / "stage1" / "model"),
+            "--train_file", str(d["profile"] / "simplified-nq-train-more.jsonl"),
+            "--dev_file", str(d["profile"] / "simplified-nq-dev.jsonl"), "--max_train_examples", str(pages),
+            "--num_proc", str(args.num_proc), "--mixed_precision", "no" if args.dry_run else "bf16",
+            "--cache_dir", str(d["out"] / "cache"), "--output_dir", str(d["out"] / "stage2"), *tiny]
+
+
+def recipe_commands(args) -> list:
+    """(name, kind, command) of the nq-profile recipe, docs/answers.md's commands; stage 2's is a function of
+    the result so far and the seconds left, called when it starts."""
+    d = recipe_dirs(args)
+    out, easy, profile, model = d["out"], d["easy"], d["profile"], d["model"]
+    tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
+    base = recipe_base(args)
     py = sys.executable
     return [
-        ("recipe-synth", [py, "-m", "solution.synth", "--out", str(synth),
-                          *(["--num-train", "20", "--num-dev", "4", "--num-test", "4"] if args.dry_run else [])]),
-        ("recipe-stage1", [py, "-m", "solution.train", "--config", "configs/train/demo.yaml", "--model_name_or_path",
-                           args.backbone, "--train_file", str(synth / "simplified-nq-train.jsonl"),
-                           "--dev_file", str(synth / "simplified-nq-dev.jsonl"), "--mixed_precision", precision,
-                           "--cache_dir", str(out / "cache"), "--output_dir", str(out / "stage1"), *tiny]),
-        ("recipe-profile", [py, "-m", "solution.synth", "--profile", "nq", "--out", str(profile), "--seed", "0",
-                            "--num-train", str(args.recipe_pages), "--num-dev", "400" if not args.dry_run else "4",
-                            "--num-test", "400" if not args.dry_run else "4"]),
-        ("recipe-stage2", [py, "-m", "solution.train", "--config", "configs/train/nq-profile.yaml",
-                           "--model_name_or_path", str(out / "stage1" / "model"),
-                           "--train_file", str(profile / "simplified-nq-train.jsonl"),
-                           "--dev_file", str(profile / "simplified-nq-dev.jsonl"),
-                           "--max_train_examples", str(args.recipe_pages), "--mixed_precision", precision,
-                           "--cache_dir", str(out / "cache"), "--output_dir", str(out / "stage2"), *tiny]),
-        ("recipe-dev", [py, "-m", "submission.predict", "--model", str(out / "stage2" / "model"), "--input",
-                        str(profile / "simplified-nq-dev.jsonl"), "--output", str(out / "dev.csv"),
-                        "--scores-out", str(out / "dev-scores.jsonl"), "--device", args.device, "--quiet"]),
-        ("recipe-tune", [py, "-m", "solution.evaluate", "--tune", "--scores", str(out / "dev-scores.jsonl"),
-                         "--gold", str(profile / "simplified-nq-dev.jsonl"), "--model", str(out / "stage2" / "model")]),
-        ("recipe-test", [py, "-m", "submission.predict", "--model", str(out / "stage2" / "model"), "--input",
-                         str(profile / "simplified-nq-test.jsonl"), "--output", str(out / "test.csv"),
-                         "--device", args.device, "--quiet"]),
-        ("recipe-score", [py, "-m", "solution.evaluate", "--submission", str(out / "test.csv"), "--gold",
-                          str(profile / "simplified-nq-test-gold.jsonl"), "--json"]),
+        ("recipe-synth", "recipe", [py, "-m", "solution.synth", "--out", str(easy),
+                                    *(["--num-train", "20", "--num-dev", "4", "--num-test", "4"] if args.dry_run else [])]),
+        ("recipe-profile", "recipe", [py, "-m", "solution.synth_more", "--profile", "nq", "--out", str(profile),
+                                      "--seed", "0", "--num-train", str(base["num_train"]), "--num-dev",
+                                      str(base["num_dev"]), "--num-test", str(base["num_test"]),
+                                      "--extra-train", str(max(args.recipe_pages - base["num_train"], 0)),
+                                      "--workers", str(args.num_proc),
+                                      *(["--shard-pages", "10"] if args.dry_run else [])]),
+        ("recipe-stage1", "recipe", [py, "-m", "solution.train", "--config", "configs/train/demo.yaml",
+                                     "--model_name_or_path", args.backbone,
+                                     "--train_file", str(easy / "simplified-nq-train.jsonl"),
+                                     "--dev_file", str(easy / "simplified-nq-dev.jsonl"), "--num_proc", str(args.num_proc),
+                                     "--mixed_precision", "no" if args.dry_run else "bf16",
+                                     "--cache_dir", str(out / "cache"), "--output_dir", str(out / "stage1"), *tiny]),
+        ("recipe-stage2", "recipe", functools.partial(recipe_stage2, args)),
+        ("recipe-dev", "recipe", [py, "-m", "submission.predict", "--model", str(model), "--input",
+                                  str(profile / "simplified-nq-dev.jsonl"), "--output", str(out / "dev.csv"),
+                                  "--scores-out", str(out / "dev-scores.jsonl"), "--device", args.device, "--quiet"]),
+        ("recipe-tune", "recipe", [py, "-m", "solution.evaluate", "--tune", "--scores", str(out / "dev-scores.jsonl"),
+                                   "--gold", str(profile / "simplified-nq-dev.jsonl"), "--model", str(model)]),
+        ("recipe-test", "recipe", [py, "-m", "submission.predict", "--model", str(model), "--input",
+                                   str(profile / "simplified-nq-test.jsonl"), "--output", str(out / "test.csv"),
+                                   "--device", args.device, "--quiet"]),
+        ("recipe-figures", "figures", [py, str(Path(__file__).resolve()), "--recipe-figures", str(out)]),
     ]
 
 
+# -- the recipe's figures (--recipe-figures): numpy and the project's scoring only, as on the bare image --------
+
+def interval_figures(predictions: dict, gold: dict) -> tuple:
+    """({f1, ci, num_documents}, per-document counts) of `predictions` against `gold`."""
+    from solution.scoring.intervals import f1_interval
+    from solution.scoring.metric import document_counts
+
+    counts = document_counts(predictions, gold)
+    return f1_interval(counts), counts
+
+
+def lexical_figures(dev_path: Path, test_path: Path, dev_gold: dict, test_gold: dict) -> tuple:
+    """Word matching (solution.lexical), its thresholds tuned on dev, on test: ({dev_f1_tuned, test...}, counts)."""
+    from dataclasses import replace
+
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.lexical import lexical_records
+    from solution.scoring.tuning import predictions_with, tune
+
+    best = tune(lexical_records(dev_path), dev_gold, cfg=PostprocessConfig())
+    tuned = replace(PostprocessConfig(), **best["thresholds"])
+    test, counts = interval_figures(predictions_with(lexical_records(test_path), tuned), test_gold)
+    return {"dev_f1_tuned": best["result"]["micro_f1"], "test_f1": test["f1"], "test_f1_ci": test["ci"],
+            "thresholds": best["thresholds"]}, counts
+
+
+def recipe_figures(recipe_dir: Path) -> dict:
+    """Dev (tuned) and test micro-F1 of the stage-2 model with their intervals, word matching's, the difference."""
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.model.qa_model import read_qa_config
+    from solution.scoring.intervals import paired_difference
+    from solution.scoring.metric import load_gold, read_submission
+    from solution.scoring.tuning import predictions_with, read_scores
+
+    profile = recipe_dir / "nq-profile"
+    dev_path, test_path = profile / "simplified-nq-dev.jsonl", profile / "simplified-nq-test.jsonl"
+    dev_gold, test_gold = load_gold(dev_path), load_gold(profile / "simplified-nq-test-gold.jsonl")
+    # recipe-tune wrote the dev-tuned thresholds into the model directory: the dev predictions under them.
+    tuned = PostprocessConfig(**read_qa_config(recipe_dir / "stage2" / "model" / "qa_config.json")["postprocess"])
+    dev, _ = interval_figures(predictions_with(read_scores(recipe_dir / "dev-scores.jsonl"), tuned), dev_gold)
+    test, counts = interval_figures(read_submission(recipe_dir / "test.csv"), test_gold)
+    lexical, lexical_counts = lexical_figures(dev_path, test_path, dev_gold, test_gold)
+    delta = paired_difference(lexical_counts, counts)
+    return {"dev_f1_tuned": dev["f1"], "dev_f1_ci": dev["ci"], "num_dev_documents": dev["num_documents"],
+            "test_f1": test["f1"], "test_f1_ci": test["ci"], "num_test_documents": test["num_documents"],
+            "thresholds": {"long_threshold": tuned.long_threshold, "short_threshold": tuned.short_threshold},
+            "lexical": lexical, "minus_lexical": delta["delta"], "minus_lexical_ci": delta["ci"]}
+
+
+def recipe_summary(args, result: dict) -> dict:
+    """gpu_check.json's "recipe": the pages, windows and seconds of each stage beside the figures."""
+    runs, out = result["runs"], recipe_dirs(args)["out"]
+    summary = {**result.get("recipe_plan", {}), **runs.get("recipe-figures", {}).get("figures", {}),
+               "synth_s": runs.get("recipe-profile", {}).get("wall_s")}
+    for stage in ("stage1", "stage2"):
+        r = runs.get(f"recipe-{stage}", {})
+        summary[f"{stage}_s"] = r.get("wall_s")
+        path = out / stage / "metrics.jsonl"
+        if r.get("ok") and path.is_file():
+            summary.update(stage_figures(stage, [json.loads(line) for line in path.read_text().splitlines()]))
+    return summary
+
+
+def stage_figures(stage: str, records: list) -> dict:
+    """A recipe stage's documents, windows, steps and windows/s (the median step), from its metrics.jsonl."""
+    start, steps = records[0], [r["step_time_s"] for r in records if "step_time_s" in r]
+    out = {f"{stage}_documents": start["train_data"].get("documents"), f"{stage}_windows": start["train_windows"],
+           f"{stage}_steps": start["num_optimizer_steps"]}
+    if steps:
+        out[f"{stage}_step_s"] = statistics.median(steps)
+        out[f"{stage}_windows_per_s"] = start["global_batch_size"] / statistics.median(steps)
+    return out
+
+
 def plan(args, gpus: int, probes: Path) -> tuple:
-    """([(name, kind, command, the parts it needs)], [what is skipped and why]), in the order they run."""
-    out, work = Path(args.out), Path(args.work)
+    """([(name, kind, command, the parts it needs)], [what is skipped and why]), in the order they run: the
+    parts of --parts in their order."""
+    runs, skipped = [], []
+    for part in args.parts:
+        part_runs, part_skipped = PART_PLANS[part](args, gpus, probes)
+        runs += part_runs
+        skipped += part_skipped
+    return runs, skipped
+
+
+def plan_bf16(args, gpus: int, probes: Path) -> tuple:
     runs, skipped = [], []
     for strategy in filter(None, args.strategies.split(",")):
         name = f"bf16-{strategy}"
@@ -287,36 +472,49 @@ def plan(args, gpus: int, probes: Path) -> tuple:
                                                               probes / "bf16-ddp-2gpus.json"), []))
     else:
         skipped.append({"run": "bf16-ddp", "why": f"DDP needs two GPUs; {gpus} visible"})
+    return runs, skipped
+
+
+def plan_predict(args, gpus: int, probes: Path) -> tuple:
+    work = Path(args.work)
     # MiniLM's model directory: a few steps from the pretrained backbone (windows/s do not depend on the weights).
-    runs.append(("minilm", "train", train_command(args, "minilm", "single", "bf16", 1, probes / "minilm.json",
-                                                  config="configs/train/demo.yaml", steps=3,
-                                                  # every window of a page, as BERT-base's predict runs
-                                                  extra=["--max_windows_per_document", "0"]), []))
-    runs.append(("predict-minilm", "predict", predict_command(args, str(work / "minilm" / "model"), "predict-minilm"),
-                 ["minilm"]))
-    runs.append(("predict-bert-base", "predict",
-                 predict_command(args, str(work / "bf16-single" / "model"), "predict-bert-base"), ["bf16-single"]))
+    runs = [("minilm", "train", train_command(args, "minilm", "single", "bf16", 1, probes / "minilm.json",
+                                              config="configs/train/demo.yaml", steps=3,
+                                              # every window of a page, as BERT-base's predict runs
+                                              extra=["--max_windows_per_document", "0"]), []),
+            ("predict-minilm", "predict", predict_command(args, str(work / "minilm" / "model"), "predict-minilm"),
+             ["minilm"]),
+            ("predict-bert-base", "predict",
+             predict_command(args, str(work / "bf16-single" / "model"), "predict-bert-base"), ["bf16-single"])]
+    return runs, []
+
+
+def plan_fp16(args, gpus: int, probes: Path) -> tuple:
+    runs, skipped = [], []
     for strategy in filter(None, args.fp16_strategies.split(",")):
         name = f"fp16-{strategy}"
         if args.dry_run:
             skipped.append({"run": name, "why": "fp16 needs a GPU (the trainer refuses it on the CPU)"})
         else:
             runs.append((name, "train", train_command(args, name, strategy, "fp16", 1, probes / f"{name}.json"), []))
-    hn = [sys.executable, "-m", "solution.hard_negatives", "--model", str(work / "bf16-single" / "model"),
+    hn = [sys.executable, "-m", "solution.hard_negatives", "--model", str(Path(args.work) / "bf16-single" / "model"),
           "--train_file", str(Path(args.data) / "simplified-nq-train-sample.jsonl"),
-          "--out", str(out / "hard-negatives.jsonl"), "--precision", "auto", "--device", args.device, "--quiet"]
+          "--out", str(Path(args.out) / "hard-negatives.jsonl"), "--precision", "auto", "--device", args.device, "--quiet"]
     if args.dry_run:
         hn += ["--max_examples", "2"]
     runs.append(("hard-negatives", "hard_negatives", hn, ["bf16-single"]))
-    if importlib.util.find_spec("datasets") is None:
-        skipped.append({"run": "recipe", "why": "the nq-profile recipe needs the datasets package (the feature cache), "
-                                                "not installed here: the bundle cannot carry it beside MiniLM"})
-    else:
-        previous = []
-        for name, cmd in recipe_commands(args):
-            runs.append((name, "score" if name == "recipe-score" else "recipe", cmd, list(previous)))
-            previous.append(name)
     return runs, skipped
+
+
+def plan_recipe(args, gpus: int, probes: Path) -> tuple:
+    runs, previous = [], []
+    for name, kind, cmd in recipe_commands(args):
+        runs.append((name, kind, cmd, list(previous)))
+        previous.append(name)
+    return runs, []
+
+
+PART_PLANS = {"bf16": plan_bf16, "predict": plan_predict, "fp16": plan_fp16, "recipe": plan_recipe}
 
 
 def write_pages(args) -> Path:
@@ -439,9 +637,12 @@ def report(result: dict) -> None:
             print(f"| {name} | {r['engine']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
                   f"{r.get('max_memory_allocated_bytes', 0) * gib:.2f} GiB | {r['model_state_bytes'] * gib:.2f} GiB | "
                   f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}{scale} |")
-        elif "test_score" in r:
-            print(f"| {name} | test micro-F1 {r['test_score']['micro_f1']:.3f} over {r['test_score']['num_examples']} "
-                  f"pages | | | | | | |")
+        elif "figures" in r:
+            f, lex = r["figures"], r["figures"]["lexical"]
+            print(f"| {name} | test micro-F1 {f['test_f1']:.3f} ({f['test_f1_ci'][0]:.3f}-{f['test_f1_ci'][1]:.3f}) over "
+                  f"{f['num_test_documents']} pages, dev tuned {f['dev_f1_tuned']:.3f}; word matching "
+                  f"{lex['test_f1']:.3f}, difference {f['minus_lexical']:+.3f} ({f['minus_lexical_ci'][0]:+.3f} to "
+                  f"{f['minus_lexical_ci'][1]:+.3f}) | | | | | | |")
         elif "windows_per_s" in r:
             t4 = r["kernel_projection"]["T4 fp32"]
             print(f"| {name} | {r['precision']}, {r['layers']}x{r['hidden']} at {r['max_seq_length']} | "
@@ -449,6 +650,11 @@ def report(result: dict) -> None:
                   f"{r['hours_for_test_pages_here']:.2f} h for the test pages | | | |")
         else:
             print(f"| {name} | ok in {r['wall_s']} s | | | | | | |")
+    if "recipe" in result:
+        rec = result["recipe"]
+        print(f"recipe: {rec.get('pages')} pages, {rec.get('stage2_windows')} windows, stage 1 {rec.get('stage1_s')} s, "
+              f"stage 2 {rec.get('stage2_s')} s ({rec.get('stage2_windows_per_s') or 0:.0f} windows/s)"
+              + (f"; pages cut: {rec['cut']}" if rec.get("cut") else ""))
     for s in result["skipped"]:
         print(f"skipped {s['run']}: {s['why']}")
 
@@ -464,18 +670,22 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
             result["skipped"].append({"run": name, "why": f"the budget ({args.budget_s:.0f} s) is spent: "
                                                           f"{max(left, 0):.0f} s left"})
         else:
+            if callable(cmd):  # built as it starts: the recipe's stage 2 fits its pages to the budget left
+                cmd = cmd(result, left)
             r = execute(name, cmd, args, min(args.timeout, left))
             try:
                 if r["ok"] and kind == "train":
                     r.update(train_figures(name, args, probes / f"{name}.json", tflops))
                 elif r["ok"] and kind == "predict":
                     r.update(predict_figures(name, args, cmd[cmd.index("--model") + 1]))
-                elif r["ok"] and kind == "score":  # evaluate --json: its stdout is one JSON object, on a line
+                elif r["ok"] and kind == "figures":  # --recipe-figures: its stdout is one JSON object, on a line
                     lines = Path(r["log"]).read_text().splitlines()
-                    r["test_score"] = json.loads([line for line in lines if line.startswith("{")][-1])
+                    r["figures"] = json.loads([line for line in lines if line.startswith("{")][-1])
             except (OSError, ValueError, KeyError) as e:  # the run finished; its figures could not be read
                 r["figures_error"] = f"{type(e).__name__}: {e}"
             result["runs"][name] = r
+        if name.startswith("recipe-"):
+            result["recipe"] = recipe_summary(args, result)
         result["elapsed_s"] = round(args.budget_s - (deadline - time.monotonic()), 1)
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")  # each result as it finishes
 
@@ -485,6 +695,9 @@ def main(argv=None) -> int:
     sizes(args)
     if args.check_versions:
         return check_versions(args.out)
+    if args.recipe_figures:
+        print(json.dumps(recipe_figures(Path(args.recipe_figures))))
+        return 0
     import torch
 
     cuda = torch.cuda.is_available()
@@ -500,7 +713,8 @@ def main(argv=None) -> int:
         runs, skipped = plan(args, gpus, probes)
         if args.list:
             for name, _, cmd, _ in runs:
-                print(f"[{name}] {shown(cmd)}")
+                # Stage 2 as asked: when it runs, its pages are cut to what the budget left can train.
+                print(f"[{name}] {shown(cmd({}, float('inf')) if callable(cmd) else cmd)}")
             for s in skipped:
                 print(f"skipped {s['run']}: {s['why']}")
             return 0
@@ -508,7 +722,8 @@ def main(argv=None) -> int:
         Path(args.work).mkdir(parents=True, exist_ok=True)
         json_path = Path(args.json or Path(args.out) / "gpu_check.json")
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        write_pages(args)
+        if "predict" in args.parts:
+            write_pages(args)
         name = torch.cuda.get_device_name(0) if cuda and not args.dry_run else "CPU (--dry-run)"
         tflops, source = peak_tflops(name, args.peak_tflops) if not args.dry_run else (None, "--dry-run: no MFU")
         result = {"cuda": cuda and not args.dry_run, "dry_run": args.dry_run, "device_name": name, "device_count": gpus,

