@@ -246,7 +246,7 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
 def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats: ReadStats):
     """The kept windows of this shard's lines (every num_shards-th), as dicts; counts go to `summary`,
     `ids` and `stats`."""
-    path, num_shards, sampling, seed = job["path"], job["num_shards"], job["sampling"], job["seed"]
+    path, num_shards, sampling = job["path"], job["num_shards"], job["sampling"]
     featurizer = Featurizer(job["tokenizer"], job["window"])
     hard = (HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
             if sampling.hard_negatives_file else None)
@@ -266,20 +266,26 @@ def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats:
                 print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
                       f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
             answerable = has_answer(ex)
-            rates = window_rates(sampling, ex, windows, answerable)
-            if hard is None:
-                kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
-            else:
-                weights = hard.weights(ex.example_id, answerable, len(windows))
-                if weights is None:
-                    raise NQFormatError(path, ex.line, "example_id",
-                                        hard.mismatch(ex.example_id, answerable, len(windows)))
-                kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
-            kept = [w for w in kept for _ in range(sampling.copies(ANSWER_TYPES[w.answer_type]))]
+            kept = _kept_windows(ex, windows, answerable, job, hard)
             summary.add(ex, windows, kept, answerable, featurizer)
             yield from (w.as_dict() for w in kept)
     finally:
         bar.close()
+
+
+def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional[HardNegativeWeights]) -> list:
+    """The windows of one document that training keeps, each as many times as its answer type's copies."""
+    sampling, seed = job["sampling"], job["seed"]
+    rates = window_rates(sampling, ex, windows, answerable)
+    if hard is None:
+        kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
+    else:
+        weights = hard.weights(ex.example_id, answerable, len(windows))
+        if weights is None:
+            raise NQFormatError(job["path"], ex.line, "example_id",
+                                hard.mismatch(ex.example_id, answerable, len(windows)))
+        kept = [w for w, rate, wt in zip(windows, rates, weights) if keep_window(w, rate, seed, wt)]
+    return [w for w in kept for _ in range(sampling.copies(ANSWER_TYPES[w.answer_type]))]
 
 
 def _featurize_shard(shard: int, job: dict) -> None:
