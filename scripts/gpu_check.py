@@ -60,9 +60,9 @@ and the rest go on; a part with too little of the budget left is skipped, saying
                 the GPU; the recipe's batch is 8). Stage 1's measured step time replaces the guess;
      stage 1    ~450 steps and 1,000 easy pages: ~30 s; prediction of 400 dev and 400 test pages (~3,200
                 first-pass windows each, 720 windows/s for MiniLM on the H100, featurised on one core):
-                ~25 s each; tuning and the figures (word matching over 800 pages): ~40 s;
+                ~25 s each; tuning and the figures (word matching over 800 pages; 300 took 2.3 s here): ~20 s;
      start-up   eight commands, each importing torch: ~50 s.
-   In all ~450 s of 540. With 10 ms steps stage 2 takes ~95 s, and ~40,000 pages would fit.
+   In all ~430 s of 540. With 10 ms steps stage 2 takes ~95 s, and ~40,000 pages would fit.
 
 The MiniLM backbone (tokenizer and config of the BERT-base runs, weights of the MiniLM model) is
 `--backbone`: by default the bundle's copy (`.gpu-bundle/minilm`) when there is one, else the
@@ -305,6 +305,16 @@ def stage2_seconds(pages: int, step_s: float, num_proc: int, batch: int = 8) -> 
     return pages / (FEATURE_PAGES_PER_S_PER_CORE * num_proc) + pages * WINDOWS_PER_PAGE / batch * step_s
 
 
+def recipe_projection(args) -> dict:
+    """What the module docstring projects for --recipe-pages on --num-proc processes, recorded beside what ran."""
+    base = recipe_base(args)["num_train"] + recipe_base(args)["num_dev"] + recipe_base(args)["num_test"]
+    extra = max(args.recipe_pages - recipe_base(args)["num_train"], 0)
+    return {"pages": args.recipe_pages, "windows": args.recipe_pages * WINDOWS_PER_PAGE,
+            "synth_s": max(base, extra / max(args.num_proc - 1, 1)) * SYNTH_S_PER_PAGE,
+            "stage2_s": stage2_seconds(args.recipe_pages, ASSUMED_STEP_S, args.num_proc),
+            "assumed_step_s": ASSUMED_STEP_S}
+
+
 def stage2_pages(args, step_s: float, left_s: float) -> tuple:
     """(pages, why they were cut or None): --recipe-pages, or the most that `left_s` can train at `step_s`
     (1,000 at least: fewer would say nothing)."""
@@ -430,7 +440,7 @@ def recipe_summary(args, result: dict) -> dict:
     """gpu_check.json's "recipe": the pages, windows and seconds of each stage beside the figures."""
     runs, out = result["runs"], recipe_dirs(args)["out"]
     summary = {**result.get("recipe_plan", {}), **runs.get("recipe-figures", {}).get("figures", {}),
-               "synth_s": runs.get("recipe-profile", {}).get("wall_s")}
+               "synth_s": runs.get("recipe-profile", {}).get("wall_s"), "projection": recipe_projection(args)}
     for stage in ("stage1", "stage2"):
         r = runs.get(f"recipe-{stage}", {})
         summary[f"{stage}_s"] = r.get("wall_s")

@@ -2,6 +2,7 @@
 # The GPU check on a bare GPU machine without network, as one command:
 #
 #   bash scripts/gpu_run.sh --out DIR [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]
+#   bash scripts/gpu_run.sh --out DIR --parts recipe --budget-s 540     # the nq-profile recipe alone
 #
 # 1. installs the bundle's wheels (scripts/make_gpu_bundle.py: deepspeed and what it imports that the image
 #    lacks) offline into WORK/site (`pip install --no-index --no-deps --target`; where the image has no pip,
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --bundle) bundle="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --budget-s) budget="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) rest+=("$1"); shift ;;
   esac
 done

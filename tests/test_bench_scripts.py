@@ -203,6 +203,10 @@ def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
     assert pages < 20000 and gpu.stage2_seconds(pages, 0.060, 16) <= 300.0 < gpu.stage2_seconds(pages + 50, 0.060, 16)
     assert "20000 pages project to" in why and "60.0 ms a step" in why
     assert gpu.stage2_pages(args, 5.0, 200.0)[0] == 1000  # never fewer than 1,000
+    # The docstring's projection: 4,800 pages of seed 0 in one process outlast 16,000 extra on the other 15.
+    projection = gpu.recipe_projection(args)
+    assert projection["synth_s"] == pytest.approx(4800 * 0.0067) and projection["windows"] == pytest.approx(75600)
+    assert 200 < projection["stage2_s"] < 250
 
 
 def test_gpu_check_refuses_an_unknown_part():
