@@ -21,7 +21,7 @@ demo: $(STAMP)
 # pytest-xdist workers, one a core of CI's two; tests/conftest.py says which tests share a worker.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 tests
 
 # The edit loop: every test but trainings, launches and processes that load torch (marked slow).
 test-fast: $(STAMP)

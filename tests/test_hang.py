@@ -399,6 +399,14 @@ def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
     raise AssertionError(f"the run ended (exit {proc.wait()}) before printing {prefix!r}")
 
 
+def wait_for_beat(path: Path, rank: int, deadline: float) -> None:
+    """Until `rank`'s heartbeat file holds a beat, or fail after `deadline` seconds."""
+    end = time.monotonic() + deadline
+    while Beat.read(path, rank).beat < 0:
+        assert time.monotonic() < end, f"rank {rank} wrote no heartbeat to {path} in {deadline} s"
+        time.sleep(0.05)
+
+
 def kill_launch(proc: subprocess.Popen) -> None:
     """SIGKILL to torchrun and every process under it that is still there."""
     try:
@@ -420,6 +428,9 @@ def test_a_rank_stopped_before_its_first_step_is_named(corpus, tmp_path):
                                 stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             wait_for_line(proc, "faulty_train: featurising")
+            # Rank 1 beats from a thread of its own: wait for its first beat, so the rank stopped is one
+            # the watchdog has seen (stopped before it, rank 1 is named with "no heartbeat", also right).
+            wait_for_beat(out / "heartbeat" / "rank-1.json", 1, deadline=30)
             rank_process(psutil.Process(proc.pid), 1).suspend()
             stopped_at = time.monotonic()
             try:
