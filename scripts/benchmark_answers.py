@@ -370,16 +370,13 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
 def lexical_row(corpus: dict, method: str = "words") -> dict:
     """A no-training answerer of `solution.lexical` (word matching, or `bm25`): thresholds tuned on dev,
     applied to test."""
-    from dataclasses import replace
-
     from solution.answers.postprocess import PostprocessConfig
-    from solution.lexical import lexical_records
-    from solution.scoring.tuning import predictions_with, tune
+    from solution.lexical import lexical_records, tuned_on_dev
+    from solution.scoring.tuning import predictions_with
 
-    dev_records, default = lexical_records(corpus["dev"], method=method), PostprocessConfig()
-    best = tune(dev_records, gold_of(corpus["dev"]), cfg=default)
-    tuned = replace(default, **best["thresholds"])
-    dev = score_rows(predictions_with(dev_records, default), corpus["dev"])
+    dev_records = lexical_records(corpus["dev"], method=method)
+    tuned, best = tuned_on_dev(dev_records, gold_of(corpus["dev"]))
+    dev = score_rows(predictions_with(dev_records, PostprocessConfig()), corpus["dev"])
     dev_figures, dev_counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": {"dev": dev_counts}}

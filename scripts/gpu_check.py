@@ -400,14 +400,10 @@ def interval_figures(predictions: dict, gold: dict) -> tuple:
 
 def lexical_figures(dev_path: Path, test_path: Path, dev_gold: dict, test_gold: dict) -> tuple:
     """Word matching (solution.lexical), its thresholds tuned on dev, on test: ({dev_f1_tuned, test...}, counts)."""
-    from dataclasses import replace
+    from solution.lexical import lexical_records, tuned_on_dev
+    from solution.scoring.tuning import predictions_with
 
-    from solution.answers.postprocess import PostprocessConfig
-    from solution.lexical import lexical_records
-    from solution.scoring.tuning import predictions_with, tune
-
-    best = tune(lexical_records(dev_path), dev_gold, cfg=PostprocessConfig())
-    tuned = replace(PostprocessConfig(), **best["thresholds"])
+    tuned, best = tuned_on_dev(lexical_records(dev_path), dev_gold)
     test, counts = interval_figures(predictions_with(lexical_records(test_path), tuned), test_gold)
     return {"dev_f1_tuned": best["result"]["micro_f1"], "test_f1": test["f1"], "test_f1_ci": test["ci"],
             "thresholds": best["thresholds"]}, counts

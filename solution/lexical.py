@@ -193,6 +193,18 @@ def lexical_records(path, on_error: str = "raise", method: str = "words", stats=
     return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
 
 
+def tuned_on_dev(dev_records: list, dev_gold: dict) -> tuple:
+    """Its two thresholds tuned on dev, as a model's are: (the post-processing config to apply to test,
+    `tuning.tune`'s result with the dev micro-F1 at them)."""
+    from dataclasses import replace
+
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.scoring.tuning import tune
+
+    best = tune(dev_records, dev_gold, cfg=PostprocessConfig())
+    return replace(PostprocessConfig(), **best["thresholds"]), best
+
+
 def main(argv=None) -> int:
     from solution.common import cli
 

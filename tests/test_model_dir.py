@@ -342,9 +342,11 @@ def test_a_format_2_directory_written_before_the_overrun_settings_loads_with_the
     d = tmp_path / "model"
     shutil.copytree(good_dir, d)
     edit_json(d / "qa_config.json", lambda o: (o["window"].pop("long_overrun_labels"),
+                                               o["window"].pop("long_overrun_yes_no"),
                                                o["postprocess"].pop("long_overrun")))
     _, _, meta = qa_model.load_model_dir(d)
     assert meta["window"]["long_overrun_labels"] is False and meta["postprocess"]["long_overrun"] is False
+    assert meta["window"]["long_overrun_yes_no"] is True  # what such a model was trained with
 
 
 def test_a_directory_with_the_first_pass_under_postprocess_loads_it_as_a_window_setting(good_dir, tmp_path):

@@ -381,6 +381,26 @@ def test_overrun_labels_leave_answers_that_fit_alone(tokenizer):
             [(w.answer_type, w.start_position, w.end_position) for w in overrun]
 
 
+def test_yes_no_overrun_labels_can_be_left_to_windows_holding_the_whole_paragraph(tokenizer):
+    # A YES paragraph of 300 words: with the overrun labels every window where it starts says YES; with
+    # long_overrun_yes_no false none does (none holds the statement whole), while a LONG one is still cut.
+    doc = "T <H1> T </H1> <P> intro words here . </P> <P> " + " ".join(f"w{i}" for i in range(300)) + " </P>"
+    line = nq_line(document=doc, long=1, yes_no="YES", question="is it w7")
+    said = [w.answer_type for w in featurize(tokenizer, line, long_overrun_labels=True)[1]]
+    assert TYPE_ID["YES"] in said
+    whole = featurize(tokenizer, line, long_overrun_labels=True, long_overrun_yes_no=False)[1]
+    assert {w.answer_type for w in whole} == {TYPE_ID["UNKNOWN"]}
+    cut = featurize(tokenizer, nq_line(document=doc, long=1), long_overrun_labels=True, long_overrun_yes_no=False)[1]
+    assert TYPE_ID["LONG"] in [w.answer_type for w in cut]
+    # A YES paragraph a window holds whole is labelled there either way.
+    fits = nq_line(long=0, yes_no="YES", question="was the book written by ann smith")
+    assert TYPE_ID["YES"] in [w.answer_type for w in featurize(tokenizer, fits)[1]]
+    assert [w.answer_type for w in featurize(tokenizer, fits, long_overrun_labels=True, long_overrun_yes_no=False)[1]] \
+        == [w.answer_type for w in featurize(tokenizer, fits)[1]]
+    with pytest.raises(ValueError, match="long_overrun_yes_no is false but long_overrun_labels is false"):
+        WindowConfig(long_overrun_yes_no=False)
+
+
 def test_long_overrun_scores_a_candidate_no_window_holds_whole():
     # One window holding NQ tokens 7..15 of a paragraph whose text runs to token 30: the start at
     # its first piece and the end at the window's last piece score it only with long_overrun (a short

@@ -88,6 +88,10 @@ class WindowConfig:
     where it starts, from its first piece to the window's last document piece; otherwise it cannot be
     labelled at all (a paragraph longer than a window). Post-processing must score candidates the same
     way (`postprocess.long_overrun`)."""
+    long_overrun_yes_no: bool = True
+    """With `long_overrun_labels`: YES and NO answers are labelled so too. False: only LONG is; a YES or NO
+    answer is labelled only on windows that hold its whole paragraph, since its polarity is read from a
+    statement that a window holding only the paragraph's start need not hold."""
     max_windows_per_document: int = 0
     """Run the model on at most this many windows of a document (0: all of them), those sharing the
     most of the question's content words (`top_windows`): a cheap first pass that keeps an ensemble
@@ -98,6 +102,9 @@ class WindowConfig:
     def __post_init__(self):
         if self.max_windows_per_document < 0:
             raise ValueError(f"max_windows_per_document must be >= 0 (0: every window), got {self.max_windows_per_document}")
+        if not self.long_overrun_yes_no and not self.long_overrun_labels:
+            raise ValueError("long_overrun_yes_no is false but long_overrun_labels is false too: it changes "
+                             "nothing then; set long_overrun_labels: true, or leave long_overrun_yes_no as it is")
         if self.max_question_length < 1:
             raise ValueError(f"max_question_length must be >= 1, got {self.max_question_length}")
         capacity = self.max_seq_length - self.max_question_length - 3
@@ -216,7 +223,8 @@ class Featurizer:
         cfg = self.config
         extents = window_extents(len(doc.input_ids), len(question_ids), cfg)
         target = answer_target(example, doc, cfg.nested_to_top_level) if with_labels else None
-        overrun = (target is not None and cfg.long_overrun_labels and target[0] != TYPE_ID["SHORT"]
+        overrun_types = ("LONG", "YES", "NO") if cfg.long_overrun_yes_no else ("LONG",)
+        overrun = (target is not None and cfg.long_overrun_labels and ANSWER_TYPES[target[0]] in overrun_types
                    and not windows_holding(extents, target[1], target[2]))
         head = np.concatenate([[self.tokenizer.cls_token_id], question_ids, [self.tokenizer.sep_token_id]])
         offset = len(head)  # position of the first document piece in every window
