@@ -51,9 +51,10 @@ Beside the techniques:
   it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
   (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
-* `yes_no_repeat_yes_no`, `yes_no_pages_yes_no`: the baseline's model (off) and the technique's (on) on
-  dev and test with the yes/no pages added, as below. `yes_no_pages` trains on the corpus's pages and
-  YES_NO_TRAIN_PAGES yes/no pages of another seed (`solution.synth --answer-types YES,NO`, corpus seed + 2).
+* `yes_no_repeat_yes_no`, `yes_no_pages_yes_no`, `yes_no_whole_yes_no`: the baseline's model (off) and the
+  technique's (on) on dev and test with the yes/no pages added, as below. `yes_no_pages` trains on the
+  corpus's pages and YES_NO_TRAIN_PAGES yes/no pages of another seed (`solution.synth --answer-types YES,NO`,
+  corpus seed + 2); `yes_no_whole` the same pages with `--long_overrun_yes_no false`.
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
 * `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
@@ -104,10 +105,14 @@ TECHNIQUES = {
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
     # answers as real NQ's training set holds for every 300 pages or so, not a repeat of the same 60.
     "yes_no_pages": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"], []),
+    # `yes_no_pages` with YES and NO labelled only on windows that hold the whole paragraph (LONG's cut
+    # labels as they are): the window holding a long paragraph's start need not hold its statement.
+    "yes_no_whole": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}",
+                      "--long_overrun_yes_no", "false"], []),
 }
 # Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
 # beside the baseline's model there (rows named TECHNIQUE_yes_no).
-YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages")
+YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole")
 # Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
 # that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
 YES_NO_TRAIN_PAGES = 800
@@ -126,10 +131,12 @@ FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes
         "num_dev": 400, "num_test": 400, "yes_no": 80, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
-# max_windows rows change something, and a tiny stage 1 so that the warm start runs.
+# max_windows rows change something, its overrun labels (which `yes_no_whole` needs), and a tiny stage 1
+# so that the warm start runs.
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
          "yes_no": 3, "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
-                                      "--max_windows_per_document", "8"],
+                                      "--max_windows_per_document", "8", "--long_overrun_labels", "true",
+                                      "--long_overrun", "true"],
          "warm_start": {"config": "configs/train/tiny.yaml",
                         "synth": ["--num-train", "12", "--num-dev", "4", "--num-test", "4"]}}
 REAL_TRAIN = ["--max_seq_length", "384", "--doc_stride", "128", "--max_question_length", "64",
@@ -835,7 +842,7 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
                   "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
         if plan.get("yes_no"):
             corpus["yes_no"] = yes_no_corpus(corpus, plan, out, args)
-        if "yes_no_pages" in args.techniques:
+        if any("{yes_no_train}" in TECHNIQUES[t][0] for t in args.techniques):
             corpus |= yes_no_train_corpus(corpus, plan, out, args)
     if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
         easy = out / "data-easy"

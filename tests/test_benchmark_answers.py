@@ -22,7 +22,7 @@ spec.loader.exec_module(bench)
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "yes_no_repeat",
-                                     "yes_no_pages"}
+                                     "yes_no_pages", "yes_no_whole"}
     sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
@@ -194,6 +194,9 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     assert set(repeat) == {False, True} and repeat[False]["test_f1"] == yes_no[False]["test_f1"]
     assert repeat[True]["train_overrides"] == ["--yes_no_repeat", "8"] and "yes_no_f1" in repeat[True]
     _check_delta(repeat[True], repeat[False])
+    whole = {x["enabled"]: x for x in rows if x["technique"] == "yes_no_whole_yes_no"}
+    assert set(whole) == {False, True} and whole[False]["test_f1"] == yes_no[False]["test_f1"]
+    assert whole[True]["train_overrides"][-2:] == ["--long_overrun_yes_no", "false"]
     curve = sorted((x for x in rows if x["technique"] == "learning_curve"), key=lambda x: x["num_train_documents"])
     assert [x["num_train_documents"] for x in curve] == [6, 12] and curve[1]["test_f1"] == base["test_f1"]
     from solution.scoring.mlebench import score_files  # the grader on the CSV the script wrote: the same score
@@ -211,7 +214,8 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
             assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
             # every page of the corpus (12), the curve its own, yes_no_pages its 3 yes/no pages more
             pages = command[len(command) - 1 - command[::-1].index("--max_train_examples") + 1]
-            assert pages == {"curve6": "6", "yes_no_pages": "15"}.get(p.name.rsplit("-seed", 1)[0], "12"), p.name
+            assert pages == {"curve6": "6", "yes_no_pages": "15", "yes_no_whole": "15"}.get(
+                p.name.rsplit("-seed", 1)[0], "12"), p.name
 
 
 @pytest.mark.parametrize("record", ["answers.json", "answers-nq-lexical.json"])
