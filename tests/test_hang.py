@@ -334,19 +334,19 @@ def signal_if_there(process: psutil.Process, sig: int) -> None:
 @pytest.mark.slow
 def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_path):
     """SIGSTOP to the torchrun agent and both ranks (what `scontrol suspend`, a VM pause or Ctrl-Z do) for
-    three hang_timeouts, then SIGCONT, three times in one run: it is no hang, and the run finishes, exit 0.
+    three hang_timeouts, then SIGCONT, twice in one run: it is no hang, and the run finishes, exit 0.
     The ranks are continued half a second apart (one node's before another's), in turn rank 0 and rank 1
     first, so that the first one's main thread waits in a collective while its watchdog wakes."""
     timeout, out = 4, tmp_path / "run"
     log = tmp_path / "stderr.txt"
     with log.open("w") as stderr:
-        cmd = torchrun(out, "--hang_timeout", str(timeout), "--max_steps", "300", "--save_total_limit", "2")
+        cmd = torchrun(out, "--hang_timeout", str(timeout), "--max_steps", "200", "--save_total_limit", "2")
         proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
         try:
             agent = psutil.Process(proc.pid)
             ranks = [rank_process(agent, 0), rank_process(agent, 1)]
             reached = 0
-            for attempt in range(3):
+            for attempt in range(2):
                 deadline = time.monotonic() + 120
                 while logged_step(out) < reached + 3:  # running: a few steps past the last pause
                     assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -369,7 +369,7 @@ def test_a_whole_job_suspended_for_three_timeouts_and_continued_finishes(tmp_pat
     assert proc.returncode == 0, stderr[-3000:]
     assert "hang:" not in stderr and not (out / "hang-stacks").exists()
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["event"] == "end" and records[-1]["step"] == 300
+    assert records[-1]["event"] == "end" and records[-1]["step"] == 200
     assert not [r for r in records if r.get("event") == "hang"]
 
 
