@@ -51,10 +51,11 @@ Beside the techniques:
   it alone), each against its best member on dev (`best_member`; the deltas are ensemble minus it).
 * `learning_curve`: the first seed's baseline trained on the first N pages of the same file
   (`--max_train_examples N`) for every N of `--train-sizes`; the largest is the baseline itself.
-* `yes_no_repeat_yes_no`, `yes_no_pages_yes_no`, `yes_no_whole_yes_no`: the baseline's model (off) and the
-  technique's (on) on dev and test with the yes/no pages added, as below. `yes_no_pages` trains on the
-  corpus's pages and YES_NO_TRAIN_PAGES yes/no pages of another seed (`solution.synth --answer-types YES,NO`,
-  corpus seed + 2); `yes_no_whole` the same pages with `--long_overrun_yes_no false`.
+* `yes_no_repeat_yes_no`, `yes_no_pages_yes_no`, `yes_no_whole_yes_no`, `yes_no_balanced_yes_no`: the
+  baseline's model (off) and the technique's (on) on dev and test with the yes/no pages added, as below.
+  `yes_no_pages` trains on the corpus's pages and YES_NO_TRAIN_PAGES yes/no pages of another seed
+  (`solution.synth --answer-types YES,NO`, corpus seed + 2); `yes_no_whole` the same pages with
+  `--long_overrun_yes_no false`; `yes_no_balanced` those and each NO window twice (`--no_repeat 2`).
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
 * `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
@@ -109,10 +110,13 @@ TECHNIQUES = {
     # labels as they are): the window holding a long paragraph's start need not hold its statement.
     "yes_no_whole": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}",
                       "--long_overrun_yes_no", "false"], []),
+    # `yes_no_whole` with each NO window twice: the pages' two YES to a NO become one to one.
+    "yes_no_balanced": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}",
+                         "--long_overrun_yes_no", "false", "--no_repeat", "2"], []),
 }
 # Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
 # beside the baseline's model there (rows named TECHNIQUE_yes_no).
-YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole")
+YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole", "yes_no_balanced")
 # Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
 # that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
 YES_NO_TRAIN_PAGES = 800

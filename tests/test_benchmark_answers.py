@@ -22,7 +22,7 @@ spec.loader.exec_module(bench)
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "yes_no_repeat",
-                                     "yes_no_pages", "yes_no_whole"}
+                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced"}
     sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
@@ -214,7 +214,7 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
             assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
             # every page of the corpus (12), the curve its own, yes_no_pages its 3 yes/no pages more
             pages = command[len(command) - 1 - command[::-1].index("--max_train_examples") + 1]
-            assert pages == {"curve6": "6", "yes_no_pages": "15", "yes_no_whole": "15"}.get(
+            assert pages == {"curve6": "6", "yes_no_pages": "15", "yes_no_whole": "15", "yes_no_balanced": "15"}.get(
                 p.name.rsplit("-seed", 1)[0], "12"), p.name
 
 

@@ -405,3 +405,13 @@ def test_yes_no_repeat_trains_each_yes_no_window_that_many_times(tmp_path, token
     assert "yes_no_repeat" not in NegativeSampling().key(0) and NegativeSampling(yes_no_repeat=3).key(0)["yes_no_repeat"] == 3
     with pytest.raises(ValueError, match="yes_no_repeat must be an integer >= 1"):
         NegativeSampling(yes_no_repeat=0)
+    # no_repeat: NO windows that many times more (YES ones as yes_no_repeat says), a cache of their own.
+    balanced, s2 = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(NEVER, yes_no_repeat=3, no_repeat=2),
+                                        str(tmp_path / "c"))
+    no = [r for r in yes_no if r[2] == TYPE_ID["NO"]]
+    assert no and by_type(balanced) == sorted(others + yes_no * 3 + no * 3)
+    assert s2["windows_per_type"]["NO"] == 6 * s1["windows_per_type"]["NO"]
+    assert s2["windows_per_type"]["YES"] == s3["windows_per_type"]["YES"]
+    assert "no_repeat" not in NegativeSampling().key(0) and NegativeSampling(no_repeat=2).key(0)["no_repeat"] == 2
+    with pytest.raises(ValueError, match="no_repeat must be an integer >= 1"):
+        NegativeSampling(no_repeat=0)

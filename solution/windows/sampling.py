@@ -121,6 +121,9 @@ class NegativeSampling:
     """How many times each window labelled YES or NO is trained on. Yes/no answers are about 1.5% of NQ's
     pages (and of the synthetic profiles'): an epoch shows the answer-type head a few dozen such windows
     against thousands of others, and a model trained so never answers YES or NO."""
+    no_repeat: int = 1
+    """How many times more each window labelled NO is trained on (on top of `yes_no_repeat`). Yes/no answers
+    run about two YES to a NO, and a head trained on that mix answers YES to every yes/no question."""
 
     def __post_init__(self):
         checks = [
@@ -134,6 +137,8 @@ class NegativeSampling:
             (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
             (isinstance(self.yes_no_repeat, int) and not isinstance(self.yes_no_repeat, bool)
              and self.yes_no_repeat >= 1, "yes_no_repeat", "an integer >= 1"),
+            (isinstance(self.no_repeat, int) and not isinstance(self.no_repeat, bool)
+             and self.no_repeat >= 1, "no_repeat", "an integer >= 1"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -141,7 +146,7 @@ class NegativeSampling:
 
     def copies(self, answer_type: str) -> int:
         """How many times a kept window of `answer_type` (an ANSWER_TYPES name) is trained on."""
-        return self.yes_no_repeat if answer_type in ("YES", "NO") else 1
+        return self.yes_no_repeat * (self.no_repeat if answer_type == "NO" else 1) if answer_type in ("YES", "NO") else 1
 
     def rate(self, answerable: bool) -> float:
         if answerable or self.unanswerable_keep_rate is None:
@@ -157,8 +162,9 @@ class NegativeSampling:
 
     def key(self, seed: int) -> dict:
         d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
-        if d["yes_no_repeat"] == 1:  # as before the setting existed: those caches stay valid too
-            del d["yes_no_repeat"]
+        for name in ("yes_no_repeat", "no_repeat"):
+            if d[name] == 1:  # as before the setting existed: those caches stay valid too
+                del d[name]
         if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
             d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
         return d
