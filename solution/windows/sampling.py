@@ -146,7 +146,9 @@ class NegativeSampling:
 
     def copies(self, answer_type: str) -> int:
         """How many times a kept window of `answer_type` (an ANSWER_TYPES name) is trained on."""
-        return self.yes_no_repeat * (self.no_repeat if answer_type == "NO" else 1) if answer_type in ("YES", "NO") else 1
+        if answer_type == "NO":
+            return self.yes_no_repeat * self.no_repeat
+        return self.yes_no_repeat if answer_type == "YES" else 1
 
     def rate(self, answerable: bool) -> float:
         if answerable or self.unanswerable_keep_rate is None:
