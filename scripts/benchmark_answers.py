@@ -90,6 +90,9 @@ PY = sys.executable
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 REAL_NOTE = "10 real dev documents: far too few to decide anything"
 
+# The training file with the yes/no pages added (`yes_no_train_corpus`), every page of it.
+YES_NO_PAGES = ["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"]
+YES_NO_WHOLE = [*YES_NO_PAGES, "--long_overrun_yes_no", "false"]
 # technique -> (training overrides, prediction --set overrides). Names as docs/answers.md's tables give them.
 TECHNIQUES = {
     "top_level": (["--nested_to_top_level", "true"], ["top_level_only=true"]),
@@ -105,14 +108,12 @@ TECHNIQUES = {
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
     # answers as real NQ's training set holds for every 300 pages or so, not a repeat of the same 60.
-    "yes_no_pages": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"], []),
+    "yes_no_pages": (YES_NO_PAGES, []),
     # `yes_no_pages` with YES and NO labelled only on windows that hold the whole paragraph (LONG's cut
     # labels as they are): the window holding a long paragraph's start need not hold its statement.
-    "yes_no_whole": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}",
-                      "--long_overrun_yes_no", "false"], []),
+    "yes_no_whole": (YES_NO_WHOLE, []),
     # `yes_no_whole` with each NO window twice: the pages' two YES to a NO become one to one.
-    "yes_no_balanced": (["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}",
-                         "--long_overrun_yes_no", "false", "--no_repeat", "2"], []),
+    "yes_no_balanced": ([*YES_NO_WHOLE, "--no_repeat", "2"], []),
 }
 # Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
 # beside the baseline's model there (rows named TECHNIQUE_yes_no).

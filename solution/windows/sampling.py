@@ -135,11 +135,8 @@ class NegativeSampling:
              "question_word_keep_rate", "in (0, 1] or null"),
             (0.0 < self.question_word_share <= 1.0, "question_word_share", "in (0, 1]"),
             (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
-            (isinstance(self.yes_no_repeat, int) and not isinstance(self.yes_no_repeat, bool)
-             and self.yes_no_repeat >= 1, "yes_no_repeat", "an integer >= 1"),
-            (isinstance(self.no_repeat, int) and not isinstance(self.no_repeat, bool)
-             and self.no_repeat >= 1, "no_repeat", "an integer >= 1"),
-        ]
+        ] + [(isinstance(n, int) and not isinstance(n, bool) and n >= 1, name, "an integer >= 1")
+             for name, n in (("yes_no_repeat", self.yes_no_repeat), ("no_repeat", self.no_repeat))]
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
