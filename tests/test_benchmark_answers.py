@@ -22,7 +22,7 @@ spec.loader.exec_module(bench)
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "yes_no_repeat",
-                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced"}
+                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32"}
     sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
