@@ -43,26 +43,26 @@ and the rest go on; a part with too little of the budget left is skipped, saying
    reference (`solution.lexical`, thresholds tuned on dev) on the same pages, with the paired difference.
    gpu_check.json's "recipe" holds them beside the pages, windows, each stage's seconds and stage 2's
    windows/s. Stage 2's pages are cut to what the budget left can train, at the step time stage 1
-   measured (the same model, window length and batch), so the part ends inside its budget; the JSON says
-   when it cut them and why.
+   measured (the same model, window length and batch; with a larger --recipe-batch an overestimate on the
+   H100, where 32 windows step as fast as 8), so the part ends inside its budget; the JSON says
+   when it cut them and why. The figures run even when the budget is spent (seconds on the CPU, and
+   without them the trainings say nothing), and the files they are made from (dev's scores, test's
+   predictions, the tuned thresholds, both stages' metrics) are copied to OUT/recipe as each is written:
+   where the figures are lost, `--recipe-figures OUT/recipe` makes them again once corpus seed 0 is
+   written to OUT/recipe/nq-profile (`python -m solution.synth --profile nq --seed 0 --num-train 4000
+   --num-dev 400 --num-test 400 --out OUT/recipe/nq-profile`: the same bytes).
+   `--recipe-batch 32` trains stage 2 with four times the recipe's batch at twice its learning rate
+   (square-root scaling; the answers benchmark's `batch_32`): on the H100 a step of 32 windows takes no
+   longer than one of 8.
 
-   The default 20,000 pages is a projection for one H100 and 16 cores within a 540 s budget (the device
-   tool's 10 minutes a command, less the bundle's install and a margin), not a measurement:
-     synth      4,800 pages of seed 0 in one process at 6.7 ms a page (SYNTH_S_PER_PAGE, measured on one
-                core of a loaded 2-core EPYC: 300 pages in 2.0 s), the 16,000 extra beside it on 15: ~35 s;
-     features   20,000 pages at 32 pages/s a core (FEATURE_PAGES_PER_S_PER_CORE: 300 pages in 9.3 s under
-                the stage-2 settings, same machine) on 16: ~40 s, ~3.78 windows kept a page (the CPU
-                record's 15,100 for 4,000; 1,124 for these 300): ~75,600 windows;
-     stage 2    9,450 steps of 8 windows at 20 ms a step (ASSUMED_STEP_S): ~190 s. The step time is the
-                guess: BERT-base's 16 x 512 step took 35-45 ms on the H100 (docs/training.md); MiniLM at
-                192 pieces does ~26x less work a step, so its batch-8 step is launch and Python overhead,
-                not compute (the ~13x cheaper window would give ~5,900 windows/s only at a batch that fills
-                the GPU; the recipe's batch is 8). Stage 1's measured step time replaces the guess;
-     stage 1    ~450 steps and 1,000 easy pages: ~30 s; prediction of 400 dev and 400 test pages (~3,200
-                first-pass windows each, 720 windows/s for MiniLM on the H100, featurised on one core):
-                ~25 s each; tuning and the figures (word matching over 800 pages; 300 took 2.3 s here): ~20 s;
-     start-up   eight commands, each importing torch: ~50 s.
-   In all ~430 s of 540. With 10 ms steps stage 2 takes ~95 s, and ~40,000 pages would fit.
+   Measured on one H100 80GB HBM3 with a 16-core Intel Xeon host (2026-11-27, budget 530 s; the
+   constants below): corpus seed 0 and 16,000 extra pages in 59 s (SYNTH_S_PER_PAGE: seed 0's 4,800
+   pages in one process bound it); stage 1 in 49 s (1,000 easy pages, 453 steps of 31.5 ms); stage 2 on
+   15,946 pages in 335 s: featurising at 13.1 pages/s a process on 16 (FEATURE_PAGES_PER_S_PER_CORE; 32 on
+   one EPYC core), 60,348 windows kept (WINDOWS_PER_PAGE), 7,544 steps of 27.8 ms (ASSUMED_STEP_S), and
+   ~35 s of start, dev pass and save (STAGE2_FIXED_S); dev's prediction 34 s, tuning 1 s, test's 26 s
+   (RECIPE_RESERVE_S keeps room for them and the figures). With the batch of 8 the step is launch and
+   Python overhead: 24 ms at 8 windows, 21 ms at 32, 31 ms at 128 (4,170 windows/s) in a separate probe.
 
 The MiniLM backbone (tokenizer and config of the BERT-base runs, weights of the MiniLM model) is
 `--backbone`: by default the bundle's copy (`.gpu-bundle/minilm`) when there is one, else the
@@ -80,6 +80,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -110,11 +111,16 @@ PARTS = ("bf16", "predict", "fp16", "recipe")
 # The recipe part's projection (the module docstring): measured here, or assumed where marked.
 RECIPE_PAGES = 20_000  # 5x the CPU record's 4,000 training pages
 RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers.json's
-SYNTH_S_PER_PAGE = 0.0067  # one core, nq profile, measured on a loaded 2-core EPYC
-FEATURE_PAGES_PER_S_PER_CORE = 32.0  # stage 2's window settings, same machine
-WINDOWS_PER_PAGE = 3.78  # stage 2 keeps 3 first-pass windows a page and a few more (the CPU record)
-ASSUMED_STEP_S = 0.020  # MiniLM, 8 x 192 pieces, bf16, one H100: an assumption until stage 1 measures it
-RECIPE_RESERVE_S = 150.0  # after stage 2: its save and dev pass, dev and test prediction, tuning, the figures
+SYNTH_S_PER_PAGE = 0.0123  # one process of the H100 host (59.1 s for seed 0's 4,800 pages beside the extra)
+FEATURE_PAGES_PER_S_PER_CORE = 13.1  # stage 2's window settings, 16 processes on the H100 host (209 pages/s)
+WINDOWS_PER_PAGE = 3.78  # stage 2 keeps 3 first-pass windows a page and a few more (60,348 for 15,946)
+ASSUMED_STEP_S = 0.028  # MiniLM, 8 x 192 pieces, bf16, one H100 (stage 2's median); stage 1's replaces it
+STAGE2_FIXED_S = 35.0  # stage 2's start, model load, dev pass at the epoch's end and save (H100: ~34 s)
+RECIPE_RESERVE_S = 90.0  # after stage 2: dev and test prediction and tuning (61 s on the H100), the figures
+RECIPE_BATCH = 8  # configs/train/nq-profile.yaml's per_device_train_batch_size
+# What OUT/recipe keeps of WORK/recipe (small files): enough to make the figures again here.
+RECIPE_FILES = ("dev-scores.jsonl", "dev.csv", "test.csv", "stage2/model/qa_config.json", "stage1/metrics.jsonl",
+                "stage2/metrics.jsonl")
 # `submission.predict`'s closing line: "wrote X: R rows for D documents (W windows run..., P) in S s"
 PREDICT_LINE = re.compile(r"wrote .*: \d+ rows for (\d+) documents \((\d+) windows run.*?, (\w+)\) in ([\d.]+)s")
 
@@ -174,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe-pages", type=int, default=None,
                    help=f"stage 2's training pages, corpus seed 0's 4,000 first ({RECIPE_PAGES}; 40 with --dry-run); "
                         "cut to what the budget left can train")
+    p.add_argument("--recipe-batch", type=int, default=RECIPE_BATCH,
+                   help=f"stage 2's batch ({RECIPE_BATCH}, the recipe's); another batch B trains at a learning rate of "
+                        f"1e-4 x sqrt(B / {RECIPE_BATCH})")
     p.add_argument("--num-proc", type=int, default=None,
                    help="processes that make the pages and featurise them (every core; 2 with --dry-run)")
     p.add_argument("--recipe-figures", metavar="DIR", default=None,
@@ -202,9 +211,10 @@ def sizes(args) -> None:
     args.device = "cpu" if dry else "cuda"
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = [part for part in args.parts if part not in PARTS]
-    if unknown or not args.parts or args.recipe_pages < 1:
-        raise SystemExit(f"error: --parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}"
-                         if unknown or not args.parts else "error: --recipe-pages must be at least 1")
+    if unknown or not args.parts:
+        raise SystemExit(f"error: --parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}")
+    if args.recipe_pages < 1 or args.recipe_batch < 1:
+        raise SystemExit("error: --recipe-pages and --recipe-batch must be at least 1")
     args.work = args.work or str(Path(args.out) / "work")
 
 
@@ -299,10 +309,15 @@ def recipe_base(args) -> dict:
     return {"num_train": 20, "num_dev": 4, "num_test": 4} if args.dry_run else dict(RECIPE_BASE)
 
 
-def stage2_seconds(pages: int, step_s: float, num_proc: int, batch: int = 8) -> float:
-    """Stage 2's projected seconds for `pages`: featurising them on `num_proc` processes, then one epoch of
-    WINDOWS_PER_PAGE windows a page at `step_s` a step of `batch` windows."""
-    return pages / (FEATURE_PAGES_PER_S_PER_CORE * num_proc) + pages * WINDOWS_PER_PAGE / batch * step_s
+def stage2_page_s(step_s: float, num_proc: int, batch: int) -> float:
+    """Stage 2's projected seconds a page: featurising it on `num_proc` processes, then its WINDOWS_PER_PAGE
+    windows at `step_s` a step of `batch` windows."""
+    return 1.0 / (FEATURE_PAGES_PER_S_PER_CORE * num_proc) + WINDOWS_PER_PAGE / batch * step_s
+
+
+def stage2_seconds(pages: int, step_s: float, num_proc: int, batch: int = RECIPE_BATCH) -> float:
+    """Stage 2's projected seconds for `pages`: STAGE2_FIXED_S and each page's."""
+    return STAGE2_FIXED_S + pages * stage2_page_s(step_s, num_proc, batch)
 
 
 def recipe_projection(args) -> dict:
@@ -311,18 +326,18 @@ def recipe_projection(args) -> dict:
     extra = max(args.recipe_pages - recipe_base(args)["num_train"], 0)
     return {"pages": args.recipe_pages, "windows": args.recipe_pages * WINDOWS_PER_PAGE,
             "synth_s": max(base, extra / max(args.num_proc - 1, 1)) * SYNTH_S_PER_PAGE,
-            "stage2_s": stage2_seconds(args.recipe_pages, ASSUMED_STEP_S, args.num_proc),
-            "assumed_step_s": ASSUMED_STEP_S}
+            "stage2_s": stage2_seconds(args.recipe_pages, ASSUMED_STEP_S, args.num_proc, args.recipe_batch),
+            "assumed_step_s": ASSUMED_STEP_S, "batch": args.recipe_batch}
 
 
 def stage2_pages(args, step_s: float, left_s: float) -> tuple:
     """(pages, why they were cut or None): --recipe-pages, or the most that `left_s` can train at `step_s`
     (1,000 at least: fewer would say nothing)."""
     room = left_s - RECIPE_RESERVE_S
-    asked = stage2_seconds(args.recipe_pages, step_s, args.num_proc)
+    asked = stage2_seconds(args.recipe_pages, step_s, args.num_proc, args.recipe_batch)
     if args.dry_run or asked <= room:
         return args.recipe_pages, None
-    pages = max(int(room / stage2_seconds(1, step_s, args.num_proc)), 1000)
+    pages = max(int((room - STAGE2_FIXED_S) / stage2_page_s(step_s, args.num_proc, args.recipe_batch)), 1000)
     return pages, (f"{args.recipe_pages} pages project to {asked:.0f} s at stage 1's {1000 * step_s:.1f} ms a step; "
                    f"{left_s:.0f} s were left, {RECIPE_RESERVE_S:.0f} of them kept for prediction and scoring")
 
@@ -341,14 +356,33 @@ def recipe_stage2(args, result: dict, left_s: float) -> list:
     step_s = stage1_step_s(args)
     pages, why = stage2_pages(args, step_s, left_s)
     result["recipe_plan"] = {"pages_asked": args.recipe_pages, "pages": pages, "step_s_used": step_s,
-                             "projected_stage2_s": stage2_seconds(pages, step_s, args.num_proc), "cut": why}
+                             "batch": args.recipe_batch, "learning_rate": recipe_learning_rate(args.recipe_batch),
+                             "projected_stage2_s": stage2_seconds(pages, step_s, args.num_proc, args.recipe_batch),
+                             "cut": why}
     tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
+    batch = [] if args.recipe_batch == RECIPE_BATCH else [
+        "--per_device_train_batch_size", str(args.recipe_batch),
+        "--learning_rate", f"{recipe_learning_rate(args.recipe_batch):.3g}"]
     return [sys.executable, "-m", "solution.train", "--config", "configs/train/nq-profile.yaml",
             "--model_name_or_path", str(d["out"] / "stage1" / "model"),
             "--train_file", str(d["profile"] / "simplified-nq-train-more.jsonl"),
             "--dev_file", str(d["profile"] / "simplified-nq-dev.jsonl"), "--max_train_examples", str(pages),
             "--num_proc", str(args.num_proc), "--mixed_precision", "no" if args.dry_run else "bf16",
-            "--cache_dir", str(d["out"] / "cache"), "--output_dir", str(d["out"] / "stage2"), *tiny]
+            "--cache_dir", str(d["out"] / "cache"), "--output_dir", str(d["out"] / "stage2"), *batch, *tiny]
+
+
+def recipe_learning_rate(batch: int) -> float:
+    """The recipe's 1e-4 at its batch of 8, scaled by the square root of the batch's growth."""
+    return 1.0e-4 * (batch / RECIPE_BATCH) ** 0.5
+
+
+def keep_recipe_files(args) -> None:
+    """Copy RECIPE_FILES that exist from WORK/recipe to OUT/recipe: the figures' inputs come back with OUT."""
+    src, dst = recipe_dirs(args)["out"], Path(args.out) / "recipe"
+    for name in RECIPE_FILES:
+        if (src / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, dst / name)
 
 
 def recipe_commands(args) -> list:
@@ -672,13 +706,13 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
         left = deadline - time.monotonic()
         if failed:
             result["skipped"].append({"run": name, "why": f"needs {', '.join(failed)}, which did not finish"})
-        elif left < args.min_start_s:
+        elif left < args.min_start_s and kind != "figures":  # the figures: seconds, and the trainings' point
             result["skipped"].append({"run": name, "why": f"the budget ({args.budget_s:.0f} s) is spent: "
                                                           f"{max(left, 0):.0f} s left"})
         else:
             if callable(cmd):  # built as it starts: the recipe's stage 2 fits its pages to the budget left
                 cmd = cmd(result, left)
-            r = execute(name, cmd, args, min(args.timeout, left))
+            r = execute(name, cmd, args, min(args.timeout, max(left, args.min_start_s)))
             try:
                 if r["ok"] and kind == "train":
                     r.update(train_figures(name, args, probes / f"{name}.json", tflops))
@@ -692,6 +726,7 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
             result["runs"][name] = r
         if name.startswith("recipe-"):
             result["recipe"] = recipe_summary(args, result)
+            keep_recipe_files(args)
         result["elapsed_s"] = round(args.budget_s - (deadline - time.monotonic()), 1)
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")  # each result as it finishes
 

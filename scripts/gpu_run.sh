@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check on a bare GPU machine without network, as one command:
 #
-#   bash scripts/gpu_run.sh --out DIR [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]
-#   bash scripts/gpu_run.sh --out DIR --parts recipe --budget-s 540     # the nq-profile recipe alone
+#   bash scripts/gpu_run.sh --out DIR [--pack FILE] [--work WORK] [--bundle .gpu-bundle] [--budget-s 450]
+#                           [gpu_check.py options]
+#   bash scripts/gpu_run.sh --out /tmp/gpu --pack $OUT/gpu.tgz --parts recipe --budget-s 530  # the recipe alone
 #
 # 1. installs the bundle's wheels (scripts/make_gpu_bundle.py: deepspeed and what it imports that the image
 #    lacks) offline into WORK/site (`pip install --no-index --no-deps --target`; where the image has no pip,
@@ -14,29 +15,39 @@
 # DIR gets the small files: versions.json, gpu_check.json (rewritten as each part finishes), one NAME.log per
 # part, the predictions, and gpu_run.log (this script's own output). The installed wheels and the runs' folders
 # (BERT-base models of 440 MB) go to WORK (default ${TMPDIR:-/tmp}/gpu_run), outside DIR, which the device tool
-# copies back.
-# The device call: run(carry=[".gpu-bundle"], command="bash scripts/gpu_run.sh --out $OUT/gpu").
+# copies back. --pack FILE writes DIR as one .tgz when the script ends, however it ends short of a kill: the
+# device tool brings back at most 8 files, and the recipe part alone writes 13 (a log a command, OUT/recipe).
+# The device call: run(carry=[".gpu-bundle"], timeout_s=600,
+#                      command="bash scripts/gpu_run.sh --out /tmp/gpu --pack $OUT/gpu.tgz --parts recipe --budget-s 530").
 set -uo pipefail
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
-out="" work="${TMPDIR:-/tmp}/gpu_run" bundle=".gpu-bundle" budget=450 rest=()
+out="" pack="" work="${TMPDIR:-/tmp}/gpu_run" bundle=".gpu-bundle" budget=450 rest=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
+    --pack) pack="$2"; shift 2 ;;
     --bundle) bundle="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --budget-s) budget="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) rest+=("$1"); shift ;;
   esac
 done
 if [ -z "$out" ]; then
-  echo "usage: bash scripts/gpu_run.sh --out DIR [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]" >&2
+  echo "usage: bash scripts/gpu_run.sh --out DIR [--pack FILE] [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]" >&2
   exit 2
 fi
 mkdir -p "$out" "$work"
 out="$(cd "$out" && pwd)" work="$(cd "$work" && pwd)"
+if [ -n "$pack" ]; then
+  mkdir -p "$(dirname "$pack")"
+  pack="$(cd "$(dirname "$pack")" && pwd)/$(basename "$pack")"
+  case "$pack/" in "$out"/*) echo "error: --pack $pack lies inside --out $out" >&2; exit 2 ;; esac
+  # On any exit: the logs so far, the JSON as last written and OUT/recipe, in one file.
+  trap 'tar czf "$pack" -C "$(dirname "$out")" "$(basename "$out")" && echo "gpu_run: packed $out into $pack"' EXIT
+fi
 exec > >(tee -a "$out/gpu_run.log") 2>&1
 echo "gpu_run: $(date -u +%FT%TZ) on $(hostname); bundle $bundle; budget ${budget}s; out $out; work $work"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

@@ -175,8 +175,14 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     assert recipe["num_test_documents"] == 4 and 0.0 <= recipe["lexical"]["test_f1"] <= 1.0
     more = (tmp_path / "work" / "recipe" / "nq-profile" / "simplified-nq-train-more.jsonl").read_text().splitlines()
     assert len(more) == 40
-    # Only the small files in --out: the models stay in --work.
+    # Only the small files in --out: the models stay in --work; the figures' inputs come back in OUT/recipe.
     assert not list(out.rglob("*.safetensors"))
+    assert {p.relative_to(out / "recipe").as_posix() for p in (out / "recipe").rglob("*") if p.is_file()} == set(
+        gpu_recipe_files())
+
+
+def gpu_recipe_files() -> tuple:
+    return load_script("gpu_check.py").RECIPE_FILES
 
 
 def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path):
@@ -199,18 +205,52 @@ def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
     gpu = load_script("gpu_check.py")
     args = gpu.build_parser().parse_args(["--recipe-pages", "20000", "--num-proc", "16"])
     gpu.sizes(args)
-    # 20,000 pages at 20 ms a step: 40 s of features and ~190 s of steps; 450 s left is room enough.
-    assert gpu.stage2_seconds(20000, 0.020, 16) == pytest.approx(20000 / (32 * 16) + 20000 * 3.78 / 8 * 0.020)
+    # 20,000 pages at 20 ms a step: 35 s fixed, ~95 s of features on 16 processes at the H100 host's 13.1
+    # pages/s each, ~190 s of steps; 450 s left, 90 of them kept for prediction, is room enough.
+    assert gpu.stage2_seconds(20000, 0.020, 16) == pytest.approx(35 + 20000 / (13.1 * 16) + 20000 * 3.78 / 8 * 0.020)
     assert gpu.stage2_pages(args, 0.020, 450.0) == (20000, None)
-    # Steps of 60 ms would take ~570 s: the pages are cut to what 450 - 150 s can train, and it says why.
+    # Steps of 60 ms would take ~700 s: the pages are cut to what 450 - 90 s can train, and it says why.
     pages, why = gpu.stage2_pages(args, 0.060, 450.0)
-    assert pages < 20000 and gpu.stage2_seconds(pages, 0.060, 16) <= 300.0 < gpu.stage2_seconds(pages + 50, 0.060, 16)
+    assert pages < 20000 and gpu.stage2_seconds(pages, 0.060, 16) <= 360.0 < gpu.stage2_seconds(pages + 50, 0.060, 16)
     assert "20000 pages project to" in why and "60.0 ms a step" in why
     assert gpu.stage2_pages(args, 5.0, 200.0)[0] == 1000  # never fewer than 1,000
-    # The docstring's projection: 4,800 pages of seed 0 in one process outlast 16,000 extra on the other 15.
+    # The H100 run: seed 0's 4,800 pages in one process outlast 16,000 extra on the other 15 (59 s measured);
+    # 20,000 pages at its 28 ms steps project to ~395 s of stage 2.
     projection = gpu.recipe_projection(args)
-    assert projection["synth_s"] == pytest.approx(4800 * 0.0067) and projection["windows"] == pytest.approx(75600)
-    assert 200 < projection["stage2_s"] < 250
+    assert projection["synth_s"] == pytest.approx(4800 * 0.0123) and projection["windows"] == pytest.approx(75600)
+    assert 380 < projection["stage2_s"] < 410
+    # Four times the batch: a quarter of the steps at the same step time, so more pages fit the same room.
+    wide = gpu.build_parser().parse_args(["--recipe-pages", "60000", "--num-proc", "16", "--recipe-batch", "32"])
+    gpu.sizes(wide)
+    assert gpu.stage2_pages(wide, 0.060, 450.0)[0] > 2 * pages
+    command = gpu.recipe_stage2(wide, {}, 450.0)
+    assert command[command.index("--per_device_train_batch_size") + 1] == "32"
+    assert float(command[command.index("--learning_rate") + 1]) == pytest.approx(2e-4)
+    assert "--per_device_train_batch_size" not in gpu.recipe_stage2(args, {}, 450.0)  # the config's 8
+
+
+def test_gpu_check_makes_the_recipes_figures_when_the_budget_is_spent_and_keeps_their_inputs(tmp_path):
+    """On the first H100 run stage 2 ran 66 s past its projection and the figures, skipped for want of
+    budget, were lost with the machine; they run regardless now, and their inputs are copied to OUT."""
+    gpu = load_script("gpu_check.py")
+    args = gpu.build_parser().parse_args(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
+                                          "--budget-s", "1", "--min-start-s", "40"])
+    gpu.sizes(args)
+    (tmp_path / "out").mkdir()
+    work = tmp_path / "work" / "recipe"
+    (work / "stage2" / "model").mkdir(parents=True)
+    (work / "dev-scores.jsonl").write_text('{"example_id": "1"}\n')
+    (work / "stage2" / "model" / "qa_config.json").write_text("{}")
+    runs = [("recipe-test", "recipe", [sys.executable, "-c", "pass"], []),
+            ("recipe-figures", "figures", [sys.executable, "-c", "print('{\"test_f1\": 0.5}')"], [])]
+    result = {"skipped": [], "runs": {}}
+    gpu.run_all(args, runs, result, None, tmp_path, tmp_path / "out" / "gpu_check.json")
+    assert [s["run"] for s in result["skipped"]] == ["recipe-test"]
+    assert result["runs"]["recipe-figures"]["figures"] == {"test_f1": 0.5}
+    assert result["recipe"]["test_f1"] == 0.5
+    kept = tmp_path / "out" / "recipe"
+    assert (kept / "dev-scores.jsonl").read_text() == '{"example_id": "1"}\n'
+    assert (kept / "stage2" / "model" / "qa_config.json").is_file() and not (kept / "test.csv").exists()
 
 
 def test_gpu_check_refuses_an_unknown_part():
@@ -296,3 +336,19 @@ def test_gpu_check_figures_from_a_training_run(tmp_path):
     assert r["mfu"] == pytest.approx(6 * 110e6 * 32 * 512 / 989e12)
     assert r["max_memory_allocated_bytes"] == 123 and r["loss_scale"] == 1024.0 and r["model_state_bytes"] == 1_000
     assert (r["loss_first"], r["loss_last"]) == (5.0, 2.0)
+
+
+def test_gpu_run_packs_its_out_folder_however_it_ends(tmp_path):
+    """The device tool brings back 8 files at most: --pack writes OUT as one .tgz, also when the run stops early."""
+    import tarfile
+
+    out, pack = tmp_path / "out", tmp_path / "back" / "gpu.tgz"
+    proc = subprocess.run(["bash", "scripts/gpu_run.sh", "--out", str(out), "--pack", str(pack),
+                           "--bundle", str(tmp_path / "no-bundle")], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    assert proc.returncode == 2 and "no-bundle/wheels missing" in proc.stdout + proc.stderr
+    with tarfile.open(pack) as tar:
+        assert "out/gpu_run.log" in tar.getnames()
+    inside = subprocess.run(["bash", "scripts/gpu_run.sh", "--out", str(out), "--pack", str(out / "x.tgz")],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert inside.returncode == 2 and "lies inside --out" in inside.stderr
