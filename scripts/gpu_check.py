@@ -3,7 +3,7 @@ Kaggle kernel's projection, the hard-negative pass; within a time budget.
 
     python scripts/gpu_check.py --out DIR [--work DIR] [--json FILE] [--budget-s 450] [--peak-tflops T]
         [--parts bf16,predict,fp16,recipe]
-    python scripts/gpu_check.py --parts recipe --budget-s 540 --out DIR   # the nq-profile recipe alone
+    python scripts/gpu_check.py --parts recipe --budget-s 530 --recipe-batch 32 --out DIR  # the nq-profile recipe alone
     python scripts/gpu_check.py --dry-run --out DIR     # the same parts on the CPU, tiny sizes
     python scripts/gpu_check.py --list                  # the commands, nothing run
     python scripts/gpu_check.py --check-versions        # the versions here against the supported ranges

@@ -197,7 +197,8 @@ def main(argv=None) -> int:
         print(f"error: {out} and the working tree come to {mib(total)}, over the {mib(LIMIT_BYTES)} the device "
               "tool carries; the folder is left for a look, and will not travel whole", file=sys.stderr)
         return 1
-    print(f"carry it: run(carry=[\"{out}\"], command=\"bash scripts/gpu_run.sh --out $OUT/gpu\")")
+    print(f"carry it: run(carry=[\"{out}\"], timeout_s=600, command=\"bash scripts/gpu_run.sh --out /tmp/gpu "
+          f"--pack $OUT/gpu.tgz --bundle {out} [--parts recipe --budget-s 530 --recipe-batch 32 --recipe-pages 32000]\")")
     return 0
 
 
