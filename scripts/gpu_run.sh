@@ -45,10 +45,17 @@ if [ -n "$pack" ]; then
   mkdir -p "$(dirname "$pack")"
   pack="$(cd "$(dirname "$pack")" && pwd)/$(basename "$pack")"
   case "$pack/" in "$out"/*) echo "error: --pack $pack lies inside --out $out" >&2; exit 2 ;; esac
-  # On any exit: the logs so far, the JSON as last written and OUT/recipe, in one file.
-  trap 'tar czf "$pack" -C "$(dirname "$out")" "$(basename "$out")" && echo "gpu_run: packed $out into $pack"' EXIT
 fi
+tee_pid=""
+pack_out() {  # on any exit: the logs, the JSON as last written and OUT/recipe, in one file
+  exec 1>&3 2>&4  # the pipe to tee closes: it writes gpu_run.log's last lines and ends
+  [ -n "$tee_pid" ] && wait "$tee_pid" 2> /dev/null
+  tar czf "$pack" -C "$(dirname "$out")" "$(basename "$out")" && echo "gpu_run: packed $out into $pack"
+}
+exec 3>&1 4>&2
+[ -n "$pack" ] && trap pack_out EXIT
 exec > >(tee -a "$out/gpu_run.log") 2>&1
+tee_pid=$!
 echo "gpu_run: $(date -u +%FT%TZ) on $(hostname); bundle $bundle; budget ${budget}s; out $out; work $work"
 command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 

@@ -348,7 +348,9 @@ def test_gpu_run_packs_its_out_folder_however_it_ends(tmp_path):
                           env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     assert proc.returncode == 2 and "no-bundle/wheels missing" in proc.stdout + proc.stderr
     with tarfile.open(pack) as tar:
-        assert "out/gpu_run.log" in tar.getnames()
+        log = tar.extractfile("out/gpu_run.log").read().decode()
+    assert log.rstrip().endswith("no-bundle/wheels missing: make it with python scripts/make_gpu_bundle.py --out "
+                                 f"{tmp_path / 'no-bundle'} and carry it"), log  # its last line, written before the pack
     inside = subprocess.run(["bash", "scripts/gpu_run.sh", "--out", str(out), "--pack", str(out / "x.tgz")],
                             cwd=ROOT, capture_output=True, text=True)
     assert inside.returncode == 2 and "lies inside --out" in inside.stderr
