@@ -18,7 +18,8 @@
 # copies back. --pack FILE writes DIR as one .tgz when the script ends, however it ends short of a kill: the
 # device tool brings back at most 8 files, and the recipe part alone writes 13 (a log a command, OUT/recipe).
 # The device call: run(carry=[".gpu-bundle"], timeout_s=600,
-#                      command="bash scripts/gpu_run.sh --out /tmp/gpu --pack $OUT/gpu.tgz --parts recipe --budget-s 530").
+#                      command="bash scripts/gpu_run.sh --out /tmp/gpu --pack $OUT/gpu.tgz --parts recipe --budget-s 530
+#                               --recipe-batch 32 --recipe-pages 32000").
 set -uo pipefail
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
