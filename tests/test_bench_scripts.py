@@ -177,12 +177,8 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     assert len(more) == 40
     # Only the small files in --out: the models stay in --work; the figures' inputs come back in OUT/recipe.
     assert not list(out.rglob("*.safetensors"))
-    assert {p.relative_to(out / "recipe").as_posix() for p in (out / "recipe").rglob("*") if p.is_file()} == set(
-        gpu_recipe_files())
-
-
-def gpu_recipe_files() -> tuple:
-    return load_script("gpu_check.py").RECIPE_FILES
+    kept = {p.relative_to(out / "recipe").as_posix() for p in (out / "recipe").rglob("*") if p.is_file()}
+    assert kept == set(load_script("gpu_check.py").RECIPE_FILES)
 
 
 def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path):
