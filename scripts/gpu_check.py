@@ -51,6 +51,8 @@ and the rest go on; a part with too little of the budget left is skipped, saying
    where the figures are lost, `--recipe-figures OUT/recipe` makes them again once corpus seed 0 is
    written to OUT/recipe/nq-profile (`python -m solution.synth --profile nq --seed 0 --num-train 4000
    --num-dev 400 --num-test 400 --out OUT/recipe/nq-profile`: the same bytes).
+   `--recipe-seed S` trains both stages with seed S (the answers benchmark's seed S: the same corpus, another
+   initialisation, order and sampling of no-answer windows).
    `--recipe-batch 32` trains stage 2 with four times the recipe's batch at twice its learning rate
    (square-root scaling; the answers benchmark's `batch_32`): on the H100 a step of 32 windows takes no
    longer than one of 8.
@@ -183,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe-batch", type=int, default=RECIPE_BATCH,
                    help=f"stage 2's batch ({RECIPE_BATCH}, the recipe's); another batch B trains at a learning rate of "
                         f"1e-4 x sqrt(B / {RECIPE_BATCH})")
+    p.add_argument("--recipe-seed", type=int, default=0,
+                   help="both stages' training seed (0, the record's; the answers benchmark's seed S trains both "
+                        "stages with --seed S on the same corpus seed 0)")
     p.add_argument("--num-proc", type=int, default=None,
                    help="processes that make the pages and featurise them (every core; 2 with --dry-run)")
     p.add_argument("--recipe-figures", metavar="DIR", default=None,
@@ -215,6 +220,8 @@ def sizes(args) -> None:
         raise SystemExit(f"error: --parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}")
     if args.recipe_pages < 1 or args.recipe_batch < 1:
         raise SystemExit("error: --recipe-pages and --recipe-batch must be at least 1")
+    if args.recipe_seed < 0:
+        raise SystemExit("error: --recipe-seed must be 0 or more")
     args.work = args.work or str(Path(args.out) / "work")
 
 
@@ -357,6 +364,7 @@ def recipe_stage2(args, result: dict, left_s: float) -> list:
     pages, why = stage2_pages(args, step_s, left_s)
     result["recipe_plan"] = {"pages_asked": args.recipe_pages, "pages": pages, "step_s_used": step_s,
                              "batch": args.recipe_batch, "learning_rate": recipe_learning_rate(args.recipe_batch),
+                             "seed": args.recipe_seed,
                              "projected_stage2_s": stage2_seconds(pages, step_s, args.num_proc, args.recipe_batch),
                              "cut": why}
     tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
@@ -368,7 +376,8 @@ def recipe_stage2(args, result: dict, left_s: float) -> list:
             "--train_file", str(d["profile"] / "simplified-nq-train-more.jsonl"),
             "--dev_file", str(d["profile"] / "simplified-nq-dev.jsonl"), "--max_train_examples", str(pages),
             "--num_proc", str(args.num_proc), "--mixed_precision", "no" if args.dry_run else "bf16",
-            "--cache_dir", str(d["out"] / "cache"), "--output_dir", str(d["out"] / "stage2"), *batch, *tiny]
+            "--seed", str(args.recipe_seed), "--cache_dir", str(d["out"] / "cache"),
+            "--output_dir", str(d["out"] / "stage2"), *batch, *tiny]
 
 
 def recipe_learning_rate(batch: int) -> float:
@@ -406,8 +415,9 @@ def recipe_commands(args) -> list:
                                      "--model_name_or_path", args.backbone,
                                      "--train_file", str(easy / "simplified-nq-train.jsonl"),
                                      "--dev_file", str(easy / "simplified-nq-dev.jsonl"), "--num_proc", str(args.num_proc),
-                                     "--mixed_precision", "no" if args.dry_run else "bf16",
-                                     "--cache_dir", str(out / "cache"), "--output_dir", str(out / "stage1"), *tiny]),
+                                     "--mixed_precision", "no" if args.dry_run else "bf16", "--seed",
+                                     str(args.recipe_seed), "--cache_dir", str(out / "cache"),
+                                     "--output_dir", str(out / "stage1"), *tiny]),
         ("recipe-stage2", "recipe", functools.partial(recipe_stage2, args)),
         ("recipe-dev", "recipe", [py, "-m", "submission.predict", "--model", str(model), "--input",
                                   str(profile / "simplified-nq-dev.jsonl"), "--output", str(out / "dev.csv"),

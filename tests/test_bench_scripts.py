@@ -225,6 +225,19 @@ def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
     assert "--per_device_train_batch_size" not in gpu.recipe_stage2(args, {}, 450.0)  # the config's 8
 
 
+def test_gpu_check_trains_both_recipe_stages_with_the_seed_asked():
+    """A record needs two seeds: `--recipe-seed 1` is the answers benchmark's seed 1 (both stages trained with it)."""
+    gpu = load_script("gpu_check.py")
+    for seed in ("0", "1"):
+        args = gpu.build_parser().parse_args(["--recipe-seed", seed])
+        gpu.sizes(args)
+        commands = {name: cmd for name, _, cmd in gpu.recipe_commands(args)}
+        stage2 = commands["recipe-stage2"]({}, 450.0)
+        for cmd in (commands["recipe-stage1"], stage2):
+            assert cmd[cmd.index("--seed") + 1] == seed
+    assert run_script("gpu_check.py", "--list", "--recipe-seed", "-1").returncode != 0
+
+
 def test_gpu_check_makes_the_recipes_figures_when_the_budget_is_spent_and_keeps_their_inputs(tmp_path):
     """On the first H100 run stage 2 ran 66 s past its projection and the figures, skipped for want of
     budget, were lost with the machine; they run regardless now, and their inputs are copied to OUT."""
