@@ -185,8 +185,10 @@ def answers_of(path: str) -> list:
 
 
 def yes_no_split(predictions: dict, gold: dict) -> dict:
-    """F1 of the YES and NO short answers: a row counts for YES when predicted YES or YES is valid."""
-    from solution.scoring.metric import _figures, parse_prediction
+    """F1 of the YES and NO short answers (a row counts for YES when predicted YES or YES is valid) and, where
+    there are pages of both, what the rows say on them (`polarity`)."""
+    from solution.scoring.intervals import polarity_gap
+    from solution.scoring.metric import _figures, parse_prediction, yes_no_polarity
     out, both = {}, [0, 0, 0]
     for label in ("YES", "NO"):
         tp = fp = fn = 0
@@ -197,6 +199,9 @@ def yes_no_split(predictions: dict, gold: dict) -> dict:
         out[label.lower()] = _figures(tp, fp, fn)
         both = [both[0] + tp, both[1] + fp, both[2] + fn]
     out["yes_no"] = _figures(*both)  # YES and NO together: a row counts when either is said or valid
+    polarity = yes_no_polarity(predictions, gold)
+    if polarity:
+        out["polarity"] = polarity | polarity_gap(polarity)
     return out
 
 

@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from solution.scoring.metric import format_report, load_gold, read_submission, score
+from solution.scoring.metric import format_report, load_gold, read_submission, score, yes_no_polarity
 
 EXIT_USER_ERROR = 2
 METRICS = ("kaggle", "mlebench", "nq")
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "maximise (nq: the mean of long-answer-f1 and short-answer-f1)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (micro_f1, precision, recall, tp, fp, fn, long, short, "
-                             "num_examples) instead of the table")
+                             "num_examples, and polarity where the gold has YES and NO pages) instead of the table")
     return parser
 
 
@@ -98,6 +98,11 @@ def run_score(args: argparse.Namespace) -> int:
     predictions = read_submission(args.submission)  # first: its errors need no gold
     gold = load_gold(args.gold)
     result = score(predictions, gold, source=args.submission)
+    polarity = yes_no_polarity(predictions, gold)
+    if polarity:
+        from solution.scoring.intervals import polarity_gap  # numpy: only where there is a gap to bound
+
+        result["polarity"] = polarity | polarity_gap(polarity)
     print(json.dumps(result) if args.json else format_report(result))
     return 0
 

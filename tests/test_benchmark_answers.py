@@ -42,6 +42,10 @@ def test_yes_no_split(tmp_path):
     assert (split["yes"]["tp"], split["yes"]["fp"], split["yes"]["fn"]) == (1, 2, 1)
     assert (split["no"]["tp"], split["no"]["fp"], split["no"]["fn"]) == (0, 0, 1)
     assert split["yes"]["micro_f1"] == 2 / (2 + 2 + 1)
+    polarity = {k: split["polarity"][k] for k in ("yes_pages", "no_pages", "yes_on_yes", "no_on_yes", "yes_on_no",
+                                                   "no_on_no")}
+    assert polarity == {"yes_pages": 2, "no_pages": 1, "yes_on_yes": 1, "no_on_yes": 0, "yes_on_no": 1, "no_on_no": 0}
+    assert split["polarity"]["gap"] == 0.0
 
 
 def five_way(**kw):

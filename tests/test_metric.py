@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from solution.scoring.metric import Gold, SubmissionError, format_report, load_gold, read_submission, score
+from solution.scoring.intervals import polarity_gap
+from solution.scoring.metric import (
+    Gold,
+    SubmissionError,
+    format_report,
+    load_gold,
+    read_submission,
+    score,
+    yes_no_polarity,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_SAMPLE = REPO / ".." / "shared" / "data" / "nq-real" / "simplified-nq-dev-sample.jsonl"
@@ -184,6 +193,39 @@ def test_yes_no(gold):
     assert counts(score(base | {f"{eid}_long": "YES"}, gold)["long"]) == (0, 1, 3)
     # YES where the short gold is empty (444) -> FP
     assert counts(score(base | {"444_short": "YES"}, gold)["short"]) == (0, 1, 3)
+
+
+POLARITY_LINES = [line(1, [ann((0, 10), yes_no="YES")]), line(2, [ann((0, 10), yes_no="YES")]),
+                  line(3, [ann((0, 10), yes_no="YES")]), line(4, [ann((0, 10), yes_no="NO")]),
+                  line(5, [ann((0, 10), yes_no="NO")]), line(6, [ann((0, 10), yes_no="YES"), ann((0, 10), yes_no="NO")]),
+                  line(7, [ann((0, 10), [(2, 4)])])]
+
+
+def test_yes_no_polarity_counts_what_is_said_on_each_kind_of_page(tmp_path):
+    """Pages 1-3 YES, 4-5 NO, 6 both (counted in neither), 7 a span: NO said on one of two NO pages and on
+    one of three YES pages."""
+    path = tmp_path / "gold.jsonl"
+    path.write_text("\n".join(POLARITY_LINES) + "\n")
+    gold = load_gold(path)
+    said = {"1": "YES", "2": "NO", "3": "", "4": "NO", "5": "YES", "6": "NO", "7": "NO"}
+    predictions = blank_submission(gold) | {f"{eid}_short": p for eid, p in said.items()}
+    p = yes_no_polarity(predictions, gold)
+    assert p == {"yes_pages": 3, "no_pages": 2, "yes_on_yes": 1, "no_on_yes": 1, "yes_on_no": 1, "no_on_no": 1}
+    gap = polarity_gap(p)
+    assert gap["gap"] == pytest.approx(1 / 2 - 1 / 3) and gap["ci"][0] <= gap["gap"] <= gap["ci"][1]
+    assert gap == polarity_gap(p)  # a fixed seed: the same interval each time
+    # NO everywhere: no gap, and nothing to resample
+    everywhere = polarity_gap(yes_no_polarity({k: "NO" for k in predictions}, gold))
+    assert everywhere == {"gap": 0.0, "ci": [0.0, 0.0]}
+    assert yes_no_polarity(predictions, {k: gold[k] for k in ("1", "2", "7")}) is None  # no NO page
+
+    sub = write_csv(tmp_path / "sub.csv", list(predictions.items()))
+    proc = run_cli("--submission", sub, "--gold", path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("polarity: 2 NO pages (said NO on 1, YES on 1), 3 YES pages (said NO on 1, YES on 1): "
+            "NO-share gap +0.167") in proc.stdout
+    result = json.loads(run_cli("--submission", sub, "--gold", path, "--json").stdout)
+    assert result["polarity"] == p | gap
 
 
 def test_pooled_micro_f1(gold):

@@ -49,3 +49,16 @@ def paired_difference(counts_a: list, counts_b: list, num_resamples: int = NUM_R
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return {"delta": float(_f1(b.sum(axis=0)) - _f1(a.sum(axis=0))), "ci": [float(lo), float(hi)],
             "num_documents": len(a)}
+
+
+def polarity_gap(polarity: dict, num_resamples: int = NUM_RESAMPLES, seed: int = 0) -> dict:
+    """{"gap", "ci"}: the share of NO pages a model says NO on minus the share of YES pages it says NO on
+    (`metric.yes_no_polarity`), with a 95% bootstrap interval resampling each kind's pages. 0: the model
+    says NO without reading which; 1: it says NO exactly on the NO pages."""
+    rng = np.random.default_rng(seed)
+    no = rng.binomial(polarity["no_pages"], polarity["no_on_no"] / polarity["no_pages"], num_resamples)
+    yes = rng.binomial(polarity["yes_pages"], polarity["no_on_yes"] / polarity["yes_pages"], num_resamples)
+    boot = no / polarity["no_pages"] - yes / polarity["yes_pages"]
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    gap = polarity["no_on_no"] / polarity["no_pages"] - polarity["no_on_yes"] / polarity["yes_pages"]
+    return {"gap": float(gap), "ci": [float(lo), float(hi)]}

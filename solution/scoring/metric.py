@@ -251,6 +251,29 @@ def document_counts(predictions: dict, gold: dict) -> list:
     return out
 
 
+def yes_no_polarity(predictions: dict, gold: dict) -> Optional[dict]:
+    """What the short rows say on the pages answered YES or NO: {"yes_pages", "no_pages", "yes_on_yes",
+    "no_on_yes", "yes_on_no", "no_on_no"} (NO_ON_YES: pages whose gold is YES where the row says NO).
+    A page whose annotators gave both counts in neither. None unless there are pages of both kinds: a
+    model that says NO as often on YES pages as on NO pages answers the type, not the polarity."""
+    said = {"YES": [], "NO": []}
+    for eid, g in gold.items():
+        kinds = [k for k in said if k in g.short]
+        if len(kinds) == 1:
+            said[kinds[0]].append(parse_prediction(predictions[f"{eid}_short"]))
+    if not said["YES"] or not said["NO"]:
+        return None
+    return {"yes_pages": len(said["YES"]), "no_pages": len(said["NO"]),
+            **{f"{w.lower()}_on_{page.lower()}": said[page].count(w) for page in said for w in ("YES", "NO")}}
+
+
+def format_polarity(p: dict) -> str:
+    """One line of `yes_no_polarity` with its gap (`intervals.polarity_gap`)."""
+    return (f"polarity: {p['no_pages']} NO pages (said NO on {p['no_on_no']}, YES on {p['yes_on_no']}), "
+            f"{p['yes_pages']} YES pages (said NO on {p['no_on_yes']}, YES on {p['yes_on_yes']}): NO-share gap "
+            f"{p['gap']:+.3f} (95% bootstrap {p['ci'][0]:+.3f} to {p['ci'][1]:+.3f})")
+
+
 def _figures(tp: int, fp: int, fn: int) -> dict:
     def ratio(num: int, den: int) -> float:
         return num / den if den else 0.0
@@ -271,4 +294,6 @@ def format_report(result: dict) -> str:
     for name, r in (("overall", result), ("long", result["long"]), ("short", result["short"])):
         lines.append(f"{name:8} {r['micro_f1']:7.4f} {r['precision']:7.4f} {r['recall']:7.4f} "
                      f"{r['tp']:7d} {r['fp']:7d} {r['fn']:7d}")
+    if result.get("polarity"):
+        lines.append(format_polarity(result["polarity"]))
     return "\n".join(lines)
