@@ -21,13 +21,14 @@ spec.loader.exec_module(bench)
 
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
-                                     "structure_tokens", "max_windows", "max_windows_4", "yes_no_repeat",
+                                     "structure_tokens", "max_windows", "max_windows_4", "max_windows_16",
+                                     "yes_no_repeat",
                                      "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32"}
     sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
                                                "max_windows_per_document"}
-    assert {"max_windows_per_document=0", "max_windows_per_document=4"} <= sets
+    assert {"max_windows_per_document=0", "max_windows_per_document=4", "max_windows_per_document=16"} <= sets
     assert bench.FULL["config"] == "configs/train/nq-profile.yaml" and bench.FULL["train"] == []
 
 
