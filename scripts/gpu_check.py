@@ -109,7 +109,7 @@ TORCH_SUPPORTED = ">=2.11,<3"
 PEAK_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0),
                ("A100", 312.0)]
 NO_CUDA = "gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to check, exiting 0"
-PARTS = ("bf16", "predict", "fp16", "recipe")
+PARTS = ("bf16", "predict", "fp16", "recipe", "speed")
 # The recipe part's projection (the module docstring): measured here, or assumed where marked.
 RECIPE_PAGES = 20_000  # 5x the CPU record's 4,000 training pages
 RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers.json's
@@ -564,7 +564,14 @@ def plan_recipe(args, gpus: int, probes: Path) -> tuple:
     return runs, []
 
 
-PART_PLANS = {"bf16": plan_bf16, "predict": plan_predict, "fp16": plan_fp16, "recipe": plan_recipe}
+def plan_speed(args, gpus: int, probes: Path) -> tuple:
+    import gpu_speed  # scripts/gpu_speed.py, beside this file: the part's runs and figures
+
+    return gpu_speed.plan_speed(args, probes, train_command)
+
+
+PART_PLANS = {"bf16": plan_bf16, "predict": plan_predict, "fp16": plan_fp16, "recipe": plan_recipe,
+              "speed": plan_speed}
 
 
 def write_pages(args) -> Path:
@@ -646,6 +653,17 @@ def train_figures(name: str, args, probe: Path, tflops) -> dict:
     return out
 
 
+def speed_figures(name: str, kind: str, args, probe: Path, tflops) -> dict:
+    """The speed part's figures (scripts/gpu_speed.py): a training's, the peer comparison's or inference's."""
+    import gpu_speed
+
+    if kind == "speed-peer":
+        return gpu_speed.peer_figures(args)
+    if kind == "speed-infer":
+        return json.loads((Path(args.out) / "speed-infer.json").read_text())
+    return gpu_speed.train_figures(name, args, probe, tflops)
+
+
 def predict_figures(name: str, args, model_dir: str) -> dict:
     """Windows/s from predict's closing line, against the Kaggle kernel's projected rates for this model."""
     from solution.model import kernel_budget
@@ -684,9 +702,11 @@ def report(result: dict) -> None:
         elif "samples_per_s" in r:
             mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
             scale = f", loss scale {r['loss_scale']:g}" if "loss_scale" in r else ""
+            states = f"{r['model_state_bytes'] * gib:.2f} GiB" if "model_state_bytes" in r else "-"
+            first = f"{r['loss_first']:.3f} -> " if "loss_first" in r else ""
             print(f"| {name} | {r['engine']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
-                  f"{r.get('max_memory_allocated_bytes', 0) * gib:.2f} GiB | {r['model_state_bytes'] * gib:.2f} GiB | "
-                  f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}{scale} |")
+                  f"{r.get('max_memory_allocated_bytes', 0) * gib:.2f} GiB | {states} | "
+                  f"{first}{r['loss_last']:.3f}{scale} |")
         elif "figures" in r:
             f, lex = r["figures"], r["figures"]["lexical"]
             print(f"| {name} | test micro-F1 {f['test_f1']:.3f} ({f['test_f1_ci'][0]:.3f}-{f['test_f1_ci'][1]:.3f}) over "
@@ -705,6 +725,10 @@ def report(result: dict) -> None:
         print(f"recipe: {rec.get('pages')} pages, {rec.get('stage2_windows')} windows, stage 1 {rec.get('stage1_s')} s, "
               f"stage 2 {rec.get('stage2_s')} s ({rec.get('stage2_windows_per_s') or 0:.0f} windows/s)"
               + (f"; pages cut: {rec['cut']}" if rec.get("cut") else ""))
+    for key, g in result.get("speed", {}).items():
+        if isinstance(g, dict):
+            figure = "not measured" if g["figure"] is None else f"{g['figure']:.3g}"
+            print(f"goal {key}: {figure} (goal {g['goal']:g}): {'-' if g['met'] is None else 'met' if g['met'] else 'NOT met'}")
     for s in result["skipped"]:
         print(f"skipped {s['run']}: {s['why']}")
 
@@ -724,7 +748,9 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
                 cmd = cmd(result, left)
             r = execute(name, cmd, args, min(args.timeout, max(left, args.min_start_s)))
             try:
-                if r["ok"] and kind == "train":
+                if r["ok"] and kind.startswith("speed"):
+                    r.update(speed_figures(name, kind, args, probes / f"{name}.json", tflops))
+                elif r["ok"] and kind == "train":
                     r.update(train_figures(name, args, probes / f"{name}.json", tflops))
                 elif r["ok"] and kind == "predict":
                     r.update(predict_figures(name, args, cmd[cmd.index("--model") + 1]))
@@ -737,6 +763,10 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
         if name.startswith("recipe-"):
             result["recipe"] = recipe_summary(args, result)
             keep_recipe_files(args)
+        if name.startswith("speed-"):
+            import gpu_speed
+
+            result["speed"] = gpu_speed.summary(result)
         result["elapsed_s"] = round(args.budget_s - (deadline - time.monotonic()), 1)
         atomic_write_text(json_path, json.dumps(result, indent=2) + "\n")  # each result as it finishes
 
@@ -773,7 +803,7 @@ def main(argv=None) -> int:
         Path(args.work).mkdir(parents=True, exist_ok=True)
         json_path = Path(args.json or Path(args.out) / "gpu_check.json")
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        if "predict" in args.parts:
+        if "predict" in args.parts or "speed" in args.parts:
             write_pages(args)
         name = torch.cuda.get_device_name(0) if cuda and not args.dry_run else "CPU (--dry-run)"
         tflops, source = peak_tflops(name, args.peak_tflops) if not args.dry_run else (None, "--dry-run: no MFU")

@@ -23,6 +23,11 @@ Patches a fault into what `solution.train` calls, then runs its `main`, so that 
                            lacks): the gradient norm is inf, the optimizer skips the step and says so
   grad-scaler-K            a real GradScaler (Accelerate makes none on the CPU) with an initial scale of 2**K:
                            the first steps' scaled gradients overflow and it skips them, as fp16 does on a GPU
+  count-reads              not a fault, an instrument: every call that reads a tensor's value on the host
+                           (item, tolist, __float__, __int__, __bool__, __index__, numpy, cpu) outside the
+                           loader's fetch is counted by the optimizer step it belongs to (from the first
+                           micro-batch of step N to the first of step N+1) and written, with the phase and
+                           the caller, to $READ_LOG/rank-R.jsonl when the process exits
   FAULT+FAULT              several at once (record-samples+kill-after-step-4)
   sum-gradients            bugs the strategy-equivalence test must catch: gradients summed over ranks,
   same-data                every rank reading the whole loader (the same batches),
@@ -236,6 +241,68 @@ def grad_scaler(exponent: int) -> None:
     accelerate.Accelerator.unscale_gradients = unscale_gradients
 
 
+READ_METHODS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy", "cpu")
+
+
+def count_reads(folder: Path) -> None:
+    """On a GPU each of these calls waits for the device (a read of a CUDA tensor's value); on the CPU they
+    are counted instead. Reads in the `data` phase (the loader's fetch, host tensors before they are sent to
+    the device) are left out."""
+    import atexit
+    import json
+    import traceback
+
+    import torch
+
+    from solution import train
+
+    state = {"step": 0, "reads": {}, "callers": {}, "ended": False}
+    progress = {}
+
+    def counted(name, original):
+        def read(self, *args, **kwargs):
+            trainer = progress.get("trainer")
+            if trainer is not None and trainer.progress.phase != "data":
+                step = state["step"]
+                state["reads"][step] = state["reads"].get(step, 0) + 1
+                frame = next((f for f in reversed(traceback.extract_stack()[:-1])
+                              if "faulty_train" not in f.filename), None)
+                where = f"{name} {trainer.progress.phase} {Path(frame.filename).name}:{frame.lineno}" if frame else name
+                state["callers"].setdefault(step, []).append(where)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in READ_METHODS:
+        setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
+    original_step, original_loop = train.Trainer.micro_step, train.Trainer.train_loop
+
+    def micro_step(self, run, batch, meter, *args, **kwargs):
+        if state["ended"]:  # the previous micro-batch closed a step: this one opens the next
+            state["step"], state["ended"] = state["step"] + 1, False
+        state["ended"] = original_step(self, run, batch, meter, *args, **kwargs)
+        return state["ended"]
+
+    def train_loop(self, run):
+        progress["trainer"] = self
+        state["step"] = run.step + 1
+        try:
+            return original_loop(self, run)
+        finally:
+            progress.pop("trainer", None)
+
+    def dump():
+        rank = os.environ.get("RANK", "0")
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"rank-{rank}.jsonl", "w") as f:
+            for step in sorted(state["reads"]):
+                f.write(json.dumps({"step": step, "reads": state["reads"][step],
+                                    "callers": state["callers"][step]}) + "\n")
+
+    train.Trainer.micro_step, train.Trainer.train_loop = micro_step, train_loop
+    atexit.register(dump)
+
+
 def inject_training_bug(bug: str) -> None:
     import accelerate
     from torch.utils.data import DataLoader
@@ -265,6 +332,8 @@ def apply(fault: str) -> None:
         return
     if fault == "record-samples":
         record_samples(Path(os.environ["SAMPLE_LOG"]))
+    elif fault == "count-reads":
+        count_reads(Path(os.environ["READ_LOG"]))
     elif m := re.fullmatch(r"enospc-checkpoint-(\d+)", fault):
         fill_disk_in_checkpoint(int(m[1]))
     elif m := re.fullmatch(r"eio-checkpoint-(\d+)", fault):

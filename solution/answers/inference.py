@@ -40,8 +40,10 @@ def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) 
         input_ids[i, :k] = r["input_ids"]
         token_type_ids[i, :k] = r["token_type_ids"]
         attention_mask[i, :k] = 1
+    # `padded`, a host bool: whether any position is padding, known here for free; the model needs it to
+    # leave the mask out of a batch with none, which it could otherwise only learn by reading the device.
     batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
-             "attention_mask": torch.from_numpy(attention_mask)}
+             "attention_mask": torch.from_numpy(attention_mask), "padded": bool((attention_mask == 0).any())}
     if rows[0].get("start_positions") is not None:
         for key in ("start_positions", "end_positions", "answer_type"):
             batch[key] = torch.tensor([int(r[key]) for r in rows], dtype=torch.long)
@@ -60,6 +62,7 @@ def model_runner(model: torch.nn.Module, device="cpu", autocast_dtype: Optional[
 
     def run(batch: dict):
         inputs = {k: batch[k].to(device) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        inputs["padded"] = batch.get("padded")
         ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
         with grad_off(), ctx:
             out = model(**inputs)

@@ -31,6 +31,7 @@ on them and checks the result:
 from __future__ import annotations
 
 import copy
+import math
 import os
 import sys
 from pathlib import Path
@@ -128,6 +129,9 @@ def nccl_watchdog_env(output_dir: str) -> None:
 
 def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
     """What this machine or the accelerate launch YAML cannot run as configured: stop before building anything."""
+    if cfg.torch_compile and plan.is_deepspeed:
+        raise ValueError(f"torch_compile with strategy {plan.name}: DeepSpeed's ZeRO hooks inside each layer are not "
+                         "compiled with it here; use single, ddp, fsdp or fsdp_grad_op, or torch_compile: false")
     if cfg.mixed_precision == "fp16" and not cuda:
         raise ValueError("mixed_precision fp16 needs a GPU (CPU autocast supports bf16 only); "
                          "use mixed_precision: bf16 or no")
@@ -161,9 +165,14 @@ def check_trackers(report_to: list) -> None:
 def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
     """The plan's DeepSpeed JSON with the settings this trainer needs from it."""
     ds = copy.deepcopy(plan.ds_config)
+    ds.pop("_why", None)  # the configs' reasons for their values (JSON has no comments): not DeepSpeed's
     # The trainer builds the optimizer itself (see make_optimizer); without this Accelerate would
     # swap any optimizer, SGD included, for DeepSpeed's CPU Adam when the optimizer is offloaded.
     ds["zero_force_ds_cpu_optimizer"] = False
+    if launcher_world_size() == 1:
+        # One process: nothing to overlap, and overlap_comm synchronises the device at the end of each
+        # backward (it waits for its reduction stream).
+        ds["zero_optimization"]["overlap_comm"] = False
     if not cuda:
         # overlap_comm overlaps reduction with backward on a separate CUDA stream, and
         # contiguous_gradients copies gradients into one buffer against GPU allocator
@@ -195,6 +204,29 @@ def resumes_universal(cfg, plan: Plan) -> bool:
     return resume_route(saved, mine) == "universal"
 
 
+def zero_without_overflow_reads() -> None:
+    """ZeRO's step asks `is_invalid_grad_norm(norm)` of the gradient norm, a `bool()` of a device value,
+    every step (ZeRO-3 always, ZeRO-1/2 when clipping or in fp32): the host waits there for the whole
+    backward. It is how fp16's loss scaler finds an overflow to skip; in bf16 and fp32 there is no scale to
+    lower, so it only skips a step whose norm is not finite, a diverged model. That the trainer catches on
+    the device instead (training.stop.Health: the run stops naming the first such step, before any save),
+    as it does for DDP and FSDP2. So outside fp16 the check says "valid" without reading anything; under
+    fp16 DeepSpeed's own check stays, and reads. DeepSpeed's modules import the function by name: it is
+    replaced in each of them."""
+    import importlib
+
+    def never_read(norm) -> bool:
+        if torch.is_tensor(norm):
+            return False
+        return not math.isfinite(float(norm)) or norm < 0  # a number: DeepSpeed's own rule, nothing to wait for
+
+    for module in ("deepspeed.runtime.zero.stage_1_and_2", "deepspeed.runtime.zero.stage3",
+                   "deepspeed.runtime.bf16_optimizer"):
+        loaded = importlib.import_module(module)
+        if hasattr(loaded, "is_invalid_grad_norm"):
+            loaded.is_invalid_grad_norm = never_read
+
+
 def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
     """ZeRO: DeepSpeed's plugin, never with `cpu=True` (that quietly becomes DDP), gloo on CPU."""
     from accelerate import Accelerator
@@ -207,6 +239,8 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
         _require_cpu_adam()
     if not cuda:
         drop_stale_shm_buffers()
+    if cfg.mixed_precision != "fp16":
+        zero_without_overflow_reads()
     # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
     # process), then partitioned by the engine. Building it inside zero.Init would only matter for
     # models that do not fit one device's memory, far above BERT sizes.
@@ -223,32 +257,54 @@ def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
     return accelerator
 
 
+def fsdp_mixed_precision(mixed_precision: str):
+    """FSDP2's own mixed precision for bf16: parameters gathered in bf16 and computed in bf16, gradients
+    reduced in fp32 (torchtitan's default), the fp32 shards kept for the optimizer. The one path: Accelerate's
+    autocast is not added on top (see build_fsdp). None for fp16 and fp32: Accelerate's own handling."""
+    if mixed_precision != "bf16":
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
 def build_fsdp(cfg, plan: Plan, cuda: bool, kwargs: dict):
-    """FSDP2 (`fully_shard`); on CPU from a gloo MULTI_CPU state switched to FSDP (see the module docstring)."""
+    """FSDP2 (`fully_shard`); on CPU from a gloo MULTI_CPU state switched to FSDP (see the module docstring).
+
+    One process: parameters stay gathered after the forward (`reshard_after_forward` off), since with
+    nothing to shard a reshard would only gather them again for the backward. bf16: FSDP2's own policy
+    (`fsdp_mixed_precision`), and Accelerate's autocast left off, which would otherwise wrap the forward too."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
+    policy = fsdp_mixed_precision(cfg.mixed_precision)
+    alone = launcher_world_size() == 1
     if plan.fsdp_from_env:  # accelerate launch: the FSDP_* variables from its YAML fill the plugin
         if cfg.cpu_offload:
             os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
-        plugin = FullyShardedDataParallelPlugin()
+        plugin = FullyShardedDataParallelPlugin(mixed_precision_policy=policy)
+        if alone:
+            plugin.reshard_after_forward = False
     else:
         plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2, reshard_after_forward=plan.name == "fsdp",
+            fsdp_version=2, reshard_after_forward=plan.name == "fsdp" and not alone,
             auto_wrap_policy="transformer_based_wrap", cpu_offload=plan.cpu_offload,
-            state_dict_type="SHARDED_STATE_DICT")
+            state_dict_type="SHARDED_STATE_DICT", mixed_precision_policy=policy)
     if cuda:
-        return Accelerator(fsdp_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
-    accelerator = Accelerator(cpu=True, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
-    state = accelerator.state
-    if state.distributed_type == DistributedType.MULTI_CPU:
-        if cfg.mixed_precision != "no":
-            plugin.set_mixed_precision(cfg.mixed_precision)
-        state.fsdp_plugin = plugin
-        state.distributed_type = DistributedType.FSDP
-        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-        AcceleratorState._shared_state["distributed_type"] = DistributedType.FSDP
+        accelerator = Accelerator(fsdp_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
+    else:
+        accelerator = Accelerator(cpu=True, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
+        state = accelerator.state
+        if state.distributed_type == DistributedType.MULTI_CPU:
+            if cfg.mixed_precision != "no" and policy is None:
+                plugin.set_mixed_precision(cfg.mixed_precision)
+            state.fsdp_plugin = plugin
+            state.distributed_type = DistributedType.FSDP
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            AcceleratorState._shared_state["distributed_type"] = DistributedType.FSDP
+    if policy is not None:
+        accelerator.native_amp = False  # prepare() would wrap the forward in autocast on top of the policy
     return accelerator
 
 
@@ -323,8 +379,13 @@ class Strategy:
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
             nccl_watchdog_env(cfg.output_dir)
+        from accelerate.utils import DataLoaderConfiguration
+
+        # non_blocking: each batch is copied to the GPU without the host waiting for the copy (the loader pins
+        # its memory, see Trainer.data_loader); a blocking copy would wait for the device to finish its queue.
         kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                      log_with=cfg.report_to or None, project_dir=cfg.output_dir)  # report_to: Accelerate's trackers
+                      log_with=cfg.report_to or None, project_dir=cfg.output_dir,  # report_to: Accelerate's trackers
+                      dataloader_config=DataLoaderConfiguration(non_blocking=self.cuda))
         self.accelerator = build(cfg, self.plan, self.cuda, kwargs)
         global _OPEN
         _OPEN = self  # from here on, shutdown() has something to close
@@ -380,41 +441,66 @@ class Strategy:
                              "refusing to train with a different engine than configured")
         return engine
 
-    def clip_and_norm(self, model, max_norm: float, want_norm: bool = True) -> Optional[float]:
-        """Global gradient norm before clipping (clipping applied here, or by DeepSpeed inside its step).
+    def engine_settings(self, prepared_model) -> dict:
+        """What the engine runs with, as resolved after prepare(), for the run's start record: a run says what
+        it ran. DeepSpeed: its config with every "auto" filled; FSDP2: resharding, units, mixed precision;
+        DDP and one process: whether the forward runs under autocast."""
+        acc = self.accelerator
+        if self.plan.is_deepspeed:
+            ds = acc.state.deepspeed_plugin.deepspeed_config
+            keys = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping", "bf16",
+                    "fp16", "zero_optimization", "timers")
+            return {k: copy.deepcopy(ds[k]) for k in keys if k in ds}
+        if self.plan.is_fsdp:
+            from torch.distributed.fsdp import FSDPModule
+
+            plugin, policy = acc.state.fsdp_plugin, acc.state.fsdp_plugin.mixed_precision_policy
+            return {"reshard_after_forward": plugin.reshard_after_forward, "autocast": acc.native_amp,
+                    "units": sum(isinstance(m, FSDPModule) for m in prepared_model.modules()),
+                    "mixed_precision_policy": None if policy is None else {
+                        k: str(getattr(policy, k)).replace("torch.", "") for k in ("param_dtype", "reduce_dtype")}}
+        return {"autocast": acc.native_amp}
+
+    def clip_and_norm(self, model, max_norm: float, want_norm: bool = True):
+        """Global gradient norm before clipping, a device scalar (clipping applied here, or by DeepSpeed inside
+        its step); not read here: the trainer reads it on the steps that log or save.
 
         Without clipping (max_norm 0) and `want_norm` False, nothing is computed (None): the norm is a
         pass over every gradient, which the trainer only needs on logging and saving steps. Every rank
         must pass the same `want_norm` (under FSDP the norm is a collective)."""
         if self.plan.is_deepspeed:
             # Accelerate's backward already ran engine.step() on the accumulation boundary; DeepSpeed
-            # clipped there with `gradient_clipping` and kept the norm it measured first.
-            norm = model.get_global_grad_norm()
-            return None if norm is None else float(norm)
+            # clipped there with `gradient_clipping` and kept the norm it measured first (a device scalar,
+            # or a number: inf on a step its fp16 loss scaler skipped).
+            return model.get_global_grad_norm()
         if max_norm <= 0 and not want_norm:
             return None
         if max_norm <= 0 and not self.plan.is_fsdp and self.accelerator.scaler is None:  # fp16 unscales first
             # No clipping: only the norm (for the log and the divergence check). clip_grad_norm_ would also
             # multiply every gradient by 1.0, a pass over all of them (BERT-base on CPU: ~25 ms a step).
             grads = [p.grad for p in model.parameters() if p.grad is not None]
-            return float(torch.nn.utils.get_total_norm(grads))
+            return torch.nn.utils.get_total_norm(grads)
         norm = self.accelerator.clip_grad_norm_(model.parameters(), max_norm if max_norm > 0 else float("inf"))
         if hasattr(norm, "full_tensor"):  # FSDP2 returns a DTensor
             norm = norm.full_tensor()
-        return float(norm)
+        return norm
 
-    def loss_scale(self) -> Optional[float]:
-        """The fp16 loss scaler's scale now (None without one: bf16, fp32, or DeepSpeed's own scaler)."""
+    def loss_scale(self):
+        """The fp16 loss scaler's scale now, a device scalar (None without one: bf16, fp32, or DeepSpeed's own
+        scaler). A copy: the scaler updates its own in place."""
         scaler = self.accelerator.scaler
-        return None if scaler is None else float(scaler.get_scale())
+        if scaler is None:
+            return None
+        scale = scaler._get_scale_async()  # the scale tensor itself; get_scale() would read it on the host
+        return None if scale is None else scale.detach().clone()
 
-    def step_was_skipped(self, scale_before: Optional[float]) -> bool:
-        """Whether the optimizer step just taken was skipped for overflowed gradients; `scale_before` is
-        loss_scale() before it. Accelerate tells a skip by whether the scaler called the optimizer's step,
-        but a fused or foreach AdamW takes the overflow flag and is called either way (the H100's first
-        fp16 runs): the scaler lowering its scale is what every skip has in common."""
+    def step_was_skipped(self, scale_before):
+        """Whether the optimizer step just taken was skipped for overflowed gradients (a device bool, or a
+        bool); `scale_before` is loss_scale() before it. Accelerate tells a skip by whether the scaler called
+        the optimizer's step, but a fused or foreach AdamW takes the overflow flag and is called either way
+        (the H100's first fp16 runs): the scaler lowering its scale is what every skip has in common."""
         if scale_before is not None:
-            return self.accelerator.scaler.get_scale() < scale_before
+            return self.accelerator.scaler._get_scale_async() < scale_before
         return bool(self.accelerator.optimizer_step_was_skipped)  # DeepSpeed's engine: its overflow flag
 
     def lockstep(self, run: Callable, dummy_batch: dict, flags: Callable[[], list] = list,
@@ -450,7 +536,7 @@ class Strategy:
 
         def wrapped(batch):
             any_work(1)
-            last["batch"] = {k: v[:1] for k, v in batch.items()}
+            last["batch"] = {k: v[:1] if torch.is_tensor(v) else v for k, v in batch.items()}
             return run(batch)
 
         def finish():

@@ -82,6 +82,20 @@ def resolve_backbone(name_or_path: str) -> str:
     return name_or_path
 
 
+def attention_bias(attention_mask: torch.Tensor, config, padded: Optional[bool]) -> Optional[torch.Tensor]:
+    """The padding mask in the form the backbone's attention takes it, decided without reading the device.
+
+    Given the [batch, seq] mask, transformers first asks whether any position is padded (`mask.all()`), a
+    read of a device value that makes the host wait for the device every forward. `padded` is that answer
+    from the host (the collate function knows it): under SDPA, False leaves the mask out as transformers
+    would (and SDPA may then use its flash kernel), True gives the 4-D mask it would make, [batch, 1, 1, seq]
+    booleans (True: attend) broadcast over the queries: the same outputs, bitwise. None (not known), or
+    another attention implementation: the [batch, seq] mask, for transformers to decide."""
+    if padded is None or getattr(config, "_attn_implementation", None) != "sdpa" or attention_mask.dim() != 2:
+        return attention_mask
+    return attention_mask[:, None, None, :].bool() if padded else None
+
+
 class QAModel(nn.Module):
     def __init__(self, backbone: nn.Module):
         super().__init__()
@@ -103,8 +117,8 @@ class QAModel(nn.Module):
         return self.backbone.config
 
     def forward(self, input_ids, attention_mask, token_type_ids=None,
-                start_positions=None, end_positions=None, answer_type=None, **unused):
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                start_positions=None, end_positions=None, answer_type=None, padded=None, **unused):
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_bias(attention_mask, self.config, padded),
                                token_type_ids=token_type_ids).last_hidden_state  # [batch, seq, hidden]
         start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # [batch, seq] each
         # Padding can never be an answer position.
@@ -119,6 +133,18 @@ class QAModel(nn.Module):
                            + F.cross_entropy(end_logits, end_positions)
                            + F.cross_entropy(type_logits, answer_type))
         return out
+
+
+def compile_layers(model: QAModel) -> int:
+    """torch.compile each transformer layer in place (`nn.Module.compile`: parameter names unchanged, so
+    checkpoints and model directories are those of the eager model). The layers are the classes a
+    sharding engine wraps one by one (`_no_split_modules`); torch compiles one layer's code once and
+    serves the others from it. Returns how many layers were compiled."""
+    names = set(model._no_split_modules)
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    for layer in layers:
+        layer.compile()
+    return len(layers)
 
 
 def init_structure_embeddings(model: QAModel, tokenizer, tokens: list) -> None:

@@ -66,6 +66,12 @@ class TrainConfig:
     """Sets hidden and attention dropout when given (0 makes runs exactly comparable)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about a third more compute."""
+    torch_compile: bool = False
+    """Compile each transformer layer with `torch.compile` (TorchInductor), as torchtitan does: one layer's
+    code compiled once serves all of them. For single, ddp, fsdp and fsdp_grad_op; refused with DeepSpeed,
+    whose ZeRO hooks sit inside the layers. The first step pays the compilation (its time is recorded apart:
+    metrics.jsonl's `first_step` record, or the first step's own); a batch of a new shape (an epoch's last)
+    compiles once more. (transformers' TrainingArguments name.)"""
 
     # --- data ------------------------------------------------------------------
     data_source: str = "files"
@@ -195,6 +201,14 @@ class TrainConfig:
     resident size stays at its peak). No effect on a GPU or without glibc."""
     measure_memory: bool = False
     """Benchmarks: record each rank's model-state bytes (live tensors at the optimizer step) and peak RSS."""
+    profile_steps: int = 0
+    """Benchmarks: record this many optimizer steps with torch.profiler, those right after the first logging
+    window (so compilation and warm-up are out), and write output_dir/profile.json: the wall time a step, the
+    device kernels a step and their time (the device's busy share), the host's waits for the device, the top
+    operators (solution.training.profiling). 0: off."""
+    save_final_model: bool = True
+    """Write output_dir/model when training ends. False: nothing after the last step (benchmarks timing
+    steps; checkpoints are written as save_strategy says either way)."""
     resume_from_checkpoint: Optional[str] = None
     """A checkpoint directory (output_dir/checkpoint-N), `latest`, or `auto` (latest when output_dir holds a
     complete checkpoint, else start fresh: what scripts/launch_slurm.sh passes); also `--resume`."""
@@ -233,6 +247,7 @@ class TrainConfig:
             (self.num_train_epochs > 0 or self.max_steps > 0, "num_train_epochs", "> 0 (or max_steps > 0)"),
             (self.max_grad_norm >= 0, "max_grad_norm", ">= 0"),
             (self.logging_steps >= 1, "logging_steps", ">= 1"),
+            (self.profile_steps >= 0, "profile_steps", ">= 0 (0: off)"),
             (self.num_proc >= 1, "num_proc", ">= 1"),
             (self.dropout is None or 0.0 <= self.dropout < 1.0, "dropout", "in [0, 1) or null"),
             (self.data_source != "files" or bool(self.train_file), "train_file", "set when data_source is files"),

@@ -67,6 +67,12 @@ class StartRecord:
     # sha256 of the training windows (ids, tokens, labels: windows.dataset.windows_digest), "dummy" for dummy
     # data: another train_file with as many windows is other data
     train_data_digest: str = ""
+    # How the engine was set up, resolved (Strategy.engine_settings: DeepSpeed's filled config, FSDP2's
+    # resharding and mixed precision, autocast), the backbone's attention implementation and torch.compile:
+    # what the run ran, never part of what a resume must match
+    engine_settings: dict = field(default_factory=dict)
+    attention: str = ""
+    torch_compile: bool = False
     resumed_from: Optional[dict] = None  # {"checkpoint", "step"} when resuming
 
     TRAIN_DATA_KEYS = ("documents", "windows", "windows_kept", "windows_per_type", "unanswerable_documents",

@@ -33,6 +33,69 @@ def divergence(loss: float, grad_norm: Optional[float], skipped: bool, skipped_i
     return None
 
 
+def on_device(value, dtype, device):
+    """A device scalar of `value` (a tensor, a number or a bool) made without a blocking copy: a host value
+    becomes a fill (`torch.full`), since copying it would wait for the device (a synchronous copy)."""
+    import torch
+
+    if torch.is_tensor(value):
+        return value.detach().to(dtype=dtype, device=device).reshape(())
+    return torch.full((), float(value), dtype=dtype, device=device)
+
+
+class Health:
+    """The divergence check kept on the device: each step's loss, gradient norm and loss-scaler skip update
+    a few device tensors, and `first_bad` reads them, once, on the steps that log or save. A read of a
+    device value makes the host wait for the device to finish everything queued so far; reading none
+    between those steps lets the host queue the next step while the device runs this one.
+
+    Sticky: the first step that went bad is kept with its figures, so the run stops naming that step
+    even when it is read several steps later (nothing is saved in between: saving steps read it first)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device = device
+        # The first bad step: [step, loss, grad_norm, has_norm, skipped, skipped_in_a_row]; step -1: none yet.
+        self.first = torch.tensor([-1.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64, device=device)
+        self.in_a_row = torch.zeros((), dtype=torch.float64, device=device)
+        self.skipped_steps = torch.zeros((), dtype=torch.float64, device=device)  # since this process started
+
+    def update(self, step: int, loss, grad_norm, skipped) -> None:
+        """After optimizer step `step`: its loss (a device scalar), gradient norm (a device scalar, a number,
+        or None where none was computed) and whether the loss scaler skipped it (a device bool or a bool).
+        The same rule as `divergence`, on the device."""
+        import torch
+
+        f64 = dict(dtype=torch.float64, device=self.device)
+        loss = on_device(loss, **f64)
+        skipped = on_device(skipped, **f64)
+        self.in_a_row = (self.in_a_row + 1) * skipped
+        self.skipped_steps = self.skipped_steps + skipped
+        bad = ~torch.isfinite(loss) | ((skipped > 0) & (self.in_a_row >= MAX_SKIPPED_IN_A_ROW))
+        norm = torch.zeros((), **f64) if grad_norm is None else on_device(grad_norm, **f64)
+        if grad_norm is not None:
+            bad = bad | ((skipped == 0) & ~torch.isfinite(norm))
+        now = torch.stack([torch.full((), float(step), **f64), loss, norm,
+                           torch.full((), float(grad_norm is not None), **f64), skipped, self.in_a_row])
+        self.first = torch.where(bad & (self.first[0] < 0), now, self.first)
+
+    def figures(self) -> list:
+        """[first bad step (-1: none), its loss, grad_norm, has_norm, skipped, skipped_in_a_row, skipped_steps]:
+        one tensor, so that one read (or one collective, then one read) carries them all."""
+        import torch
+
+        return torch.cat([self.first, self.skipped_steps.reshape(1)])
+
+    @staticmethod
+    def why(figures: list) -> Optional[tuple]:
+        """(step, why) from the figures read on the host, or None when no step went bad."""
+        step, loss, norm, has_norm, skipped, in_a_row = figures[:6]
+        if step < 0:
+            return None
+        return int(step), divergence(loss, norm if has_norm else None, bool(skipped), int(in_a_row))
+
+
 class TrainingStopped(Exception):
     """Training ended before its last step for a reason it names in one line; `exit_code` is main()'s."""
 
@@ -63,8 +126,9 @@ class EvaluationStopped(Exception):
 
 
 class StopRequest:
-    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step, or during a dev
-    evaluation at its next batch, on every rank at once. SIGTERM: spot instances and SLURM preemption;
+    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step in one process, and with
+    several ranks at the next step that logs or saves (agreeing is a collective, and those steps carry one
+    already: `Trainer.read_step`), or during a dev evaluation at its next batch, on every rank at once. SIGTERM: spot instances and SLURM preemption;
     SIGUSR1: SLURM's `--signal` before the time limit.
 
     Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
@@ -112,7 +176,7 @@ class StopRequest:
 
     def flags(self) -> list:
         """This rank's signal as one 0/1 flag per handled signal, summed over ranks with the step's loss
-        (`StepMeter.close_step`): a rank that stopped alone would leave the others waiting forever in
+        (`Trainer.read_step`): a rank that stopped alone would leave the others waiting forever in
         the next collective, so every rank must learn of any rank's signal at the same step."""
         return [float(self.signum == sig) for sig in self.SIGNALS]
 

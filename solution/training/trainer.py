@@ -27,6 +27,7 @@ from solution.distributed.watchdog import Progress, Watchdog, collective_timeout
 from solution.model.qa_model import (
     architecture,
     build_model,
+    compile_layers,
     init_structure_embeddings,
     load_tokenizer,
     save_model_dir,
@@ -36,8 +37,17 @@ from solution.scoring.metric import format_report, load_gold, score
 from solution.training.agreement import check_same_settings
 from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
+from solution.training.profiling import StepProfiler
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
-from solution.training.stop import EXIT_FAULT, EXIT_STOPPED, EvaluationStopped, StopRequest, TrainingStopped, divergence
+from solution.training.stop import (
+    EXIT_FAULT,
+    EXIT_STOPPED,
+    EvaluationStopped,
+    Health,
+    StopRequest,
+    TrainingStopped,
+    on_device,
+)
 from solution.windows.dataset import DummyWindows, build_train_features
 from solution.windows.featurizer import Featurizer, add_structure_tokens, structure_vocabulary
 
@@ -123,45 +133,47 @@ class TrainingRun:
 
 @dataclass
 class StepMeter:
-    """The loss summed over one optimizer step's micro-batches, and the clocks of the logging window."""
+    """One optimizer step's loss (summed over its micro-batches), gradient norm and divergence check, and the
+    clocks of the logging window. All of it stays on the device between the steps that log or save, which
+    read it once (`Trainer.read_step`): a read makes the host wait for the device, and without one the host
+    queues the next step while the device still runs this one."""
 
     loss_sum: torch.Tensor
+    health: Health
     micro: int = 0
-    samples: int = 0  # since the last logged step, all ranks
-    grad_norm: Optional[float] = None
-    skipped: bool = False  # the loss scaler (fp16) skipped this step: its gradients overflowed
-    skipped_in_a_row: int = 0
-    skipped_steps: int = 0  # since the start of this process
+    samples: int = 0  # since the last record, all ranks
+    steps: int = 0  # optimizer steps since the last record
+    loss: Optional[torch.Tensor] = None  # the last step's, mean over its micro-batches, this rank
+    grad_norm: Optional[torch.Tensor] = None  # the last step's (None: not computed, see Trainer.sync_due)
     lr: float = 0.0
-    step_time: float = 0.0
     t_log: float = field(default_factory=time.perf_counter)
-    t_step: float = 0.0
 
-    def __post_init__(self):
-        self.t_step = self.t_log
-
-    def count_skip(self, skipped: bool) -> None:
-        self.skipped = bool(skipped)
-        self.skipped_in_a_row = self.skipped_in_a_row + 1 if self.skipped else 0
-        self.skipped_steps += self.skipped
-
-    def close_step(self, accelerator, flags: list) -> tuple[float, list]:
-        """After an optimizer step: its time, its loss (mean over micro-batches, then over ranks: the
-        loss of the whole global batch), and `flags` summed over ranks. One all-reduce carries both:
-        each blocking collective is a point where every rank waits for the slowest."""
-        now = time.perf_counter()
-        self.step_time, self.t_step = now - self.t_step, now
-        values = torch.cat([(self.loss_sum / self.micro).reshape(1),
-                            torch.tensor(flags, dtype=self.loss_sum.dtype, device=self.loss_sum.device)])
-        if accelerator.num_processes > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(values)  # a sum; the loss is then divided like Accelerate's reduce("mean")
-            values[0] /= accelerator.num_processes
-        self.loss_sum.zero_()
+    def close_step(self, step: int, skipped) -> None:
+        """After optimizer step `step` (`skipped`: the loss scaler skipped it): its loss into the divergence
+        check. Nothing is read."""
+        self.loss = self.loss_sum / self.micro
+        self.loss_sum = torch.zeros_like(self.loss_sum)
         self.micro = 0
-        loss, *summed = values.tolist()
-        return loss, summed
+        self.steps += 1
+        self.health.update(step, self.loss, self.grad_norm, skipped)
+
+    def close_window(self) -> float:
+        """Seconds since the last record; the next window starts now (windows tile the clock)."""
+        now = time.perf_counter()
+        elapsed, self.t_log, self.samples, self.steps = now - self.t_log, now, 0, 0
+        return elapsed
+
+
+@dataclass
+class StepFigures:
+    """What a step that logs or saves reads: the loss of the global batch, the gradient norm, the stop flags
+    summed over ranks, the fp16 skips so far, and why the run diverged (None: it did not)."""
+
+    loss: float
+    grad_norm: Optional[float]
+    flags: list
+    skipped_steps: int
+    diverged: Optional[tuple] = None  # (the first bad step, why)
 
 
 class Trainer:
@@ -185,6 +197,8 @@ class Trainer:
             init_structure_embeddings(self.model, self.tokenizer, added)
         if cfg.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
+        if cfg.torch_compile:  # before any engine wraps the layers: FSDP2 then shards the compiled ones
+            compile_layers(self.model)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())  # before any engine shards them
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
@@ -295,9 +309,12 @@ class Trainer:
         return DataLoader(train_set, batch_size=cfg.per_device_train_batch_size, sampler=sampler,
                           drop_last=False, generator=torch.Generator().manual_seed(cfg.seed),
                           num_workers=cfg.dataloader_num_workers,
+                          # Pinned (page-locked) batches: the copy to the GPU can then run without the host waiting.
+                          pin_memory=self.accelerator.device.type == "cuda",
                           collate_fn=partial(collate, pad_token_id=pad_id, pad_to=cfg.window.max_seq_length))
 
-    def start_record(self, engine: str, total_steps: int, num_epochs: int, train_windows: int) -> StartRecord:
+    def start_record(self, engine: str, total_steps: int, num_epochs: int, train_windows: int,
+                     engine_settings: Optional[dict] = None) -> StartRecord:
         cfg, acc, plan = self.cfg, self.accelerator, self.strategy.plan
         summary = self.data_summary
         return StartRecord(
@@ -315,7 +332,9 @@ class Trainer:
             seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window),
             optimizer={} if cfg.optim == "sgd" else {"weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
                                                      "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon},
-            train_data_digest=summary.get("windows_digest", "") if summary else cfg.data_source)
+            train_data_digest=summary.get("windows_digest", "") if summary else cfg.data_source,
+            engine_settings=engine_settings or {}, attention=str(getattr(self.model.config, "_attn_implementation", "")),
+            torch_compile=cfg.torch_compile)
 
     def setup(self) -> TrainingRun:
         """Data, optimizer, engine, schedule and checkpointer; the resume position when resuming."""
@@ -343,7 +362,7 @@ class Trainer:
         scheduler = lr_schedule(optimizer, cfg, total_steps)
         if warning := warmup_warning(cfg, total_steps):
             self.log(warning)
-        start = self.start_record(engine, total_steps, num_epochs, len(train_set))
+        start = self.start_record(engine, total_steps, num_epochs, len(train_set), self.strategy.engine_settings(model))
         self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), SavePolicy.from_config(cfg),
                                          cfg.save_total_limit, write_meta=self.write_model_meta, log=self.log,
                                          async_save=cfg.async_save, checkpoint_group=self.strategy.checkpoint_group,
@@ -428,8 +447,12 @@ class Trainer:
                    dynamic_ncols=True, file=sys.stdout)
         run.model.train()
         last_eval = {}
-        meter = StepMeter(torch.zeros((), device=self.accelerator.device))
-        step = run.step
+        device = self.accelerator.device
+        meter = StepMeter(torch.zeros((), device=device), Health(device))
+        step = first = run.step
+        # profile_steps: the steps right after the first logging window, so compilation and warm-up are out
+        profiler = StepProfiler(self.out, first + self.cfg.logging_steps + 1, self.cfg.profile_steps, device,
+                                write=self.is_main) if self.cfg.profile_steps > 0 else None
         self.stop_request.armed = True
         last_eval = self.evaluate_resumed_epoch(run) or last_eval
         for epoch in range(run.epoch, run.num_epochs):
@@ -439,20 +462,20 @@ class Trainer:
             for batch in self.marked(self.epoch_batches(run, epoch, skip=batches)):
                 batches += 1
                 run.memory["step"] = step + 1  # the optimizer step this micro-batch belongs to
-                want_norm = self.norm_wanted(step + 1, run.total_steps, epoch_end=batches == run.batches_per_epoch)
-                if not self.micro_step(run, batch, meter, want_norm):
+                sync = self.sync_due(step + 1, run.total_steps, epoch_end=batches == run.batches_per_epoch,
+                                     first=step == first)
+                if not self.micro_step(run, batch, meter, want_norm=sync):
                     continue
                 step += 1
-                self.progress.mark("collective", step)
-                loss, flags = meter.close_step(self.accelerator, self.stop_request.flags())
-                self._check_finite(step, loss, meter)
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", epoch=epoch)
-                self.log_step(step, epoch, loss, meter, run.total_steps)
-                self.progress.mark("save")
-                self.checkpointer.maybe_save(step, epoch, batches)
-                if step < run.total_steps:
-                    self._stop_if_requested(step, epoch, batches, self.stop_request.agreed(flags))
+                if profiler is not None:
+                    profiler.after_step(step)
+                if sync:
+                    self.after_synced_step(run, meter, step, epoch, batches, bar, first=step == first + 1)
+                elif step < run.total_steps and self.accelerator.num_processes == 1 and self.stop_request.signum:
+                    # One process: its own signal needs no agreement, and the flag is a host value.
+                    self.read_step(meter, step)
+                    self._stop_if_requested(step, epoch, batches, self.stop_request.signum)
                 if step >= run.total_steps:
                     break
             self.progress.mark("save")
@@ -461,6 +484,62 @@ class Trainer:
         bar.close()
         run.step = step
         return last_eval
+
+    def after_synced_step(self, run: TrainingRun, meter: StepMeter, step: int, epoch: int, batches: int, bar,
+                          first: bool = False) -> None:
+        """A step that logs, saves, ends the run or is this start's first: read its figures (stopping a
+        diverged run), write its record, save when due, and stop when a rank received a signal."""
+        figures = self.read_step(meter, step)
+        bar.set_postfix(loss=f"{figures.loss:.4f}", epoch=epoch)
+        self.log_step(step, epoch, figures, meter, run.total_steps, first=first)
+        self.progress.mark("save")
+        self.checkpointer.maybe_save(step, epoch, batches)
+        if step < run.total_steps:
+            self._stop_if_requested(step, epoch, batches, self.stop_request.agreed(figures.flags))
+
+    def read_step(self, meter: StepMeter, step: int) -> StepFigures:
+        """The figures of step `step`, read at once: the loss averaged over ranks (the loss of the whole global
+        batch) and the stop flags summed over ranks in one all-reduce, then one read. Stops the run when the
+        divergence check found a bad step since the last read, naming the first (agreed over ranks)."""
+        acc = self.accelerator
+        self.progress.mark("collective", step)
+        f64 = dict(dtype=torch.float64, device=meter.loss_sum.device)
+        health = meter.health.figures()
+        # [loss, *stop flags, bad]: summed over ranks; each blocking collective is a point where every rank
+        # waits for the slowest, so one carries them all.
+        shared = torch.cat([on_device(meter.loss, **f64).reshape(1),
+                            torch.tensor(self.stop_request.flags(), dtype=torch.float64).to(f64["device"]),
+                            (health[:1] >= 0).to(torch.float64)])
+        if acc.num_processes > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(shared)
+            shared[0] /= acc.num_processes
+        norm = torch.zeros(2, **f64) if meter.grad_norm is None else \
+            torch.stack([on_device(meter.grad_norm, **f64), torch.ones((), **f64)])
+        values = torch.cat([shared, norm, health]).tolist()
+        n = len(self.stop_request.SIGNALS)
+        loss, flags, bad, (grad_norm, has_norm), health = values[0], values[1:1 + n], values[1 + n], \
+            values[2 + n:4 + n], values[4 + n:]
+        figures = StepFigures(loss, grad_norm if has_norm else None, flags, int(health[-1]))
+        if bad > 0:
+            self.stop_diverged(meter.health, health)
+        return figures
+
+    def stop_diverged(self, health: Health, figures: list) -> None:
+        """Raise TrainingStopped naming the first step that went bad on any rank (ranks agree on it first)."""
+        acc = self.accelerator
+        mine = Health.why(figures)
+        first = mine[0] if mine else float("inf")
+        if acc.num_processes > 1:
+            import torch.distributed as dist
+
+            agreed = torch.tensor([float(first)], dtype=torch.float64).to(acc.device)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+            first = int(agreed.item())
+        why = mine[1] if mine and mine[0] == first else "another rank's loss or gradient norm was not finite"
+        raise TrainingStopped(f"training diverged at step {first}: {why}; {self.checkpointer.last_good()}",
+                              EXIT_FAULT)
 
     def marked(self, batches):
         """The batches of `batches`, each fetch marked as the `data` phase (a stuck loader shows as one)."""
@@ -487,7 +566,7 @@ class Trainer:
 
     def micro_step(self, run: TrainingRun, batch: dict, meter: StepMeter, want_norm: bool = True) -> bool:
         """Forward and backward one micro-batch; the optimizer steps on the last of an accumulation.
-        True when it did (an optimizer step ended). `want_norm`: see `norm_wanted`."""
+        True when it did (an optimizer step ended). `want_norm`: see `sync_due`."""
         acc = self.accelerator
         with acc.accumulate(run.model):
             self.progress.mark("forward")
@@ -503,33 +582,44 @@ class Trainer:
                 meter.grad_norm = self.strategy.clip_and_norm(run.model, self.cfg.max_grad_norm, want_norm)
                 scale = self.strategy.loss_scale()
                 run.optimizer.step()
-                meter.count_skip(self.strategy.step_was_skipped(scale))
+                skipped = self.strategy.step_was_skipped(scale)
                 run.scheduler.step()
                 run.optimizer.zero_grad(set_to_none=True)
+                meter.close_step(run.memory["step"], skipped)
         return acc.sync_gradients
 
-    def norm_wanted(self, step: int, total_steps: int, epoch_end: bool) -> bool:
-        """Whether step `step` needs the gradient norm when nothing is clipped: for its log record, and
-        before a save (a non-finite gradient with a finite loss must not reach a checkpoint). Between
-        them a diverged model shows in the next step's loss, checked every step."""
+    def sync_due(self, step: int, total_steps: int, epoch_end: bool, first: bool = False) -> bool:
+        """Whether step `step` reads its figures from the device: it logs, saves or ends the run, or it is the
+        first step of this start (timed apart: it holds compilation and the device's warm-up). Only these
+        steps compute the gradient norm when nothing is clipped (a pass over every gradient), and only these
+        wait for the device. Between them a diverged model is caught by the sticky check (`Health`) and
+        named at the next one, before any save. Every rank must decide the same (under FSDP the norm is
+        a collective)."""
         cfg = self.cfg
-        return step % cfg.logging_steps == 0 or step == total_steps or self.checkpointer.save_due(step, epoch_end)
+        return (first or step % cfg.logging_steps == 0 or step == total_steps
+                or self.checkpointer.save_due(step, epoch_end))
 
-    def log_step(self, step: int, epoch: int, loss: float, meter: StepMeter, total_steps: int) -> None:
-        """A metrics.jsonl record (and the trackers') every logging_steps and at the last step."""
-        if step % self.cfg.logging_steps != 0 and step != total_steps:
+    def log_step(self, step: int, epoch: int, figures: StepFigures, meter: StepMeter, total_steps: int,
+                 first: bool = False) -> None:
+        """A metrics.jsonl record (and the trackers') every logging_steps and at the last step. The first step
+        of a start closes a window of its own: its time (compilation, warm-up) stays out of the next one's,
+        written as a `first_step` event where it does not log."""
+        logs = step % self.cfg.logging_steps == 0 or step == total_steps
+        if not (logs or first):
             return
-        now = time.perf_counter()
-        elapsed = now - meter.t_log
-        record = {"step": step, "epoch": epoch, "loss": loss, "grad_norm": meter.grad_norm,
-                  "lr": meter.lr, "step_time_s": meter.step_time,
-                  "samples_per_s": meter.samples / max(elapsed, 1e-9)}
-        if meter.skipped_steps:  # fp16: steps the loss scaler skipped so far (their weights did not move)
-            record["skipped_steps"] = meter.skipped_steps
+        steps, samples = meter.steps, meter.samples
+        elapsed = meter.close_window()
+        if not logs:
+            self.metrics.write({"event": "first_step", "step": step, "seconds": elapsed})
+            return
+        record = {"step": step, "epoch": epoch, "loss": figures.loss, "grad_norm": figures.grad_norm,
+                  "lr": meter.lr, "step_time_s": elapsed / max(steps, 1),  # the window's mean
+                  "samples_per_s": samples / max(elapsed, 1e-9)}
+        if figures.skipped_steps:  # fp16: steps the loss scaler skipped so far (their weights did not move)
+            record["skipped_steps"] = figures.skipped_steps
         self.metrics.write(record)
         if self.cfg.report_to:
             self.accelerator.log(tracker_values(record, "train"), step=step)
-        meter.t_log, meter.samples = now, 0  # windows tile the clock: writing this record counts in the next
 
     def evaluate_resumed_epoch(self, run: TrainingRun) -> dict | None:
         """A run resumed at the end of an epoch (or at its last step) evaluates that epoch first: its
@@ -565,7 +655,8 @@ class Trainer:
         acc = self.accelerator
         self.progress.mark("save")
         self.checkpointer.wait()  # an asynchronous save still being written: complete, or its error, first
-        self.save_final(run.model)
+        if self.cfg.save_final_model:
+            self.save_final(run.model)
         end = {"event": "end", "step": step, "dev": last_eval or None}
         if self.cfg.measure_memory:
             import resource
@@ -579,15 +670,6 @@ class Trainer:
         self.metrics.write(end)
         self.progress.mark("collective")
         acc.wait_for_everyone()
-
-    def _check_finite(self, step: int, loss: float, meter: StepMeter) -> None:
-        """Stop before anything is saved from a diverged model. The loss is reduced over ranks, and the
-        norm and the loss scaler's skip are global, so every rank stops at the same step."""
-        why = divergence(loss, meter.grad_norm, meter.skipped, meter.skipped_in_a_row)
-        if why is None:
-            return
-        raise TrainingStopped(f"training diverged at step {step}: {why}; {self.checkpointer.last_good()}",
-                              EXIT_FAULT)
 
     def _stop_if_requested(self, step: int, epoch: int, batches: int, signum: int, during: str = "") -> None:
         """Checkpoint at `step` and stop (`during`: where, when not between optimizer steps)."""

@@ -1,0 +1,303 @@
+"""The GPU check's `speed` part (scripts/gpu_check.py --parts speed): how fast each engine trains BERT-base,
+measured side by side in one call, every record written as it finishes.
+
+    python scripts/gpu_check.py --parts speed --out DIR          # on the GPU (scripts/gpu_run.sh --parts speed)
+    python scripts/gpu_check.py --parts speed --dry-run --out DIR # the same commands on the CPU, tiny sizes
+    python scripts/gpu_speed.py --infer --batch 256 --seq 512 --pages FILE --json FILE   # its inference run alone
+
+In order (the most valuable first; a run the budget cannot start is skipped, saying so):
+
+1. `speed-b16`, `-b32`, `-b64`, `-b128`: one process (`--strategy single`, no launcher), BERT-base at 512
+   pieces (configs/train/bench_base.yaml, random windows), bf16, eager; 130 optimizer steps logged every
+   10. Throughput is the median of the logging windows from step 21 on (110 timed steps): the first step
+   is timed apart (the trainer's `first_step` record) and steps 11-15 run under torch.profiler
+   (`--profile_steps 5`, profile.json: wall time, kernels and kernel time a step, the device's busy share,
+   the host's waits for the device, the top operators).
+2. `speed-compiled`: the best eager batch again with `--torch_compile` (the first step, compilation, apart).
+3. `speed-zero2`, `speed-fsdp`, `speed-zero3`: the engines under torchrun --nproc_per_node 1 at that batch,
+   70 steps (windows from step 21: 50 timed), each beside `speed-b{B}` (one process, the same batch and
+   world size, the same call): the ratio.
+4. `speed-peer`: scripts/benchmark_loop.py at that batch, bf16, 512 pieces, one process: our trainer, a bare
+   loop and transformers' `Trainer` (the peer ratio), 60 steps in windows of 10 each.
+5. `speed-recipe-b128`, `-b512`, `-b512-compiled`: the recipe's stage 2 (configs/train/nq-profile.yaml: MiniLM
+   at 192 pieces, bf16) on random windows at larger batches: windows/s, its goal 15,000.
+6. `speed-infer`: inference in one process (`--infer`): the model alone (BERT-base in bf16, full 512-piece
+   windows, inference mode: windows/s timed with CUDA events), and end to end through the library's one
+   prediction path (`solution.answers.inference.predict_documents`: featurising the real NQ pages, the model,
+   post-processing) with the same model.
+7. `speed-repeat`: `speed-b{B}` once more, last: the spread between two runs of the same thing in one call.
+
+Every training record carries its engine settings, attention implementation and compile state (the start
+record), MFU on two counts (6 x all parameters per token, the project's earlier one; and the usual one, PaLM's
+appendix B: 6 x the matrix parameters, embeddings left out, + 12 x layers x sequence x hidden for attention)
+against the device's peak dense bf16 rate; gpu_check.json's `speed` holds the goals, each marked met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BATCHES = (16, 32, 64, 128)
+ENGINES = ("zero2", "fsdp", "zero3")
+RECIPE_BATCHES = ((128, False), (512, False), (512, True))
+# (steps, logging window, the first step timed, the profiled steps) of a full and a dry run
+SIZES = {False: {"steps": 130, "engine_steps": 70, "peer_steps": 60, "window": 10, "timed_from": 21, "profile": 5,
+                 "batches": BATCHES, "recipe": RECIPE_BATCHES, "infer_batch": 256, "seq": 512},
+         True: {"steps": 12, "engine_steps": 12, "peer_steps": 8, "window": 2, "timed_from": 7, "profile": 2,
+                "batches": (2, 4), "recipe": ((4, False),), "infer_batch": 4, "seq": 64}}
+GOALS = {"mfu_compiled": 0.35, "mfu_eager": 0.25, "zero2": 0.85, "fsdp": 0.85, "zero3": 0.6, "vs_hf_trainer": 1.0,
+         "infer_windows_per_s": 3000.0, "recipe_windows_per_s": 15000.0}
+
+
+def flops_per_token(arch: dict, seq: int) -> dict:
+    """Training FLOPs a token of BERT-shaped `arch`: `all` = 6 x every parameter (the project's first count);
+    `usual` = 6 x the matrix parameters (layers and heads; the embeddings' lookups do no matrix work) + 12 x
+    layers x seq x hidden (attention's two products, forward and backward: PaLM, appendix B)."""
+    layers, hidden, inter = arch["num_hidden_layers"], arch["hidden_size"], arch["intermediate_size"]
+    matrices = layers * (4 * hidden * hidden + 2 * hidden * inter) + hidden * (2 + 5)  # the QA and answer-type heads
+    return {"usual": 6 * matrices + 12 * layers * seq * hidden, "matrix_parameters": matrices}
+
+
+def sizes(args) -> dict:
+    return SIZES[bool(args.dry_run)]
+
+
+def speed_run(args, name: str, strategy: str, batch: int, steps: int, probes: Path, train_command,
+              extra=(), config=None) -> list:
+    """A training under gpu_check's wrapper (peak GPU memory), logged every window, profiled after the first
+    window, no final save."""
+    sz = sizes(args)
+    overrides = ["--per_device_train_batch_size", str(batch), "--logging_steps", str(sz["window"]),
+                 "--measure_memory", "false", "--save_final_model", "false", "--profile_steps", str(sz["profile"]),
+                 "--dummy_num_windows", str(batch * steps), *extra]
+    return train_command(args, name, strategy, "bf16" if not args.dry_run else "no", 1, probes / f"{name}.json",
+                         config=config, steps=steps, extra=overrides)
+
+
+def best_batch(result: dict, args) -> int:
+    """The eager one-process batch with the most samples/s so far (the first of the sweep when none ran)."""
+    done = {r["batch"]: r["samples_per_s"] for n, r in result["runs"].items()
+            if n.startswith("speed-b") and r.get("ok") and "samples_per_s" in r and not n.endswith("compiled")}
+    return max(done, key=done.get) if done else sizes(args)["batches"][0]
+
+
+def plan_speed(args, probes: Path, train_command) -> tuple:
+    """gpu_check's (name, kind, command, needs) list; the runs after the sweep are built when they start,
+    at the sweep's best batch."""
+    sz = sizes(args)
+    runs = [(f"speed-b{b}", "speed", speed_run(args, f"speed-b{b}", "single", b, sz["steps"], probes, train_command),
+             []) for b in sz["batches"]]
+
+    def at_best(name, strategy, steps, extra=()):
+        def build(result, left):
+            return speed_run(args, name, strategy, best_batch(result, args), steps, probes, train_command, extra)
+        return build
+
+    runs.append(("speed-compiled", "speed", at_best("speed-compiled", "single", sz["steps"], ["--torch_compile", "true"]),
+                 []))
+    runs += [(f"speed-{e}", "speed", at_best(f"speed-{e}", e, sz["engine_steps"]), []) for e in ENGINES]
+
+    def peer(result, left):
+        batch = best_batch(result, args)
+        return [sys.executable, str(ROOT / "scripts" / "benchmark_loop.py"), "--config", args.config,
+                "--world-sizes", "1", "--repeats", "1", "--batch-size", str(batch), "--steps", str(sz["peer_steps"]),
+                "--window", str(sz["window"]), "--mixed-precision", "bf16" if not args.dry_run else "no",
+                "--max-seq-length", str(sz["seq"]), "--out", str(Path(args.work) / "peer"),
+                "--json", str(Path(args.out) / "speed-peer.json")]
+
+    runs.append(("speed-peer", "speed-peer", peer, []))
+    recipe_config = "configs/train/tiny.yaml" if args.dry_run else "configs/train/nq-profile.yaml"
+    for batch, compiled in sz["recipe"]:
+        name = f"speed-recipe-b{batch}" + ("-compiled" if compiled else "")
+        extra = ["--eval_strategy", "no", "--data_source", "dummy",
+                 *(["--model_name_or_path", args.backbone] if not args.dry_run else []),
+                 *(["--torch_compile", "true"] if compiled else [])]
+        cmd = speed_run(args, name, "single", batch, sz["engine_steps"], probes, train_command, extra, recipe_config)
+        # nq-profile's own window (192 pieces): gpu_check's overrides set BERT-base's 512, so they are dropped
+        runs.append((name, "speed", [c for c in cmd] if args.dry_run else without_window(cmd), []))
+    runs.append(("speed-infer", "speed-infer", [
+        sys.executable, str(Path(__file__).resolve()), "--infer", "--config", args.config, "--batch",
+        str(sz["infer_batch"]), "--seq", str(sz["seq"]), "--pages", str(Path(args.work) / "pages.jsonl"),
+        "--device", args.device, "--json", str(Path(args.out) / "speed-infer.json")], []))
+    runs.append(("speed-repeat", "speed", at_best("speed-repeat", "single", sz["steps"]), []))
+    return runs, []
+
+
+def without_window(cmd: list) -> list:
+    """`cmd` less gpu_check's window overrides (--max_seq_length, --max_question_length, --doc_stride)."""
+    out, skip = [], 0
+    for c in cmd:
+        if skip:
+            skip -= 1
+        elif c in ("--max_seq_length", "--max_question_length", "--doc_stride"):
+            skip = 1
+        else:
+            out.append(c)
+    return out
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+def train_figures(name: str, args, probe: Path, tflops) -> dict:
+    """One speed run's throughput (the median logging window from `timed_from` on), MFU on both counts,
+    memory, its profile and what its start record says it ran."""
+    sz = sizes(args)
+    run_dir = Path(args.work) / name
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    start = records[0]
+    windows = [r for r in records if "samples_per_s" in r and r["step"] - sz["window"] + 1 >= sz["timed_from"]]
+    first = [r for r in records if r.get("event") == "first_step"]
+    seq = start["window"]["max_seq_length"]
+    samples = statistics.median(r["samples_per_s"] for r in windows)
+    tokens = samples * seq
+    world = start["world_size"]
+    counts = flops_per_token(start["architecture"], seq)
+    out = {"strategy": start["strategy"], "engine": start["engine"], "batch": start["per_device_train_batch_size"],
+           "world_size": world, "mixed_precision": start["mixed_precision"], "attention": start.get("attention"),
+           "torch_compile": start.get("torch_compile"), "engine_settings": start.get("engine_settings"),
+           "num_parameters": start["num_parameters"], "matrix_parameters": counts["matrix_parameters"],
+           "max_seq_length": seq, "timed_steps": sum(sz["window"] for _ in windows),
+           "samples_per_s": samples, "samples_per_s_windows": [r["samples_per_s"] for r in windows],
+           "tokens_per_s": tokens, "step_time_s": start["global_batch_size"] / samples,
+           "first_step_s": first[0]["seconds"] if first else None,
+           "loss_last": [r["loss"] for r in records if "loss" in r][-1],
+           **(json.loads(probe.read_text()) if probe.is_file() else {})}
+    if tflops:
+        peak = tflops * 1e12 * world
+        out["mfu_all_parameters"] = 6 * start["num_parameters"] * tokens / peak
+        out["mfu"] = counts["usual"] * tokens / peak  # the usual count
+    profile = run_dir / "profile.json"
+    if profile.is_file():
+        out["profile"] = json.loads(profile.read_text())
+    return out
+
+
+def peer_figures(args) -> dict:
+    rows = json.loads((Path(args.out) / "speed-peer.json").read_text())
+    return {"rows": rows, **{k: v for r in rows if r["runner"] == "ours" for k, v in r.items() if k.startswith("vs_")}}
+
+
+def summary(result: dict) -> dict:
+    """The goals, each with its figure and whether it was met (None: not measured)."""
+    runs = {n: r for n, r in result["runs"].items() if r.get("ok")}
+    eager = {n: r for n, r in runs.items() if n.startswith("speed-b") and "mfu" in r}
+    best = max(eager.values(), key=lambda r: r["samples_per_s"], default=None)
+    compiled = runs.get("speed-compiled", {})
+    out = {"best_batch": best["batch"] if best else None}
+
+    def goal(key, figure, target):
+        out[key] = {"figure": figure, "goal": target, "met": None if figure is None else figure >= target}
+
+    goal("mfu_eager", best.get("mfu") if best else None, GOALS["mfu_eager"])
+    goal("mfu_compiled", compiled.get("mfu"), GOALS["mfu_compiled"])
+    for engine in ENGINES:
+        r = runs.get(f"speed-{engine}", {})
+        alone = eager.get(f"speed-b{r.get('batch')}")
+        goal(f"{engine}_vs_single", r["samples_per_s"] / alone["samples_per_s"] if alone and "samples_per_s" in r
+             else None, GOALS[engine])
+    goal("vs_hf_trainer", runs.get("speed-peer", {}).get("vs_hf_trainer"), GOALS["vs_hf_trainer"])
+    goal("infer_windows_per_s", runs.get("speed-infer", {}).get("model_windows_per_s"), GOALS["infer_windows_per_s"])
+    recipe = [r["samples_per_s"] for n, r in runs.items() if n.startswith("speed-recipe") and "samples_per_s" in r]
+    goal("recipe_windows_per_s", max(recipe) if recipe else None, GOALS["recipe_windows_per_s"])
+    repeat = runs.get("speed-repeat", {})
+    if best and "samples_per_s" in repeat:
+        out["repeat_vs_first"] = repeat["samples_per_s"] / best["samples_per_s"]
+    return out
+
+
+# -- the inference run (--infer) ---------------------------------------------------------------------
+
+def infer(args) -> dict:
+    """Model-only windows/s and end-to-end windows/s through the library's prediction path, one process."""
+    import torch
+
+    from solution.answers.inference import model_runner, predict_documents
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.data.nq import read_examples
+    from solution.model.qa_model import build_model, load_tokenizer
+    from solution.training.config import load_config
+    from solution.windows.featurizer import Featurizer
+
+    cfg = load_config(args.config, ["--max_seq_length", str(args.seq), "--max_question_length", str(args.seq // 8),
+                                    "--doc_stride", str(args.seq - args.seq // 8 - 3 - args.seq // 4)])
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides).to(device=device, dtype=dtype)
+    model.eval()
+    ids = torch.randint(1000, model.config.vocab_size, (args.batch, args.seq), device=device)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids),
+             "padded": False}
+    reps = 20 if device.type == "cuda" else 2
+    with torch.inference_mode():
+        for _ in range(3):
+            model(**batch)
+        seconds = timed(lambda: [model(**batch) for _ in range(reps)], device)
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "dtype": str(dtype),
+           "attention": model.config._attn_implementation, "batch": args.batch, "max_seq_length": args.seq,
+           "model_windows_per_s": reps * args.batch / seconds, "model_forwards": reps}
+    if args.pages and Path(args.pages).is_file():
+        counted = {"windows": 0}
+        run = model_runner(model, device)
+
+        def counting(b):
+            counted["windows"] += int(b["input_ids"].shape[0])
+            return run(b)
+
+        tok = load_tokenizer(cfg.model_name_or_path)
+        t0 = time.perf_counter()
+        docs = sum(1 for _ in predict_documents(counting, Featurizer(tok, cfg.window), read_examples(args.pages),
+                                                PostprocessConfig(), batch_size=64))
+        wall = time.perf_counter() - t0
+        out.update(end_to_end_windows_per_s=counted["windows"] / wall, end_to_end_documents=docs,
+                   end_to_end_windows=counted["windows"], end_to_end_s=wall)
+    return out
+
+
+def timed(fn, device) -> float:
+    """Seconds `fn` keeps the device busy from start to end: CUDA events on a GPU, the host clock otherwise."""
+    import torch
+
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1e3
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--infer", action="store_true", help="run the inference measurement (item 6) and exit")
+    p.add_argument("--config", default="configs/train/bench_base.yaml", help="the model's training config")
+    p.add_argument("--batch", type=int, default=256, help="windows a forward, model alone")
+    p.add_argument("--seq", type=int, default=512, help="pieces a window")
+    p.add_argument("--pages", default=None, help="NQ JSON lines for the end-to-end figure")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--json", default=None, help="write the figures here")
+    args = p.parse_args(argv)
+    if not args.infer:
+        p.print_help()
+        return 0
+    result = infer(args)
+    print(json.dumps(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
