@@ -13,9 +13,10 @@ In order (the most valuable first; a run the budget cannot start is skipped, say
    is timed apart (the trainer's `first_step` record) and steps 11-15 run under torch.profiler
    (`--profile_steps 5`, profile.json: wall time, kernels and kernel time a step, the device's busy share,
    the host's waits for the device, the top operators).
-2. `speed-compiled`: the best eager batch again with `--torch_compile` (the first step, compilation, apart).
+2. `speed-compiled`: the best eager batch again with `--torch_compile` (the first step, compilation, apart),
+   60 steps (windows from step 21: 40 timed).
 3. `speed-zero2`, `speed-fsdp`, `speed-zero3`: the engines under torchrun --nproc_per_node 1 at that batch,
-   70 steps (windows from step 21: 50 timed), each beside `speed-b{B}` (one process, the same batch and
+   60 steps (40 timed), each beside `speed-b{B}` (one process, the same batch and
    world size, the same call): the ratio.
 4. `speed-peer`: scripts/benchmark_loop.py at that batch, bf16, 512 pieces, one process: our trainer, a bare
    loop and transformers' `Trainer` (the peer ratio), 60 steps in windows of 10 each.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -49,7 +51,7 @@ BATCHES = (16, 32, 64, 128)
 ENGINES = ("zero2", "fsdp", "zero3")
 RECIPE_BATCHES = ((128, False), (512, False), (512, True))
 # (steps, logging window, the first step timed, the profiled steps) of a full and a dry run
-SIZES = {False: {"steps": 130, "engine_steps": 70, "peer_steps": 60, "window": 10, "timed_from": 21, "profile": 5,
+SIZES = {False: {"steps": 130, "engine_steps": 60, "peer_steps": 60, "window": 10, "timed_from": 21, "profile": 5,
                  "batches": BATCHES, "recipe": RECIPE_BATCHES, "infer_batch": 256, "seq": 512},
          True: {"steps": 12, "engine_steps": 12, "peer_steps": 8, "window": 2, "timed_from": 7, "profile": 2,
                 "batches": (2, 4), "recipe": ((4, False),), "infer_batch": 4, "seq": 64}}
@@ -101,8 +103,8 @@ def plan_speed(args, probes: Path, train_command) -> tuple:
             return speed_run(args, name, strategy, best_batch(result, args), steps, probes, train_command, extra)
         return build
 
-    runs.append(("speed-compiled", "speed", at_best("speed-compiled", "single", sz["steps"], ["--torch_compile", "true"]),
-                 []))
+    runs.append(("speed-compiled", "speed", at_best("speed-compiled", "single", sz["engine_steps"],
+                                                    ["--torch_compile", "true"]), []))
     runs += [(f"speed-{e}", "speed", at_best(f"speed-{e}", e, sz["engine_steps"]), []) for e in ENGINES]
 
     def peer(result, left):
@@ -110,7 +112,7 @@ def plan_speed(args, probes: Path, train_command) -> tuple:
         return [sys.executable, str(ROOT / "scripts" / "benchmark_loop.py"), "--config", args.config,
                 "--world-sizes", "1", "--repeats", "1", "--batch-size", str(batch), "--steps", str(sz["peer_steps"]),
                 "--window", str(sz["window"]), "--mixed-precision", "bf16" if not args.dry_run else "no",
-                "--max-seq-length", str(sz["seq"]), "--out", str(Path(args.work) / "peer"),
+                "--max-seq-length", str(sz["seq"]), "--backbone", args.backbone, "--out", str(Path(args.work) / "peer"),
                 "--json", str(Path(args.out) / "speed-peer.json")]
 
     runs.append(("speed-peer", "speed-peer", peer, []))
@@ -122,9 +124,10 @@ def plan_speed(args, probes: Path, train_command) -> tuple:
                  *(["--torch_compile", "true"] if compiled else [])]
         cmd = speed_run(args, name, "single", batch, sz["engine_steps"], probes, train_command, extra, recipe_config)
         # nq-profile's own window (192 pieces): gpu_check's overrides set BERT-base's 512, so they are dropped
-        runs.append((name, "speed", [c for c in cmd] if args.dry_run else without_window(cmd), []))
+        runs.append((name, "speed", cmd if args.dry_run else without_window(cmd), []))
     runs.append(("speed-infer", "speed-infer", [
-        sys.executable, str(Path(__file__).resolve()), "--infer", "--config", args.config, "--batch",
+        sys.executable, str(Path(__file__).resolve()), "--infer", "--config", args.config, "--backbone", args.backbone,
+        "--batch",
         str(sz["infer_batch"]), "--seq", str(sz["seq"]), "--pages", str(Path(args.work) / "pages.jsonl"),
         "--device", args.device, "--json", str(Path(args.out) / "speed-infer.json")], []))
     runs.append(("speed-repeat", "speed", at_best("speed-repeat", "single", sz["steps"]), []))
@@ -177,6 +180,11 @@ def train_figures(name: str, args, probe: Path, tflops) -> dict:
     profile = run_dir / "profile.json"
     if profile.is_file():
         out["profile"] = json.loads(profile.read_text())
+    kept = Path(args.out) / "speed"  # OUT comes back from the machine; WORK does not
+    kept.mkdir(parents=True, exist_ok=True)
+    for path in (run_dir / "metrics.jsonl", profile):
+        if path.is_file():
+            shutil.copyfile(path, kept / f"{name}-{path.name}")
     return out
 
 
@@ -188,7 +196,7 @@ def peer_figures(args) -> dict:
 def summary(result: dict) -> dict:
     """The goals, each with its figure and whether it was met (None: not measured)."""
     runs = {n: r for n, r in result["runs"].items() if r.get("ok")}
-    eager = {n: r for n, r in runs.items() if n.startswith("speed-b") and "mfu" in r}
+    eager = {n: r for n, r in runs.items() if n.startswith("speed-b") and "samples_per_s" in r}
     best = max(eager.values(), key=lambda r: r["samples_per_s"], default=None)
     compiled = runs.get("speed-compiled", {})
     out = {"best_batch": best["batch"] if best else None}
@@ -227,7 +235,8 @@ def infer(args) -> dict:
     from solution.windows.featurizer import Featurizer
 
     cfg = load_config(args.config, ["--max_seq_length", str(args.seq), "--max_question_length", str(args.seq // 8),
-                                    "--doc_stride", str(args.seq - args.seq // 8 - 3 - args.seq // 4)])
+                                    "--doc_stride", str(args.seq - args.seq // 8 - 3 - args.seq // 4),
+                                    *(["--model_name_or_path", args.backbone] if args.backbone else [])])
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -283,6 +292,7 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--infer", action="store_true", help="run the inference measurement (item 6) and exit")
     p.add_argument("--config", default="configs/train/bench_base.yaml", help="the model's training config")
+    p.add_argument("--backbone", default=None, help="its model_name_or_path (default: the config's)")
     p.add_argument("--batch", type=int, default=256, help="windows a forward, model alone")
     p.add_argument("--seq", type=int, default=512, help="pieces a window")
     p.add_argument("--pages", default=None, help="NQ JSON lines for the end-to-end figure")
