@@ -68,7 +68,8 @@ def test_steps_that_do_not_log_read_nothing_from_the_device(strategy, tmp_path):
         assert {s: steps[s] for s in quiet if s in steps} == {}, (rank, strategy)
         for step in SYNCED:  # one read each: the figures of the step, in one tensor
             count, callers = steps.get(step, (0, []))
-            assert count == 1 and "trainer.py" in callers[0], (rank, step, callers)
+            ours = [c for c in callers if "trainer.py" in c]
+            assert len(ours) == 1 and (count == 1 or step in ONCE_PER_RUN.get(strategy, ())), (rank, step, callers)
     settings = start["engine_settings"]
     if strategy in ("zero2", "zero3"):
         zero = settings["zero_optimization"]
