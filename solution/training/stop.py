@@ -126,10 +126,10 @@ class EvaluationStopped(Exception):
 
 
 class StopRequest:
-    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step in one process, and with
-    several ranks at the next step that logs or saves (agreeing is a collective, and those steps carry one
-    already: `Trainer.read_step`), or during a dev evaluation at its next batch, on every rank at once. SIGTERM: spot instances and SLURM preemption;
-    SIGUSR1: SLURM's `--signal` before the time limit.
+    """SIGTERM/SIGINT/SIGUSR1 set a flag; the loop acts on it at the next optimizer step in one process, and
+    with several ranks at the next step that logs or saves (agreeing is a collective, and those steps carry
+    one already: `Trainer.read_step`), or during a dev evaluation at its next batch, on every rank at once.
+    SIGTERM: spot instances and SLURM preemption; SIGUSR1: SLURM's `--signal` before the time limit.
 
     Before the loop is armed (featurisation, model set-up) there is nothing to save, so a signal stops
     at once. A second signal during the checkpoint save only sets the flag again: the save goes on, and
