@@ -82,6 +82,19 @@ def resolve_backbone(name_or_path: str) -> str:
     return name_or_path
 
 
+def _transformers_major() -> int:
+    from importlib import metadata
+
+    try:
+        return int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
+# transformers 5's masking takes a 4-D mask as given (masking_utils: "returned as-is"); 4's BERT does not.
+MASKS_TAKEN_AS_GIVEN = _transformers_major() >= 5
+
+
 def attention_bias(attention_mask: torch.Tensor, config, padded: Optional[bool]) -> Optional[torch.Tensor]:
     """The padding mask in the form the backbone's attention takes it, decided without reading the device.
 
@@ -90,8 +103,10 @@ def attention_bias(attention_mask: torch.Tensor, config, padded: Optional[bool])
     from the host (the collate function knows it): under SDPA, False leaves the mask out as transformers
     would (and SDPA may then use its flash kernel), True gives the 4-D mask it would make, [batch, 1, 1, seq]
     booleans (True: attend) broadcast over the queries: the same outputs, bitwise. None (not known), or
-    another attention implementation: the [batch, seq] mask, for transformers to decide."""
-    if padded is None or getattr(config, "_attn_implementation", None) != "sdpa" or attention_mask.dim() != 2:
+    another attention implementation, or transformers 4 (Kaggle's image: its BERT takes no 4-D mask): the
+    [batch, seq] mask, for transformers to decide."""
+    if (padded is None or not MASKS_TAKEN_AS_GIVEN or getattr(config, "_attn_implementation", None) != "sdpa"
+            or attention_mask.dim() != 2):
         return attention_mask
     return attention_mask[:, None, None, :].bool() if padded else None
 
