@@ -96,6 +96,10 @@ class TrainConfig:
     # --- optimisation (TrainingArguments names) -------------------------------
     output_dir: str = "runs/default"
     """Where config.yaml, metrics.jsonl, checkpoints, tracker logs and model/ are written."""
+    overwrite_output_dir: bool = False
+    """Start a new run in an output_dir that already holds one (its config.yaml, metrics.jsonl, model/ or
+    checkpoints): without it (and without `resume`) such a folder is refused, as transformers' Trainer does.
+    With it, the old run's files are replaced as the new run writes its own."""
     seed: int = 42
     """Seeds the weights, the epoch order and which no-answer windows are kept."""
     per_device_train_batch_size: int = 8
