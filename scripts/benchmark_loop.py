@@ -317,8 +317,7 @@ def summarise(times: dict, args, runs_info: dict | None = None) -> list:
                      "global_batch_size": global_batch, "steps": args.steps, "window_steps": args.window,
                      "max_grad_norm": 0.0,
                      "repeats": len(runs), "config": args.config, "optim": getattr(args, "optim", None),
-                     "precision": {"no": "fp32"}.get(getattr(args, "mixed_precision", "no"), args.mixed_precision)
-                     if hasattr(args, "mixed_precision") else "fp32",
+                     "precision": precision_name(getattr(args, "mixed_precision", "no")),
                      "max_seq_length": getattr(args, "max_seq_length", None), "device": getattr(args, "device", None),
                      "threads_per_process": args.threads,
                      **(runs_info or {}).get((runner, world), {"engine": None, "allocator": None})})
@@ -331,6 +330,10 @@ def summarise(times: dict, args, runs_info: dict | None = None) -> list:
                 if (other, r["world_size"]) in speed:
                     r[key] = r["samples_per_s"] / speed[(other, r["world_size"])]
     return sorted(rows, key=lambda r: (r["world_size"], RUNNERS.index(r["runner"])))
+
+
+def precision_name(mixed_precision: str) -> str:
+    return "fp32" if mixed_precision == "no" else mixed_precision
 
 
 def table(rows: list) -> str:

@@ -281,22 +281,26 @@ def check_versions(out_dir) -> int:
 
 # -- the plan --------------------------------------------------------------------------------------
 
-def train_overrides(args, name: str, strategy: str, precision: str, steps: int, config: str, extra=()) -> list:
-    seq = args.max_seq_length
+def train_overrides(args, name: str, strategy: str, precision: str, steps: int, config: str, extra=(),
+                    batch=None, window: bool = True) -> list:
+    """`batch`: per device (--batch-size); `window` False keeps the config's own window length."""
+    seq, batch = args.max_seq_length, batch or args.batch_size
+    # 64-token questions and BERT-joint's step of 128 pieces, as the real-data recipe.
+    lengths = ["--max_seq_length", str(seq), "--max_question_length", str(seq // 8),
+               "--doc_stride", str(seq - seq // 8 - 3 - seq // 4)] if window else []
     return ["--config", config, "--strategy", strategy, "--mixed_precision", precision,
             "--model_name_or_path", args.backbone,
-            "--data_source", "dummy", "--dummy_num_windows", str(args.batch_size * steps),
-            "--max_steps", str(steps), "--per_device_train_batch_size", str(args.batch_size),
-            # 64-token questions and BERT-joint's step of 128 pieces, as the real-data recipe.
-            "--max_seq_length", str(seq), "--max_question_length", str(seq // 8),
-            "--doc_stride", str(seq - seq // 8 - 3 - seq // 4),
-            "--measure_memory", "true", "--logging_steps", "1", "--output_dir", str(Path(args.work) / name), *extra]
+            "--data_source", "dummy", "--dummy_num_windows", str(batch * steps),
+            "--max_steps", str(steps), "--per_device_train_batch_size", str(batch), *lengths,
+            "--measure_memory", "true", "--logging_steps", "1", "--output_dir", str(Path(args.work) / name),
+            "--overwrite_output_dir", "true", *extra]
 
 
 def train_command(args, name: str, strategy: str, precision: str, nproc: int, probe: Path,
-                  config=None, steps=None, extra=()) -> list:
+                  config=None, steps=None, extra=(), batch=None, window: bool = True) -> list:
     """The wrapper around `solution.train`: a plain process for `single`, under torchrun for the others."""
-    overrides = train_overrides(args, name, strategy, precision, steps or args.steps, config or args.config, extra)
+    overrides = train_overrides(args, name, strategy, precision, steps or args.steps, config or args.config, extra,
+                                batch, window)
     command = [sys.executable, "-c", WRAPPER, str(probe), *overrides]
     if strategy == "single":
         # Under a launcher, even with one rank, Accelerate wraps the model in DDP, and the trainer
@@ -383,7 +387,7 @@ def recipe_stage2(args, result: dict, left_s: float) -> list:
             "--dev_file", str(d["profile"] / "simplified-nq-dev.jsonl"), "--max_train_examples", str(pages),
             "--num_proc", str(args.num_proc), "--mixed_precision", "no" if args.dry_run else "bf16",
             "--seed", str(args.recipe_seed), "--cache_dir", str(d["out"] / "cache"),
-            "--output_dir", str(d["out"] / "stage2"), *batch, *tiny]
+            "--output_dir", str(d["out"] / "stage2"), "--overwrite_output_dir", "true", *batch, *tiny]
 
 
 def recipe_learning_rate(batch: int) -> float:
@@ -423,7 +427,8 @@ def recipe_commands(args) -> list:
                                      "--dev_file", str(easy / "simplified-nq-dev.jsonl"), "--num_proc", str(args.num_proc),
                                      "--mixed_precision", "no" if args.dry_run else "bf16", "--seed",
                                      str(args.recipe_seed), "--cache_dir", str(out / "cache"),
-                                     "--output_dir", str(out / "stage1"), *tiny]),
+                                     "--output_dir", str(out / "stage1"), "--overwrite_output_dir", "true",
+                                     *tiny]),
         ("recipe-stage2", "recipe", functools.partial(recipe_stage2, args)),
         ("recipe-dev", "recipe", [py, "-m", "submission.predict", "--model", str(model), "--input",
                                   str(profile / "simplified-nq-dev.jsonl"), "--output", str(out / "dev.csv"),

@@ -73,15 +73,14 @@ def sizes(args) -> dict:
 
 
 def speed_run(args, name: str, strategy: str, batch: int, steps: int, probes: Path, train_command,
-              extra=(), config=None) -> list:
+              extra=(), config=None, window: bool = True) -> list:
     """A training under gpu_check's wrapper (peak GPU memory), logged every window, profiled after the first
-    window, no final save."""
+    window, no final save. `window` False: the config's own window length, not gpu_check's."""
     sz = sizes(args)
-    overrides = ["--per_device_train_batch_size", str(batch), "--logging_steps", str(sz["window"]),
-                 "--measure_memory", "false", "--save_final_model", "false", "--profile_steps", str(sz["profile"]),
-                 "--dummy_num_windows", str(batch * steps), *extra]
+    overrides = ["--logging_steps", str(sz["window"]), "--measure_memory", "false", "--save_final_model", "false",
+                 "--profile_steps", str(sz["profile"]), *extra]
     return train_command(args, name, strategy, "bf16" if not args.dry_run else "no", 1, probes / f"{name}.json",
-                         config=config, steps=steps, extra=overrides)
+                         config=config, steps=steps, extra=overrides, batch=batch, window=window)
 
 
 def best_batch(result: dict, args) -> int:
@@ -119,12 +118,10 @@ def plan_speed(args, probes: Path, train_command) -> tuple:
     recipe_config = "configs/train/tiny.yaml" if args.dry_run else "configs/train/nq-profile.yaml"
     for batch, compiled in sz["recipe"]:
         name = f"speed-recipe-b{batch}" + ("-compiled" if compiled else "")
-        extra = ["--eval_strategy", "no", "--data_source", "dummy",
-                 *(["--model_name_or_path", args.backbone] if not args.dry_run else []),
-                 *(["--torch_compile", "true"] if compiled else [])]
-        cmd = speed_run(args, name, "single", batch, sz["engine_steps"], probes, train_command, extra, recipe_config)
-        # nq-profile's own window (192 pieces): gpu_check's overrides set BERT-base's 512, so they are dropped
-        runs.append((name, "speed", cmd if args.dry_run else without_window(cmd), []))
+        extra = ["--eval_strategy", "no", *(["--torch_compile", "true"] if compiled else [])]
+        # nq-profile's own window (192 pieces), not BERT-base's 512; the dry run's tiny config takes gpu_check's
+        runs.append((name, "speed", speed_run(args, name, "single", batch, sz["engine_steps"], probes, train_command,
+                                              extra, recipe_config, window=args.dry_run), []))
     runs.append(("speed-infer", "speed-infer", [
         sys.executable, str(Path(__file__).resolve()), "--infer", "--config", args.config, "--backbone", args.backbone,
         "--batch",
@@ -132,19 +129,6 @@ def plan_speed(args, probes: Path, train_command) -> tuple:
         "--device", args.device, "--json", str(Path(args.out) / "speed-infer.json")], []))
     runs.append(("speed-repeat", "speed", at_best("speed-repeat", "single", sz["steps"]), []))
     return runs, []
-
-
-def without_window(cmd: list) -> list:
-    """`cmd` less gpu_check's window overrides (--max_seq_length, --max_question_length, --doc_stride)."""
-    out, skip = [], 0
-    for c in cmd:
-        if skip:
-            skip -= 1
-        elif c in ("--max_seq_length", "--max_question_length", "--doc_stride"):
-            skip = 1
-        else:
-            out.append(c)
-    return out
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -167,7 +151,7 @@ def train_figures(name: str, args, probe: Path, tflops) -> dict:
            "world_size": world, "mixed_precision": start["mixed_precision"], "attention": start.get("attention"),
            "torch_compile": start.get("torch_compile"), "engine_settings": start.get("engine_settings"),
            "num_parameters": start["num_parameters"], "matrix_parameters": counts["matrix_parameters"],
-           "max_seq_length": seq, "timed_steps": sum(sz["window"] for _ in windows),
+           "max_seq_length": seq, "timed_steps": sz["window"] * len(windows),
            "samples_per_s": samples, "samples_per_s_windows": [r["samples_per_s"] for r in windows],
            "tokens_per_s": tokens, "step_time_s": start["global_batch_size"] / samples,
            "first_step_s": first[0]["seconds"] if first else None,

@@ -33,7 +33,7 @@ def test_without_clipping_the_norm_is_computed_only_where_it_is_logged_or_saved(
 def test_a_compiled_run_trains_like_the_eager_one_and_resumes_bitwise(tmp_path):
     """--torch_compile: each layer compiled (TorchInductor on the CPU). Its losses follow the eager run's
     (the same function, fused differently: within 1e-4); a run resumed from its checkpoint-2 continues it
-    bitwise; its start record says so and its first step, compilation included, is timed apart."""
+    bitwise; its start record says so."""
     compiled = ("--torch_compile", "true", "--dropout", "0", "--max_steps", "4", "--save_steps", "2")
     eager = train(tmp_path / "eager", "--dropout", "0", "--max_steps", "4")
     whole = train(tmp_path / "whole", *compiled)

@@ -45,7 +45,7 @@ def on_device(value, dtype, device):
 
 class Health:
     """The divergence check kept on the device: each step's loss, gradient norm and loss-scaler skip update
-    a few device tensors, and `first_bad` reads them, once, on the steps that log or save. A read of a
+    a few device tensors, and the trainer reads `figures()`, once, on the steps that log or save. A read of a
     device value makes the host wait for the device to finish everything queued so far; reading none
     between those steps lets the host queue the next step while the device runs this one.
 
@@ -80,9 +80,9 @@ class Health:
                            torch.full((), float(grad_norm is not None), **f64), skipped, self.in_a_row])
         self.first = torch.where(bad & (self.first[0] < 0), now, self.first)
 
-    def figures(self) -> list:
+    def figures(self):
         """[first bad step (-1: none), its loss, grad_norm, has_norm, skipped, skipped_in_a_row, skipped_steps]:
-        one tensor, so that one read (or one collective, then one read) carries them all."""
+        one device tensor, so that one read (or one collective, then one read) carries them all."""
         import torch
 
         return torch.cat([self.first, self.skipped_steps.reshape(1)])

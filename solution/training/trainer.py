@@ -167,13 +167,12 @@ class StepMeter:
 @dataclass
 class StepFigures:
     """What a step that logs or saves reads: the loss of the global batch, the gradient norm, the stop flags
-    summed over ranks, the fp16 skips so far, and why the run diverged (None: it did not)."""
+    summed over ranks and the fp16 skips so far (a diverged run stops in the read instead)."""
 
     loss: float
     grad_norm: Optional[float]
     flags: list
     skipped_steps: int
-    diverged: Optional[tuple] = None  # (the first bad step, why)
 
 
 class Trainer:
@@ -473,7 +472,8 @@ class Trainer:
                 if sync:
                     self.after_synced_step(run, meter, step, epoch, batches, bar, first=step == first + 1)
                 elif step < run.total_steps and self.accelerator.num_processes == 1 and self.stop_request.signum:
-                    # One process: its own signal needs no agreement, and the flag is a host value.
+                    # One process: its own signal needs no agreement, and the flag is a host value. The read
+                    # first: a diverged run stops there instead of saving.
                     self.read_step(meter, step)
                     self._stop_if_requested(step, epoch, batches, self.stop_request.signum)
                 if step >= run.total_steps:
@@ -523,10 +523,10 @@ class Trainer:
             values[2 + n:4 + n], values[4 + n:]
         figures = StepFigures(loss, grad_norm if has_norm else None, flags, int(health[-1]))
         if bad > 0:
-            self.stop_diverged(meter.health, health)
+            self.stop_diverged(health)
         return figures
 
-    def stop_diverged(self, health: Health, figures: list) -> None:
+    def stop_diverged(self, figures: list) -> None:
         """Raise TrainingStopped naming the first step that went bad on any rank (ranks agree on it first)."""
         acc = self.accelerator
         mine = Health.why(figures)
