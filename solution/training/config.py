@@ -88,6 +88,10 @@ class TrainConfig:
     """Bad data lines: `raise` (error naming file, line, field) or `skip` (counted and reported)."""
     cache_dir: str = "cache/features"
     """Featurised training windows are cached here, keyed by the input file and the settings."""
+    verify_cache: bool = False
+    """Hash every column file of a reused cache entry against the sha256 recorded when it was written (every
+    byte read; a resume always does). Without it each file's size and row count are checked; an entry that
+    fails either is built again."""
     num_proc: int = 1
     """Processes that featurise the training file."""
     dummy_num_windows: int = 2048

