@@ -29,7 +29,7 @@ from solution.checkpoints.state import CheckpointFailed
 from solution.common.fsutil import check_writable, exclusive_lock
 from solution.distributed import lifecycle
 from solution.distributed.strategy import shutdown
-from solution.training.config import TrainConfig, check_model_settings, load_config, parse_command_line
+from solution.training.config import TrainConfig, check_inputs, check_model_settings, load_config, parse_command_line
 from solution.training.records import MetricsLog
 from solution.training.stop import EXIT_CONFIG, EXIT_FAULT, StoppedBySignal, StopRequest, TrainingStopped
 from solution.training.trainer import Trainer
@@ -85,7 +85,8 @@ def main(argv=None) -> int:
         lifecycle.die_with_launcher()
         with StopRequest() as stop_request:
             cfg = load_config(path, overrides)
-            check_model_settings(cfg, path or "config")  # before the data is read and featurised
+            check_inputs(cfg)  # every file and folder it will read, before the data is read and featurised
+            check_model_settings(cfg, path or "config")
             try:
                 run_training(cfg, stop_request)
             finally:  # every way out (done, error, signal): process groups and engine torn down in order

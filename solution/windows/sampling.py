@@ -21,6 +21,9 @@ import numpy as np
 
 FORMAT = "nq-hard-negative-scores"
 VERSION = 1
+# Copies of one yes/no window: at 100 the yes/no windows (1.5% of NQ's pages) already outnumber all the
+# others, and every copy is written to the feature cache (`--yes_no_repeat 10000000` fills a disk).
+MAX_REPEAT = 100
 
 
 class HardNegativeWeights:
@@ -140,6 +143,9 @@ class NegativeSampling:
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+        if self.yes_no_repeat * self.no_repeat > MAX_REPEAT:
+            raise ValueError(f"yes_no_repeat x no_repeat (the copies of a NO window) must be at most {MAX_REPEAT}, "
+                             f"got {self.yes_no_repeat} x {self.no_repeat}")
 
     def copies(self, answer_type: str) -> int:
         """How many times a kept window of `answer_type` (an ANSWER_TYPES name) is trained on."""

@@ -1,0 +1,89 @@
+"""Every input a command reads is checked before its work starts: one line naming the setting and the path."""
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, nq_line, write_jsonl
+
+import solution.train as train
+
+TINY = str(ROOT / "configs" / "train" / "tiny.yaml")
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Training itself is never reached: the check must come before the data is featurised."""
+    def reached(cfg, stop_request):
+        raise AssertionError("training started before the inputs were checked")
+
+    monkeypatch.setattr(train, "run_training", reached)
+
+
+@pytest.fixture
+def data(tmp_path):
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", [nq_line(long=0)]) for name in ("train", "dev")}
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    files["fifo"] = fifo
+    return files
+
+
+def train_error(capsys, tmp_path, data, *overrides) -> str:
+    argv = ["--config", TINY, "--train_file", str(data["train"]), "--dev_file", str(data["dev"]),
+            "--output_dir", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"), *map(str, overrides)]
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err
+
+
+@pytest.mark.parametrize("setting, value, said", [
+    ("dev_file", "{tmp}/simplified-nq-dve.jsonl", "dev_file {tmp}/simplified-nq-dve.jsonl: no such file"),
+    ("dev_file", "{fifo}", "dev_file {fifo}: a pipe (FIFO), not a regular file"),
+    ("dev_file", "{tmp}", "dev_file {tmp}: a folder, not a file"),
+    ("train_file", "{fifo}", "train_file {fifo}: a pipe (FIFO), not a regular file"),
+    ("train_file", "{tmp}/nope.jsonl", "train_file {tmp}/nope.jsonl: no such file"),
+    ("hard_negatives_file", "{tmp}/scores.jsonl", "hard_negatives_file {tmp}/scores.jsonl: no such file"),
+    ("deepspeed", "{tmp}/ds.json", "deepspeed {tmp}/ds.json: no such file"),
+    ("resume", "{tmp}/run/checkpoint-4", "resume_from_checkpoint {tmp}/run/checkpoint-4: no such folder"),
+    ("resume", "{train}", "resume_from_checkpoint {train}: a file, not a folder"),
+    ("model_name_or_path", "{tmp}/nope/model", "model_name_or_path {tmp}/nope/model: no such folder"),
+    ("model_name_or_path", "{train}", "model_name_or_path {train}: a file, not a folder"),
+    ("model_name_or_path", "{tmp}", "model_name_or_path {tmp}: a folder without config.json"),
+    ("model_name_or_path", "", "model_name_or_path is empty"),
+    ("cache_dir", "{train}", "cache_dir {train}: a file, not a folder"),
+])
+def test_train_names_a_bad_input_before_featurising(tmp_path, capsys, data, no_training, setting, value, said):
+    """A mistyped dev_file was found only at the first evaluation, after the epoch; a FIFO was called "no such
+    file" or refused after training; a model folder typo ended in the hub client's traceback."""
+    names = {"tmp": tmp_path, "fifo": data["fifo"], "train": data["train"]}
+    err = train_error(capsys, tmp_path, data, f"--{setting}", value.format(**names))
+    assert said.format(**names) in err
+
+
+def test_a_model_folder_typo_is_not_sent_to_the_hub(tmp_path, capsys, data, no_training, monkeypatch):
+    """`runs/modle` has the form of a hub id; its first part is a folder here, so it is a typo of a folder."""
+    (tmp_path / "runs" / "model").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    err = train_error(capsys, tmp_path, data, "--model_name_or_path", "runs/modle")
+    assert "model_name_or_path runs/modle: no such folder" in err and "runs/model" in err
+
+
+@pytest.mark.parametrize("setting, value, said", [
+    ("yes_no_repeat", 10_000_000, "at most 100"),
+    ("num_proc", 100_000, "num_proc must be an integer in [1, 256]"),
+    ("dataloader_num_workers", 100_000, "dataloader_num_workers must be an integer in [0, 256]"),
+    ("max_train_examples", 0, "max_train_examples must be >= 1 or null"),
+])
+def test_train_bounds_its_numbers_at_parse_time(tmp_path, capsys, data, no_training, setting, value, said):
+    """`--yes_no_repeat 10000000` was accepted and filled the disk with copies of yes/no windows."""
+    assert said in train_error(capsys, tmp_path, data, f"--{setting}", value)
+
+
+def test_good_inputs_reach_training(tmp_path, capsys, data, monkeypatch):
+    reached = []
+    monkeypatch.setattr(train, "run_training", lambda cfg, stop: reached.append(Path(cfg.dev_file)))
+    argv = ["--config", TINY, "--train_file", str(data["train"]), "--dev_file", str(data["dev"]),
+            "--output_dir", str(tmp_path / "run")]
+    assert train.main(argv) == 0 and reached == [data["dev"]]
