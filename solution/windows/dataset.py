@@ -1,15 +1,18 @@
 """Training windows in a feature cache of numpy column files, and the dummy source.
 
 The cache key covers everything that changes the windows: the input file
-(path, size, modification time), the tokenizer's vocabulary, the window
-settings, the negative down-sampling rate and seed, the example limit and
+(path, size, modification time), the tokenizer (its normaliser: lower case,
+accents, Chinese characters; its pre-tokeniser, vocabulary and added
+tokens), the window settings, the negative down-sampling rate and seed, the example limit and
 the code version. A second run with the same key memory-maps the column
 files (`solution/windows/columns.py`) instead of featurising again.
 
 With `num_proc` > 1, num_proc forked worker processes each take every
 num_proc-th line (raw lines are cheap to skip; only a worker's own lines are
-parsed) and write their own shard; the shards are joined in worker order, and
-duplicate example ids are checked across workers once all are done. An entry
+parsed) and write their own shard; the shards are joined in the file's line
+order (so the windows, their order and their digest are the same whatever
+num_proc is, and it stays out of the key), and duplicate example ids are
+checked across workers once all are done. An entry
 is built in a temporary folder and renamed into place complete: a failed or
 interrupted build leaves nothing behind.
 """
@@ -61,10 +64,24 @@ from solution.windows.sampling import HardNegativeWeights, NegativeSampling
 FEATURES_VERSION = 6  # bump when windows, labels or the cache layout change (6: files proven by size, rows, sha256)
 
 
+# The parts of a fast tokenizer's serialisation that decide its word pieces: the normaliser (lower case,
+# strip_accents, tokenize_chinese_chars as handle_chinese_chars, clean_text), the pre-tokeniser, the
+# vocabulary and the added tokens (structure tokens among them). Its truncation and padding are left out:
+# they are whatever the last call set.
+TOKENIZER_PARTS = ("normalizer", "pre_tokenizer", "model", "added_tokens")
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
-    extra = json.dumps([type(tokenizer).__name__, getattr(tokenizer, "do_lower_case", None)])
-    return hashlib.sha256((vocab + extra).encode()).hexdigest()[:16]
+    """16 hex digits that change with every tokenizer setting that changes the windows."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        serialised = json.loads(backend.to_str())
+        parts = {name: serialised.get(name) for name in TOKENIZER_PARTS}
+    else:  # a slow tokenizer (the Featurizer refuses it; the key is made before)
+        parts = {"vocab": sorted(tokenizer.get_vocab().items()), "init": repr(sorted(tokenizer.init_kwargs.items()))}
+    parts["class"] = type(tokenizer).__name__
+    parts["special"] = [tokenizer.cls_token_id, tokenizer.sep_token_id]  # what each window starts and ends with
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
@@ -259,15 +276,15 @@ def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats:
     bar = progress(desc="features", unit=" documents", disable=num_shards > 1)
     try:
         for ex, windows in featurizer.featurize(examples, with_labels=True):
-            ids.append((ex.example_id, ex.line))
             bar.update()
             now = time.perf_counter()
             if num_shards > 1 and now - last >= PROGRESS_SECONDS:  # a long file is never silent
                 last = now
-                print(f"features: worker {shard + 1}/{num_shards}: {len(ids)} documents, line {ex.line}, "
-                      f"{len(ids) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
+                print(f"features: worker {shard + 1}/{num_shards}: {len(ids) + 1} documents, line {ex.line}, "
+                      f"{(len(ids) + 1) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
             answerable = has_answer(ex)
             kept = _kept_windows(ex, windows, answerable, job, hard)
+            ids.append((ex.example_id, ex.line, len(kept)))  # its line orders its windows (`_merge_sides`)
             summary.add(ex, windows, kept, answerable, featurizer)
             yield from (w.as_dict() for w in kept)
     finally:
@@ -397,11 +414,11 @@ def _build_entry(job: dict) -> dict:
         _run_workers(job)
     else:
         _featurize_shard(0, job)  # in this process: its errors and stop requests arrive as themselves
-    summary = _merge_sides(tmp / "side", num_shards, job["path"])
+    summary, runs = _merge_sides(tmp / "side", num_shards, job["path"])
     if summary["examples"] == 0:
         raise NQFormatError(job["path"], summary["lines"], "<file>", "the file holds no usable examples")
     shards = [tmp / f"shard-{k}" for k in range(num_shards)]
-    merge_shards(shards, tmp / "windows")
+    merge_shards(shards, tmp / "windows", runs)
     for directory in [*shards, tmp / "side"]:
         shutil.rmtree(directory)
     summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
@@ -439,13 +456,15 @@ def _proven_entry(final: Path, key: str, verify: bool, log) -> tuple:
     return ds, {**summary, "dataset_dir": str(windows)}
 
 
-def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:
+def _merge_sides(side_dir: Path, num_shards: int, path: str) -> tuple:
+    """(the workers' counts added up, the (shard, windows) runs that put their windows in line order)."""
     merged = _Summary()
     skipped = Counter()
     first_errors: list = []
     examples = 0
     lines = 0
     seen: dict = {}
+    documents = []  # (line, shard, kept windows) of every document
     for shard in range(num_shards):
         side = json.loads((side_dir / f"shard-{shard}.json").read_text())
         lines = max(lines, side["stats"]["lines"])
@@ -456,15 +475,28 @@ def _merge_sides(side_dir: Path, num_shards: int, path: str) -> dict:
             merged.counts[k] += side["summary"][k]
         merged.by_type.update(side["summary"]["windows_per_type"])
         merged.misses += side["summary"]["misses"]
-        for example_id, line_no in side["ids"]:
+        for example_id, line_no, kept in side["ids"]:
             if example_id in seen:
                 raise NQFormatError(path, line_no, "example_id",
                                     f"duplicate example_id {example_id} (first on line {seen[example_id]})")
             seen[example_id] = line_no
+            documents.append((line_no, shard, kept))
     out = merged.to_dict()
     out.update(path=path, lines=lines, examples=examples, skipped=sum(skipped.values()),
                skipped_by_reason=dict(skipped), first_errors=first_errors[:5])
-    return out
+    return out, _line_order_runs(documents)
+
+
+def _line_order_runs(documents: list) -> list:
+    """(shard, windows) runs taking the documents' windows in line order: consecutive documents of one
+    shard make one run (with one worker, a single run)."""
+    runs: list = []
+    for _, shard, kept in sorted(documents):
+        if runs and runs[-1][0] == shard:
+            runs[-1][1] += kept
+        else:
+            runs.append([shard, kept])
+    return [tuple(run) for run in runs]
 
 
 class DummyWindows(torch.utils.data.Dataset):
