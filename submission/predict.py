@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.answers.inference import model_runner, split_overrides, submission_rows, with_overrides  # noqa: E402
+from solution.answers.inference import NonFiniteLogits, model_runner, split_overrides, submission_rows, with_overrides  # noqa: E402
 from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
 from solution.common.fsutil import atomic_output, check_paths_apart, check_writable, file_digest  # noqa: E402
@@ -285,6 +285,14 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
             "lines_without_id": unrecoverable, "fatal": fatal, "thresholds": thresholds_note(tuned, overrides)}
 
 
+def overflow_report(items: list) -> str:
+    """One line for the documents whose logits were not finite: how many, a few ids, what to do."""
+    ids = ", ".join(str(item["example_id"]) for item in items[:5]) + (", ..." if len(items) > 5 else "")
+    return (f"ERROR: {len(items)} documents: the model's logits are not finite (NaN or infinite), so their rows "
+            f"are written blank ({ids}); the model overflows: was its training diverging? (--precision fp32 "
+            "rules out bfloat16's range)")
+
+
 def _through(models: list) -> str:
     return f" through {len(models)} models" if len(models) > 1 else ""
 
@@ -315,11 +323,16 @@ def main(argv=None) -> int:
     if result["skipped"]:
         print(f"WARNING: {result['read_report']}", file=sys.stderr)
         problems += 1
-    for item in result["failed"][:20]:
+    overflow = NonFiniteLogits.__name__  # the error of a document whose logits were not finite starts so
+    overflowed = [item for item in result["failed"] if item["error"].startswith(overflow)]
+    failed = [item for item in result["failed"] if not item["error"].startswith(overflow)]
+    if overflowed:
+        print(overflow_report(overflowed), file=sys.stderr)
+    for item in failed[:20]:
         where = f" (line {item['line']})" if "line" in item else ""
         print(f"FAILED {item['example_id']}{where}: {item['error']} -> written blank", file=sys.stderr)
-    if len(result["failed"]) > 20:
-        print(f"... and {len(result['failed']) - 20} more documents written blank", file=sys.stderr)
+    if len(failed) > 20:
+        print(f"... and {len(failed) - 20} more documents written blank", file=sys.stderr)
     problems += len(result["failed"])
     if result["lines_without_id"]:
         print(f"ERROR: lines {result['lines_without_id'][:20]} have no readable example_id: "

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -221,3 +221,38 @@ def test_set_sends_the_first_pass_to_the_window_settings_and_the_rest_to_post_pr
     assert (window.max_seq_length, window.doc_stride) == (WINDOW.max_seq_length, WINDOW.doc_stride)
     with pytest.raises(ValueError, match="unknown post-processing setting"):
         with_overrides(WINDOW, PostprocessConfig(), ["max_seq_length=64"])  # how windows are cut: never at predict
+
+
+def overflowing_model_dir(out):
+    """A model whose head weights are finite but so large that its logits overflow to inf and NaN."""
+    import torch
+    from test_model_dir import TINY
+
+    from solution.model import qa_model
+    from solution.training.config import TrainConfig
+
+    cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
+    torch.manual_seed(0)
+    model = qa_model.build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    with torch.no_grad():
+        for head in (model.qa_outputs, model.answer_type_head):
+            head.weight.fill_(3e38)  # finite, but a hidden value above 1.13 makes a product past float32
+    window = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
+    return qa_model.save_model_dir(out, model.state_dict(), model.config, qa_model.load_tokenizer(cfg.model_name_or_path),
+                                   {"window": {**asdict(cfg.window), **window}, "postprocess": asdict(cfg.postprocess)})
+
+
+def test_predict_reports_documents_whose_logits_are_not_finite(tmp_path, capsys):
+    """An overflowing model wrote an all-blank submission with exit 0 (its scores read as "no answer")."""
+    from submission import predict
+
+    model = overflowing_model_dir(tmp_path / "model")
+    data = write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(-100 - i), annotations=False)
+                                                 for i in range(8)])
+    out = tmp_path / "submission.csv"
+    assert predict.main(["--model", str(model), "--input", str(data), "--output", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("ERROR: 8 documents: the model's logits are not finite") and "-100, -101, -102" in err[0]
+    assert "-107" not in err[0]  # a few ids, not all of them
+    assert len(out.read_text().splitlines()) == 1 + 16  # every document still has its two rows, blank

@@ -188,6 +188,10 @@ def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfi
                                 doc_starts)
 
 
+class NonFiniteLogits(ValueError):
+    """The model overflowed on a document (weights grown too large, or a precision too narrow for them)."""
+
+
 def window_arrays(windows: list, logits: list) -> tuple:
     """One document's windows as padded arrays: start, end float32 [num_windows, seq] (padding -1e4),
     type float32 [num_windows, 5], nq_token_index int [num_windows, seq] (-1 where no NQ token),
@@ -202,6 +206,10 @@ def window_arrays(windows: list, logits: list) -> tuple:
         k = len(w.input_ids)
         start[i, :k], end[i, :k], nq_idx[i, :k], types[i] = s, e, w.nq_token_index, t
     doc_starts = np.array([w.doc_start for w in windows], dtype=np.int64)  # for max_context
+    bad = int((~(np.isfinite(start).all(1) & np.isfinite(end).all(1) & np.isfinite(types).all(1))).sum())
+    if bad:  # else NaN and infinities read as "no answer": a blank that says nothing of why
+        raise NonFiniteLogits(f"the model's logits are not finite (NaN or infinite) in {bad} of the document's "
+                              f"{n} windows")
     return start, end, types, nq_idx, doc_starts
 
 
