@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 
+from solution.common.fsutil import check_writable
 from solution.model.qa_model import load_tokenizer
 from solution.windows.dataset import build_train_features
 from solution.windows.featurizer import WindowConfig, add_structure_tokens
@@ -52,6 +53,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     log = (lambda m: print(m, file=sys.stderr)) if args.json else print
     try:
+        check_writable(args.output, "--output", create_dir=True)  # before the tokenizer loads
         window = WindowConfig(max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
                               max_question_length=args.max_question_length,
                               structure_tokens=args.structure_tokens, nested_to_top_level=args.nested_to_top_level)

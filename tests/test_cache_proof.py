@@ -120,3 +120,30 @@ def test_window_order_and_digest_do_not_depend_on_num_proc(tmp_path, tokenizer):
     order = {n: [(r["example_id"], r["window_index"]) for r in ds] for n, (ds, _) in built.items()}
     assert order[1] == order[2] == order[3]
     assert len({summary["windows_digest"] for _, summary in built.values()}) == 1
+
+
+# --- a file where the cache's folder belongs ------------------------------------------------------------
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_prepare_output_that_is_a_file_is_one_line_naming_the_argument(tmp_path, capsys, monkeypatch, under):
+    from solution import prepare
+
+    path = corpus(tmp_path / "train.jsonl", n=1)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    monkeypatch.setattr(prepare, "load_tokenizer", lambda name: pytest.fail("the output is checked first"))
+    assert prepare.main(["--input", str(path), "--output", str(blocker / under)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --output ") and str(blocker) in err and "\n" not in err, err
+    assert blocker.read_text() == "mine\n"
+
+
+def test_a_cache_dir_under_a_file_is_one_line_naming_cache_dir(tmp_path, tokenizer):
+    path = corpus(tmp_path / "train.jsonl", n=1)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    for cache in (blocker, blocker / "sub"):
+        with pytest.raises(ValueError, match=f"^cache_dir {cache}: .*") as info:
+            build(path, tokenizer, cache)
+        assert "\n" not in str(info.value)
+    assert blocker.read_text() == "mine\n"

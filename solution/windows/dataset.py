@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from solution.common.cli import progress
-from solution.common.fsutil import atomic_write_text, file_digest, publish_dir, replace_dir
+from solution.common.fsutil import atomic_write_text, check_writable, file_digest, publish_dir, replace_dir
 from solution.common.jsonio import read_json_object
 from solution.data.nq import (
     NQFormatError,
@@ -376,6 +376,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         raise FileNotFoundError(f"{path}: no such file")
     if num_proc < 1:
         raise ValueError(f"num_proc must be at least 1, got {num_proc}")
+    check_writable(cache_dir, "cache_dir", create_dir=True)  # a file in the way is one line, not a traceback
     sampling = sampling or NegativeSampling()
     key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
