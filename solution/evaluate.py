@@ -15,6 +15,10 @@ evaluation (`solution.scoring.nq_official`: Google's `natural-questions` package
 predictions JSON (`submission.predict --nq-predictions`). `--tune` maximises the one chosen (for nq: the
 mean of the package's long and short F1 of the answers as written).
 
+Every file a mode reads is checked first: a missing one, a folder or a pipe is one line naming the option.
+An option the mode does not read (`--submission` with `--metric nq`, `--nq-predictions` without it,
+`--submission` with `--tune`) is refused rather than silently dropped.
+
 User errors (a bad CSV, missing or extra rows, a bad gold line, a missing
 file) print `error: <message>` on stderr and exit with status 2. `--validate`
 exits 0 on a valid submission and 1 on an invalid one, naming each offending
@@ -125,6 +129,7 @@ def run_validate(args: argparse.Namespace) -> int:
 def tune_config(args: argparse.Namespace):
     """The post-processing settings --tune starts from: --model's, then --set."""
     from solution.answers.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
+    from solution.common.jsonio import JsonError, read_json_object
 
     cfg = PostprocessConfig()
     if args.model:
@@ -132,11 +137,12 @@ def tune_config(args: argparse.Namespace):
         if not path.is_file():
             raise ValueError(f"{args.model}: not a model directory (no qa_config.json)")
         try:
-            saved = json.loads(path.read_text())
-            section = saved.get("postprocess") if isinstance(saved, dict) else None
+            section = read_json_object(path).get("postprocess")
             if not isinstance(section, dict):
                 raise ValueError(f"expected a mapping of settings, got {type(section).__name__}")
             cfg = PostprocessConfig(**section)
+        except JsonError:  # names the file already
+            raise
         except (TypeError, ValueError) as e:  # ValueError: a bad value, NaN included; TypeError: an unknown field
             raise ValueError(f"{path}: postprocess: {e}") from None
     return apply_overrides(cfg, args.overrides)
@@ -195,8 +201,7 @@ def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:
     from solution.scoring.tuning import write_thresholds
 
     gold = nq_official.load_gold(args.gold)
-    subset = [r for r in records if nq_official.nq_example_id(r["example_id"]) in gold.labels]
-    before = nq_official.score_records(subset, gold, cfg)
+    before = nq_official.score_records(nq_official.scored(records, gold), gold, cfg)
     best = nq_official.tune(records, gold, cfg=cfg)
     after, tuned = best["result"], best["thresholds"]
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
@@ -220,25 +225,64 @@ def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:
     return 0
 
 
+# The options naming a file (or, for --model, a folder) that a mode may read, in the order they are checked.
+FILE_OPTIONS = {"validate": "--validate", "test": "--test", "submission": "--submission",
+                "nq_predictions": "--nq-predictions", "scores": "--scores", "gold": "--gold", "model": "--model"}
+
+
+def chosen_mode(args: argparse.Namespace) -> tuple:
+    """(run function, its name, the FILE_OPTIONS it reads, the ones it needs, how to say so)."""
+    if args.validate:
+        return run_validate, "--validate", ("validate", "test"), ("validate", "test"), \
+            "--validate needs --test TEST_JSONL"
+    if args.tune:
+        return run_tune, "--tune", ("scores", "gold", "model"), ("scores", "gold"), \
+            "--tune needs --scores JSONL and --gold JSONL"
+    if args.metric == "nq":
+        return run_score, "--metric nq", ("nq_predictions", "gold"), ("nq_predictions", "gold"), \
+            "--metric nq needs --nq-predictions JSON and --gold JSONL"
+    return run_score, f"--metric {args.metric}", ("submission", "gold"), ("submission", "gold"), \
+        "scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)"
+
+
+def check_inputs(args: argparse.Namespace, name: str, reads: tuple) -> None:
+    """Before anything is read: an option this mode would not read is refused (scoring one file of two and
+    saying nothing of the other is a silent wrong answer), and every file it reads is a regular file (a
+    FIFO would block the read forever, a folder fail deep inside a reader)."""
+    from solution.data.nq import check_input_file
+
+    unread = [(flag, getattr(args, key)) for key, flag in FILE_OPTIONS.items()
+              if key not in reads and getattr(args, key)]
+    unread += [("--set", args.overrides[0])] if args.overrides and name != "--tune" else []
+    if unread:
+        flag, value = unread[0]
+        wanted = ", ".join(FILE_OPTIONS[k] for k in reads)
+        raise ValueError(f"{flag} {value}: not read by {name} (it reads {wanted}); drop it, or run the mode that "
+                         "reads it on its own")
+    for key in reads:
+        path = getattr(args, key)
+        if not path:
+            continue
+        if key == "model":
+            if not Path(path).is_dir():
+                raise ValueError(f"--model {path}: not a folder (a model directory holds qa_config.json)")
+            continue
+        try:
+            check_input_file(path)
+        except (ValueError, OSError) as e:  # the reader's own words, prefixed with the option
+            raise ValueError(f"{FILE_OPTIONS[key]} {e}") from None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # (mode, the options it needs, how to say so)
-    if args.validate:
-        mode, ok, need = run_validate, bool(args.test), "--validate needs --test TEST_JSONL"
-    elif args.tune:
-        mode, ok, need = run_tune, bool(args.scores and args.gold), "--tune needs --scores JSONL and --gold JSONL"
-    elif args.metric == "nq":
-        mode, ok, need = run_score, bool(args.nq_predictions and args.gold), \
-            "--metric nq needs --nq-predictions JSON and --gold JSONL"
-    else:
-        mode, ok = run_score, bool(args.submission and args.gold)
-        need = "scoring needs --submission CSV and --gold JSONL (or use --validate CSV --test JSONL)"
-    if not ok:
+    mode, name, reads, needs, need = chosen_mode(args)
+    if not all(getattr(args, k) for k in needs):
         parser.error(need)
     try:
+        check_inputs(args, name, reads)
         return mode(args)
-    except (ValueError, OSError) as e:  # ValueError: SubmissionError, NQFormatError; OSError: files
+    except (ValueError, OSError) as e:  # ValueError: SubmissionError, NQFormatError, JsonError; OSError: files
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
 

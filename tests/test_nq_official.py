@@ -175,7 +175,7 @@ def test_evaluate_json_prints_the_package_names(tmp_path, capsys):
      '"end_byte": -1}], "yes_no_answer": "YES", "long_answer_score": 1, "short_answers_score": 0}]}',
      "field 'predictions[0].yes_no_answer': YES beside short answer spans"),
     ('{"predictions": [{"example_id": 5, "long_answer_score": 1, "short_answers_score": NaN}]}',
-     "field 'predictions[0].short_answers_score'"),
+     "NaN is not a number"),  # refused by the JSON reader, before any field
     ('{"predictions": [{"example_id": 5, "long_answer_score": 1, "short_answers_score": 0}]}',
      "field 'predictions[].example_id': the ids must be the gold's"),
 ])

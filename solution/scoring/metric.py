@@ -27,10 +27,9 @@ from __future__ import annotations
 import csv
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-from solution.data.nq import ReadStats, read_examples
+from solution.data.nq import ReadStats, check_input_file, read_examples
 
 HEADER = ("example_id", "PredictionString")
 ROW_KINDS = ("long", "short")
@@ -128,8 +127,7 @@ def read_submission(path, multi_span_short: bool = False) -> dict:
     A missing file raises FileNotFoundError, as `nq.read_examples` does.
     """
     path = str(path)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    check_input_file(path)  # a pipe would block the read; a folder is not "no such file"
     predictions: dict = {}
     first_line: dict = {}  # row id -> CSV line, for duplicate messages
     with open(path, "rb") as f:

@@ -23,12 +23,12 @@ mlebench` applies it).
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from solution.common.jsonio import loads
 from solution.scoring.metric import SubmissionError
 
 COLUMNS = ("example_id", "PredictionString")
@@ -94,10 +94,7 @@ def read_answers(path) -> list:
 
         if not text.strip():
             fail("<json>", "blank line (MLE-bench's read_jsonl fails on it)")
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            fail("<json>", f"malformed JSON ({e.msg} at column {e.colno})")
+        obj = loads(text, f"{path}:{line_no}: field '<json>'")  # a JsonError as NQFormatError words it
         if not isinstance(obj, dict):
             fail("<json>", f"expected a JSON object, got {type(obj).__name__}")
         eid = obj.get("example_id")

@@ -11,7 +11,8 @@ only carries our data to it and back.
   `PredictionsWriter` writes the file through `fsutil.atomic_output` (`submission.predict --nq-predictions`).
 * Example ids: NQ's are JSON integers, and the package matches predictions to gold by value and type
   (a dict keyed by what `json.loads` gave). Kaggle's simplified test file writes them as strings; both
-  become the integer here, on both sides.
+  become the integer here, on both sides. Two gold ids that are one integer (`77` and `077`) are refused,
+  naming both lines: the package would take them for one example.
 * Gold: `load_gold` reads a simplified-NQ file with our reader (`solution.data.nq`) into the package's own
   `NQLabel` lists (what `eval_utils.read_annotation` builds from the original gzipped format).
   `write_original_gold` writes that original format, so the package's command line can read the same
@@ -49,6 +50,7 @@ from typing import Optional
 
 from solution.answers.nq_format import nq_example_id, nq_span, prediction_entry, record_entry
 from solution.common.fsutil import atomic_output
+from solution.common.jsonio import read_json
 from solution.scoring.metric import SubmissionError
 
 PACKAGE = "natural-questions"
@@ -131,12 +133,21 @@ def load_gold(path) -> NQGold:
     """A simplified-NQ gold file (`.jsonl` or `.jsonl.gz`, read by `nq.read_examples`) as the package's gold."""
     from solution.data.nq import NQFormatError, read_examples
 
-    labels, counts = {}, {}  # counts: number of annotations -> the first line with that many
+    labels, counts, lines = {}, {}, {}  # counts: number of annotations -> the first line with that many
     for ex in read_examples(path, require_annotations=True):
+        eid = nq_example_id(ex.example_id)
+        if eid in lines:  # the package keys its gold by the integer: two ids as text, one example to it
+            line, written = lines[eid]
+            raise NQFormatError(str(path), ex.line, "example_id", f"{ex.example_id} and {written} of line {line} are "
+                                "one integer, the id the package matches predictions by: give each example its own")
+        if not ex.annotations:
+            raise NQFormatError(str(path), ex.line, "annotations", "an empty list: no annotation to judge against "
+                                f"(the {PACKAGE} package needs at least one per example; one: it is the gold)")
         try:
-            labels[nq_example_id(ex.example_id)] = gold_labels(nq_example_id(ex.example_id), ex.annotations)
+            labels[eid] = gold_labels(eid, ex.annotations)
         except ValueError as e:  # the package's Span refuses a span it cannot compare
             raise NQFormatError(str(path), ex.line, "annotations", f"the {PACKAGE} package refuses it: {e}") from None
+        lines[eid] = (ex.line, ex.example_id)
         counts.setdefault(len(ex.annotations), ex.line)
     if 1 in counts and max(counts) > 1:
         raise ValueError(f"{path}: mixes examples with one annotation (line {counts[1]}) and with "
@@ -199,6 +210,11 @@ def _check_entry(entry, where: str, fail) -> None:
         fail(f"{where}.yes_no_answer", f"expected YES, NO or NONE, got {yes_no!r}")
     if yes_no.lower() != "none" and any(s["start_token"] >= 0 or s["start_byte"] >= 0 for s in entry.get("short_answers", [])):
         fail(f"{where}.yes_no_answer", f"{yes_no} beside short answer spans (the package refuses both together)")
+    for name, s in spans:
+        if s["start_byte"] >= 0 and s["start_token"] < 0:  # the package would compare it to nothing, silently
+            fail(f"{where}.{name}", f"byte offsets only (start_byte {s['start_byte']}, end_byte {s['end_byte']}, "
+                                    "tokens -1): simplified-NQ gold holds NQ token offsets, not bytes, so this span "
+                                    "can never match; give start_token and end_token (whitespace tokens)")
 
 
 def _list(entry: dict, key: str, where: str, fail) -> list:
@@ -212,20 +228,10 @@ def read_predictions(path, gold: Optional[NQGold] = None) -> dict:
     """The package's prediction labels ({example_id: NQLabel}, read by `eval_utils.read_prediction_json`)
     of a predictions JSON, checked first so that a fault is one message naming file and field; with
     `gold`, its ids must be exactly the gold's (nq_eval refuses anything else without saying which)."""
-    from pathlib import Path
-
     def fail(field: str, message: str):
         raise SubmissionError(f"field '{field}': {message}", path)
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except json.JSONDecodeError as e:
-        raise SubmissionError(f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})", path) from None
-    except UnicodeDecodeError as e:
-        raise SubmissionError(f"not UTF-8 ({e.reason} at byte {e.start})", path) from None
+    obj = read_json(path)  # a missing file, a pipe, bad JSON: one line naming it
     if not isinstance(obj, dict) or not isinstance(obj.get("predictions"), list):
         fail("predictions", 'expected an object {"predictions": [...]}')
     seen = {}
@@ -381,11 +387,7 @@ def tune(records: list, gold: NQGold, cfg=None, max_grid: int = 300) -> dict:
     from solution.scoring.tuning import _dinkelbach, _grid, _middle_of_best
 
     cfg = cfg or PostprocessConfig()
-    ids = {nq_example_id(r["example_id"]) for r in records}
-    missing = [eid for eid in gold.labels if eid not in ids]
-    if missing:
-        raise ValueError(f"{len(missing)} gold examples have no scores, e.g. {missing[:3]}")
-    records = [r for r in records if nq_example_id(r["example_id"]) in gold.labels]
+    records = scored(records, gold)
     j = _judged(records, gold)
     sc = np.array([r["score"] for r in records], dtype=np.float64)
     g_long, g_short = int(j["l_gold"].sum()), int(j["s_gold"].sum())
@@ -425,6 +427,21 @@ def tune(records: list, gold: NQGold, cfg=None, max_grid: int = 300) -> dict:
     result = score(labels_of([record_entry(r, tuned) for r in records]), gold)
     return {"long_threshold": thresholds["long_threshold"], "short_threshold": thresholds["short_threshold"],
             "thresholds": thresholds, "objective": result["mean_f1"], "result": result}
+
+
+def scored(records: list, gold: NQGold) -> list:
+    """The records of the gold's documents; every gold document must have one (the package scores whole files:
+    a missing one is only "ids are not equal" to it)."""
+    from solution.scoring.tuning import missing_scores
+
+    records = [r for r in records if nq_example_id(r["example_id"]) in gold.labels]
+    if not records:
+        raise ValueError(f"no scored document is in the gold file {gold.path}")
+    ids = {nq_example_id(r["example_id"]) for r in records}
+    missing = [eid for eid in gold.labels if eid not in ids]
+    if missing:
+        raise ValueError(missing_scores(missing, len(gold.labels)))
+    return records
 
 
 def score_records(records: list, gold: NQGold, cfg) -> dict:

@@ -31,38 +31,85 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from solution.answers.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
 from solution.common.fsutil import atomic_write_text
+from solution.common.jsonio import iter_json_lines, read_json_object
 from solution.scoring import mlebench
 from solution.scoring.metric import parse_prediction, score
+from solution.windows.featurizer import ANSWER_TYPES
 
 METRICS = ("kaggle", "mlebench")
 SCORE_FIELDS = ("example_id", "raw_long", "raw_short", "answer_type", "score", "short_score")
 TYPE_SCORE_FIELDS = ("yes_score", "no_score")  # needed by the separate-threshold search only
+MAX_SHOWN = 5
 
 
 def read_scores(path) -> list:
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-            missing = [k for k in SCORE_FIELDS if k not in rec]
-            if missing:
-                raise ValueError(f"{path}:{line_no}: field '{missing[0]}': missing (write the file with "
-                                 "submission.predict --scores-out)")
-            records.append(rec)
+    """The `--scores-out` records of a file, each line checked (`check_record`); a bad one is a ValueError
+    naming the file, its line and the field."""
+    records, seen = [], {}  # seen: NQ's integer id -> (line, id as written)
+    for line_no, rec in iter_json_lines(path):
+        where = f"{path} line {line_no}"
+        check_record(rec, where)
+        eid = rec["example_id"] = str(rec["example_id"]).strip()  # compared as text, as the gold's ids are
+        if int(eid) in seen:
+            first, written = seen[int(eid)]
+            said = "is also on" if written == eid else f"and {written} of line {first} are one NQ id (an integer): " \
+                                                     "one document on two lines, or two with one id; see"
+            raise ValueError(f"{where}: field 'example_id': example_id {eid} {said} line {first}")
+        seen[int(eid)] = (line_no, eid)
+        records.append(rec)
     if not records:
         raise ValueError(f"{path}: no documents")
     return records
+
+
+_ID = re.compile(r"\s*-?[0-9]{1,20}\s*")
+
+
+def check_record(rec, where: str) -> None:
+    """What tuning reads of one `postprocess.score_record`, named by field (it would otherwise fail deep in
+    numpy or the metric with a TypeError)."""
+    def fail(field: str, message: str):
+        raise ValueError(f"{where}: field '{field}': {message}")
+
+    if not isinstance(rec, dict):
+        raise ValueError(f"{where}: expected a JSON object (one document's scores, as submission.predict "
+                         f"--scores-out writes it), got {type(rec).__name__}")
+    missing = [k for k in SCORE_FIELDS if k not in rec]
+    if missing:
+        fail(missing[0], "missing (write the file with submission.predict --scores-out)")
+    eid = rec["example_id"]
+    if isinstance(eid, bool) or not isinstance(eid, (int, str)) or not _ID.fullmatch(str(eid)):
+        fail("example_id", f"expected an integer id (a number or its digits as text), got {eid!r}")
+    for key in ("raw_long", "raw_short"):
+        if not isinstance(rec[key], str):
+            fail(key, f"expected a prediction string, got {rec[key]!r}")
+        try:
+            parse_prediction(rec[key])
+        except ValueError as e:
+            fail(key, str(e))
+    if rec["answer_type"] not in ANSWER_TYPES:
+        fail("answer_type", f"expected one of {', '.join(ANSWER_TYPES)}, got {rec['answer_type']!r}")
+    for key in ("score", "short_score", *TYPE_SCORE_FIELDS):
+        v = rec.get(key, 0.0)  # yes_score, no_score: only the separate-threshold search needs them
+        if isinstance(v, bool) or not isinstance(v, (int, float)):  # jsonio has already refused NaN and inf
+            fail(key, f"expected a number, got {v!r}")
+
+
+def missing_scores(missing: list, num_gold: int) -> str:
+    """What to say when tuning finds gold documents without scores: thresholds tuned on part of the gold
+    cannot be scored against all of it."""
+    shown = ", ".join(map(str, missing[:MAX_SHOWN])) + (f", ... ({len(missing) - MAX_SHOWN} more)"
+                                                       if len(missing) > MAX_SHOWN else "")
+    return (f"{len(missing)} of the {num_gold} gold documents have no scores ({shown}): write --scores for the "
+            "whole gold file (submission.predict --input GOLD --scores-out FILE), or give --gold a file of the "
+            "scored documents alone")
 
 
 def predictions_at(records: list, long_threshold: float, short_threshold: float) -> dict:
@@ -96,9 +143,10 @@ def _matched(records: list, gold: dict) -> list:
     records = [r for r in records if r["example_id"] in gold]
     if not records:
         raise ValueError("no scored document is in the gold file")
-    missing = set(gold) - {r["example_id"] for r in records}
+    scored = {r["example_id"] for r in records}
+    missing = [eid for eid in gold if eid not in scored]
     if missing:
-        raise ValueError(f"{len(missing)} gold examples have no scores, e.g. {sorted(missing)[:3]}")
+        raise ValueError(missing_scores(missing, len(gold)))
     return records
 
 
@@ -251,7 +299,9 @@ def write_thresholds(model_dir, long_threshold: float, short_threshold: float, t
         dataclasses.replace(PostprocessConfig(), **written)  # never a NaN or infinite threshold into the file
     except ValueError as e:
         raise ValueError(f"{path}: postprocess not written: {e}") from None
-    meta = json.loads(path.read_text())
+    meta = read_json_object(path)
+    if not isinstance(meta.get("postprocess"), dict):
+        raise ValueError(f"{path}: field 'postprocess': missing or not an object; not a model directory's qa_config.json")
     meta["postprocess"].update(written)
     meta["tuned_thresholds"] = tuned_on
     return atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
