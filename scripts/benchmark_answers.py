@@ -463,7 +463,8 @@ def train_run(name: str, args: list, config: str, train_file: str, out: Path) ->
     done = d / "benchmark_train.json"
     if done.is_file() and (d / "model" / "qa_config.json").is_file():
         return d / "model", json.loads(done.read_text())["train_seconds"]
-    secs = run(["-m", "solution.train", *args, "--output_dir", str(d)])
+    # The plan's own folder: a training stopped midway there is started again, not continued.
+    secs = run(["-m", "solution.train", *args, "--output_dir", str(d), "--overwrite_output_dir", "true"])
     done.write_text(json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
     return d / "model", round(secs, 1)
 

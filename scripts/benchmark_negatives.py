@@ -74,6 +74,7 @@ def variant(name: str, corpus: dict, out: Path, extra: list) -> dict:
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     train_s = run(["-m", "solution.train", "--config", "configs/train/demo.yaml", "--output_dir", str(d),
+                   "--overwrite_output_dir", "true",
                    "--train_file", corpus["train"], "--dev_file", corpus["dev"], "--eval_strategy", "no",
                    "--disable_tqdm", "true"] + corpus["overrides"] + extra)
     start = json.loads((d / "metrics.jsonl").read_text().splitlines()[0])

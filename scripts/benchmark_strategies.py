@@ -59,10 +59,11 @@ def run_training(out: Path, nproc: int, args: list, threads: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads)}
     port = free_port()
     if nproc == 1:
-        cmd = [sys.executable, "-m", "solution.train", *args, "--output_dir", str(out)]
+        cmd = [sys.executable, "-m", "solution.train", *args, "--output_dir", str(out), "--overwrite_output_dir", "true"]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
-               "--master_port", str(port), "-m", "solution.train", *args, "--output_dir", str(out)]
+               "--master_port", str(port), "-m", "solution.train", *args, "--output_dir", str(out),
+               "--overwrite_output_dir", "true"]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)

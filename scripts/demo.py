@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     build_parser().parse_args(argv)
     times = {}
     times["synth"] = step("1/5 make the synthetic corpus", ["-m", "solution.synth", "--out", "data/synth"])
-    train = ["-m", "solution.train", "--config", CONFIG]
+    # runs/demo is the demo's own folder: `make demo` again starts over in it.
+    train = ["-m", "solution.train", "--config", CONFIG, "--overwrite_output_dir", "true"]
     if not cpu_native_bf16():  # emulated bf16 is several times slower than float32: the demo would take an hour
         print("demo: this CPU has no native bf16 (AVX512-BF16 or AMX): training in float32")
         train += ["--mixed_precision", "no"]

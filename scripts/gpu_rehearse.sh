@@ -59,7 +59,7 @@ export PYTHONPATH="$out/site:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_N
 # tests/test_strategies.py's tiny run: plain SGD, fp32, dropout 0, random windows, 6 steps at global batch 8.
 common=(--config configs/train/tiny.yaml --model_name_or_path "$bundle/minilm" --data_source dummy
         --dummy_num_windows 256 --optim sgd --learning_rate 0.3 --max_grad_norm 0 --max_steps 6 --logging_steps 1
-        --eval_strategy no --disable_tqdm true --long_threshold -1e9 --short_threshold -1e9)
+        --eval_strategy no --disable_tqdm true --long_threshold -1e9 --short_threshold -1e9 --overwrite_output_dir true)
 step train-single "$python" -m solution.train "${common[@]}" --per_device_train_batch_size 8 --output_dir "$out/single"
 for strategy in zero2 zero3 fsdp; do
   port=$("$python" -c "from solution.distributed.ports import free_port; print(free_port())")

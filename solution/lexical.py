@@ -217,15 +217,18 @@ def main(argv=None) -> int:
     parser.add_argument("--method", choices=METHODS, default="words",
                         help="words: question words in the page's sentences; bm25: Okapi BM25 over the "
                              "page's top-level candidates, long answers only")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --scores-out that is not a scores file")
     args = parser.parse_args(argv)
-    from solution.common.fsutil import atomic_write_text, check_paths_apart, check_writable
+    from solution.common.fsutil import atomic_write_text, claim_output, starts_with
     from solution.data.nq import ReadStats, check_input_file
 
     stats = ReadStats()
     try:
         check_input_file(args.input)  # read twice (word weights, then answers): a file, not a pipe
-        check_paths_apart([("--scores-out", args.scores_out)], [("--input", args.input)])
-        check_writable(args.scores_out, "--scores-out")  # now, not after both passes over the input
+        # Now, not after both passes over the input; only a scores file is replaced unasked.
+        claim_output(args.scores_out, "--scores-out", owned=starts_with(b'{"example_id"'), overwrite=args.overwrite,
+                     inputs=[("--input", args.input)])
         records = lexical_records(args.input, args.on_error, args.method, stats)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:

@@ -31,8 +31,16 @@ from pathlib import Path
 import numpy as np
 
 from solution.common import cli
-from solution.common.fsutil import atomic_output, check_writable
-from solution.data.nq import ANNOTATION_TYPES, NQFormatError, ReadStats, iter_lines, read_examples
+from solution.common.fsutil import atomic_output, check_writable, claim_output, mark_output
+from solution.common.jsonio import loads
+from solution.data.nq import (
+    ANNOTATION_TYPES,
+    NQFormatError,
+    ReadStats,
+    check_input_file,
+    iter_lines,
+    read_examples,
+)
 
 TRAIN_NAME, DEV_NAME = "simplified-nq-train.jsonl", "simplified-nq-dev.jsonl"
 TEST_NAME, TEST_GOLD_NAME = "simplified-nq-test.jsonl", "simplified-nq-test-gold.jsonl"
@@ -96,20 +104,16 @@ def _choose_dev(labels: list, dev_fraction: float, seed: int):
 
 
 def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, on_error: str = "raise",
-               quiet: bool = False) -> SplitResult:
+               quiet: bool = False, overwrite: bool = False) -> SplitResult:
     """Two streaming passes over `input_path`; memory holds two small integers per line, never a document.
 
     A progress bar on stderr counts lines in each pass (`quiet`: none)."""
     if not 0.0 < dev_fraction < 1.0:
         raise ValueError(f"--dev-fraction must be strictly between 0 and 1, got {dev_fraction}")
     input_path, out = Path(input_path), Path(out_dir)
-    if not input_path.is_file():
-        raise FileNotFoundError(f"{input_path}: no such file")
+    _check_input(input_path)
     outputs = {"train": out / TRAIN_NAME, "dev": out / DEV_NAME}
-    if any(p.resolve() == input_path.resolve() for p in outputs.values()):
-        raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
-
-    check_writable(out, "--out", create_dir=True)  # now, not after pass 1 has read 17 GB
+    _claim(outputs, input_path, overwrite)  # now, not after pass 1 has read 17 GB
 
     # Pass 1: validate every line, keep (line number, answer type).
     stats = ReadStats()
@@ -141,11 +145,24 @@ def split_file(input_path, out_dir, dev_fraction: float = 0.05, seed: int = 0, o
                 files[where].write(text if text.endswith("\n") else text + "\n")  # a last line may lack its newline
         for f in files.values():  # a full disk shows here, before either file is renamed
             f.flush()
+    mark_output(out, MADE_BY, [p.name for p in outputs.values()])
     return SplitResult(+train_counts, dev_counts, stratified, in_train_only, stats,
                        {k: str(p) for k, p in outputs.items()})
 
 
-def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
+MADE_BY = "solution.split"
+
+
+def _claim(outputs: dict, input_path: Path, overwrite: bool) -> None:
+    """--out made if needed, and each output file free to write: absent, empty, or one this command wrote
+    there (Kaggle's files have the same names: never replaced unless --overwrite); never the input."""
+    out = next(iter(outputs.values())).parent
+    check_writable(out, "--out", create_dir=True)
+    for path in outputs.values():
+        claim_output(path, "--out", command=MADE_BY, overwrite=overwrite, inputs=[("--input", input_path)])
+
+
+def split_like_mlebench(input_path, out_dir, quiet: bool = False, overwrite: bool = False) -> dict:
     """MLE-bench's split of a training file, one pass: per 1,000 lines, `mlebench.split_chunk`.
 
     Writes, in the order prepare.py writes them, TRAIN_NAME (raw lines), TEST_NAME (the test lines'
@@ -158,12 +175,9 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
     from solution.scoring.mlebench import CHUNK_LINES, split_chunk
 
     input_path, out = Path(input_path), Path(out_dir)
-    if not input_path.is_file():
-        raise FileNotFoundError(f"{input_path}: no such file")
+    _check_input(input_path)
     outputs = {"train": out / TRAIN_NAME, "test": out / TEST_NAME, "test_gold": out / TEST_GOLD_NAME}
-    if any(p.resolve() == input_path.resolve() for p in outputs.values()):
-        raise ValueError(f"--out {out} would overwrite the input {input_path}; choose another directory")
-    check_writable(out, "--out", create_dir=True)
+    _claim(outputs, input_path, overwrite)
     counts = {"lines": 0, "train": 0, "test": 0, "chunks": 0}
     where: dict = {}  # example_id -> the parts its lines went to: a repeated id may land in train and test
 
@@ -177,7 +191,7 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
             if num_annotations != 1:  # prepare.py asserts it while writing its gold submission
                 raise NQFormatError(str(input_path), line_no, "annotations",
                                     f"{num_annotations} annotations; MLE-bench's prepare.py wants exactly 1")
-            obj = json.loads(text)
+            obj = loads(text, f"{input_path} line {line_no}")  # parse_example has read it already
             f_test.write(json.dumps({**{k: obj[k] for k in TEST_FIELDS}, "example_id": example_id}) + "\n")
             f_gold.write(text)
         for i in train:
@@ -204,11 +218,20 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False) -> dict:
             f.flush()
     if not counts["lines"]:
         raise ValueError(f"{input_path}: no lines")
+    mark_output(out, MADE_BY, [p.name for p in outputs.values()])
     repeated = {eid: parts for eid, parts in where.items() if len(parts) > 1}
     return {**counts, "repeated_ids": len(repeated),
             "in_train_and_test": sorted(eid for eid, parts in repeated.items() if len(set(parts)) == 2),
             "repeated_in_test": sorted(eid for eid, parts in repeated.items() if parts.count("test") > 1),
             "outputs": {k: str(p) for k, p in outputs.items()}}
+
+
+def _check_input(input_path: Path) -> None:
+    """--input, before the output is claimed: a missing file, a folder, or a pipe (read twice here) named."""
+    try:
+        check_input_file(input_path)
+    except (ValueError, FileNotFoundError) as e:
+        raise type(e)(f"--input {e}") from None
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
@@ -225,6 +248,9 @@ def _parse_args(argv=None) -> argparse.Namespace:
                              f"and {TEST_GOLD_NAME}; it fixes the fraction and the seed, and reads every line")
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="a bad line: stop with an error naming file and line, or skip and count it (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files of the output names that split did not write (Kaggle's own files are "
+                             "named so)")
     parser.add_argument("--json", action="store_true", help="print the counts as one JSON object instead of a table")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
@@ -236,7 +262,7 @@ def main(argv=None) -> None:
         return _main_like_mlebench(args)
     try:
         result = split_file(args.input, args.out, 0.05 if args.dev_fraction is None else args.dev_fraction,
-                            0 if args.seed is None else args.seed, args.on_error, args.quiet)
+                            0 if args.seed is None else args.seed, args.on_error, args.quiet, args.overwrite)
     except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -263,7 +289,7 @@ def _main_like_mlebench(args) -> None:
         if fixed:
             raise ValueError(f"--like mlebench takes MLE-bench's split as it is (test_size 0.1, random_state 0, "
                              f"every line read): drop {', '.join(fixed)}")
-        result = split_like_mlebench(args.input, args.out, args.quiet)
+        result = split_like_mlebench(args.input, args.out, args.quiet, args.overwrite)
     except (FileNotFoundError, NQFormatError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -35,15 +35,22 @@ import argparse
 import sys
 import time
 
-from solution.common.fsutil import check_writable
+from solution.common.fsutil import claim_output, mark_output
 from solution.data.nq import ANNOTATION_TYPES
-from solution.data.synth.corpus import PROFILES, answer_mix, write_corpus
+from solution.data.synth.corpus import CORPUS_FILES, PROFILES, answer_mix, write_corpus
+
+# The mark synth and synth_more leave in their folder: the same file names as Kaggle's real files, so a
+# folder without it (the real corpus) is never written over unless asked.
+MADE_BY = "solution.synth"
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
     from solution.common import cli  # both --a-b and --a_b spellings
     parser = cli.ArgumentParser(prog="python -m solution.synth", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write the four simplified-nq-*.jsonl files into")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into a folder that holds files synth did not write (Kaggle's real simplified-nq "
+                             "files have the same names: they would be replaced)")
     parser.add_argument("--seed", type=int, default=0,
                         help="random seed; the same arguments give byte-identical files (default: %(default)s)")
     parser.add_argument("--num-train", type=int, default=1000,
@@ -85,9 +92,10 @@ def main(argv=None) -> int:
     args = _parse_args(argv)
     start = time.perf_counter()
     try:
-        check_writable(args.out, "--out", create_dir=True)  # a file there, or a folder that cannot be made
-        summary = write_corpus(args.out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words,
+        out = claim_output(args.out, "--out", folder=True, command=MADE_BY, overwrite=args.overwrite)
+        summary = write_corpus(out, args.seed, args.num_train, args.num_dev, args.num_test, args.min_words,
                                args.max_words, args.profile, args.answer_types)
+        mark_output(out, MADE_BY, CORPUS_FILES)
     except (ValueError, OSError) as e:  # OSError: a full disk or a file that cannot be written, named by open()
         print(f"error: {e}", file=sys.stderr)
         return 2

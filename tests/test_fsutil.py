@@ -180,7 +180,7 @@ def test_predict_on_a_full_disk_says_one_line_and_leaves_nothing(full, model_dir
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out, scores = out_dir / "submission.csv", out_dir / "scores.jsonl"
-    out.write_text("the previous submission\n")
+    out.write_text("example_id,PredictionString\nthe previous submission\n")
     fill_disk(monkeypatch, full)
     code = predict.main(["--model", str(model_dir), "--input", str(data), "--output", str(out),
                          "--scores-out", str(scores), "--quiet"])
@@ -189,7 +189,7 @@ def test_predict_on_a_full_disk_says_one_line_and_leaves_nothing(full, model_dir
     assert len(err) == 1 and err[0].startswith(f"error: {out_dir / full}: no space left on device ("), err
     assert "free in" in err[0]
     assert leftovers(tmp_path) == [] and not scores.exists()
-    assert out.read_text() == "the previous submission\n"
+    assert out.read_text() == "example_id,PredictionString\nthe previous submission\n"
 
 
 def test_predict_refuses_an_unwritable_output_before_loading_the_model(tmp_path, capsys):

@@ -161,12 +161,31 @@ class _Output:
 _DESCRIPTOR = re.compile(r"/dev/(stdout|stderr|fd/[0-9]+)|/proc/(self|[0-9]+)/fd/[0-9]+")
 
 
+def _link_chain(path: PathLike, limit: int = 40) -> list:
+    """`path` and every name its symbolic links pass through, absolute, in order: a link to `/proc/self/fd/1`
+    is a descriptor's name however many links stand before it."""
+    hops, current = [], os.path.abspath(path)
+    for _ in range(limit):
+        hops.append(current)
+        if not os.path.islink(current):
+            break
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return hops
+
+
+def write_target(path: PathLike) -> Path:
+    """Where writing `path` lands: `path` itself, or through its links the file they name (a training file
+    linked to the real one on another disk is written there; the link stays a link)."""
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
+
+
 def stream_target(path: PathLike) -> bool:
     """Whether `path` is, through any links, a character device or a FIFO, or names an open descriptor
     (`/dev/stdout`, `/dev/fd/1`: a shell's `> file` makes it a regular file): written straight through,
     never replaced. Another special file (a block device, a socket) is a ValueError naming it; a regular
     file, a folder or nothing there is False."""
-    if _DESCRIPTOR.fullmatch(os.path.abspath(path)):
+    if any(_DESCRIPTOR.fullmatch(hop) for hop in _link_chain(path)):
         return True
     try:
         mode = os.stat(path).st_mode
@@ -179,9 +198,35 @@ def stream_target(path: PathLike) -> bool:
     raise ValueError(f"{path}: a special file (not a regular file, character device or pipe); write elsewhere")
 
 
+def _own_descriptor(path: PathLike) -> Optional[int]:
+    """The number of this process's descriptor that `path` (through its links) names, or None: `/dev/stdout`
+    is 1, `/dev/fd/3` and `/proc/self/fd/3` are 3."""
+    for hop in _link_chain(path):
+        found = _DESCRIPTOR.fullmatch(hop)
+        if not found:
+            continue
+        if hop in ("/dev/stdout", "/dev/stderr"):
+            return 1 if hop == "/dev/stdout" else 2
+        parts = hop.split("/")
+        if hop.startswith("/dev/fd/") or parts[2] in ("self", str(os.getpid())):
+            return int(parts[-1])
+    return None
+
+
 @contextlib.contextmanager
 def _straight_through(path: PathLike, mode: str, **open_kwargs) -> Iterator[IO]:
-    with open(path, mode.replace("x", "w"), **open_kwargs) as f:
+    """Write into a device, a pipe or a descriptor's name. A descriptor of this process is written through a
+    copy of it, at its current place: opened again by name, a redirected standard output (`> log`) would
+    start at byte 0 and be truncated, and what the process prints next would overwrite the file's start."""
+    number = _own_descriptor(path)
+    if number is None:
+        f = open(path, mode.replace("x", "w"), **open_kwargs)
+    else:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        f = os.fdopen(os.dup(number), mode.replace("x", "w"), **open_kwargs)
+    with f:
         out = _Output(f, path)
         yield out
         out.flush()
@@ -203,7 +248,8 @@ def atomic_output(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO
         with _straight_through(path, mode, **open_kwargs) as out:
             yield out
         return
-    tmp = temp_name(path)
+    target = write_target(path)  # through a link, never over it
+    tmp = temp_name(target)
     f = None
     try:
         f = open(tmp, mode, **open_kwargs)
@@ -211,7 +257,7 @@ def atomic_output(path: PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO
         yield out
         out.flush()  # a full disk often shows only here, when the last buffer is written
         out._guard("close")
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         if f is not None:
             with contextlib.suppress(OSError):
@@ -249,17 +295,21 @@ def publish_dir(tmp: PathLike, final: PathLike) -> bool:
     return False
 
 
-def replace_dir(tmp: PathLike, final: PathLike) -> Path:
+def replace_dir(tmp: PathLike, final: PathLike, keep=()) -> Path:
     """Make the completed directory `tmp` visible as `final`, replacing what `final` held.
 
     Two renames (the old directory aside, the new one in), so a reader sees the old directory or
-    the new one, never half of one; the old one is removed afterwards."""
+    the new one, never half of one; the old one is removed afterwards, but for the entries named in `keep`
+    (what a user let the command write beside, `claim_output(..., overwrite=True)`), carried into the new one."""
     tmp, final = Path(tmp), Path(final)
     old = final.with_name(f"{final.name}.old-{os.getpid()}")
     if final.exists():
         _remove(old)
         os.replace(final, old)
     os.replace(tmp, final)
+    for name in keep:
+        if (old / name).exists() or (old / name).is_symlink():
+            os.replace(old / name, final / name)
     _remove(old)
     return final
 
@@ -332,6 +382,138 @@ def check_paths_apart(outputs: list, inputs: list) -> None:
         for other, other_path in [*outs[:i], *inputs]:
             if _same_file(path, other_path):
                 raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
+
+
+def mark_name(command: str) -> str:
+    """The file in a folder a command wrote to that names the files it wrote there (one a command, so two
+    commands writing into one folder keep their own)."""
+    return f".written-by-{command}.json"
+
+
+def mark_output(folder: PathLike, command: str, files) -> Path:
+    """Record in `folder` that `command` wrote it, and which files (names): what a later run of the same
+    command may replace without being asked (`claim_output`). A file the folder's previous mark by the same
+    command listed and this run did not write again is removed: it was that command's, and left it would mix
+    two runs' outputs (a corpus of two seeds)."""
+    import json
+
+    folder = Path(folder)
+    for stale in _marked_files(folder, command) - set(files) - {mark_name(command)}:
+        with contextlib.suppress(FileNotFoundError):
+            (folder / stale).unlink()
+    return atomic_write_text(folder / mark_name(command),
+                             json.dumps({"command": command, "files": sorted(files)}, indent=1) + "\n")
+
+
+def _marked_files(folder: Path, command: Optional[str]) -> set:
+    """The names `command` recorded writing in `folder` (its mark among them); empty for another command's mark,
+    an unreadable one or none."""
+    from solution.common.jsonio import JsonError, read_json_object
+
+    if command is None or not (folder / mark_name(command)).is_file():
+        return set()
+    try:
+        mark = read_json_object(folder / mark_name(command))
+    except JsonError:
+        return set()
+    files = mark.get("files")
+    if mark.get("command") != command or not isinstance(files, list):
+        return set()
+    return {str(f) for f in files} | {mark_name(command)}
+
+
+def _is_temporary(name: str) -> bool:
+    """A temporary name this project's writers leave only while they run (or when killed): never the user's."""
+    return bool(re.search(r"\.(tmp|old)-[0-9]+$", name))
+
+
+def _inside(inner: Path, outer: Path) -> bool:
+    try:
+        inner.resolve().relative_to(outer.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _check_not_input(path: Path, what: str, folder: bool, inputs) -> None:
+    for other, other_path in inputs:
+        if not other_path:
+            continue
+        into_input = Path(other_path).is_dir() and _inside(path, Path(other_path))
+        if _same_file(path, other_path):
+            raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
+        if (folder and _inside(Path(other_path), path)) or into_input:
+            where = "is inside" if into_input else "holds"
+            raise ValueError(f"{what} {path} {where} {other} {other_path}: an output never replaces an input; "
+                             "write it elsewhere")
+
+
+def _refuse_existing(path: Path, what: str, why: str) -> ValueError:
+    return ValueError(f"{what} {path}: {why}; it is not replaced unless asked: pass --overwrite (its files of "
+                      f"the same names are then replaced, nothing else is removed), or choose another {what}")
+
+
+def claim_output(path: PathLike, what: str, *, folder: bool = False, command: Optional[str] = None,
+                 names=(), owned: Optional[Callable[[Path], bool]] = None, overwrite: bool = False,
+                 inputs=()) -> Path:
+    """Check, before any work, that the command may write its output `path` (`what`: the argument naming it);
+    returns where to write (through a link to a folder, the folder it names). A ValueError names what is wrong.
+
+    The rule every command keeps:
+    - an output is never one of the command's `inputs` ((what, path) pairs) nor a folder holding one;
+    - a link is written through, never replaced; a pipe or device takes a file, never a folder;
+    - nothing the command did not make is replaced unless `overwrite`: an existing file is replaced when
+      `owned(path)` recognises it as this command's output or its folder's mark by `command` lists it; an
+      existing folder when it holds nothing but the `names` this command writes and the files its own mark
+      (`mark_output` by `command`) lists;
+    - with `overwrite`, still no folder is deleted to make room (`replace_dir` keeps what it does not replace).
+    """
+    p = Path(path)
+    _check_not_input(p, what, folder, inputs)
+    if stream_target(p):
+        if folder:
+            raise ValueError(f"{what} {path}: a pipe or device, expected a folder")
+        return check_writable(p, what)
+    if p.is_symlink() and p.exists():
+        p = write_target(p)
+    if not p.exists():
+        check_writable(p, what, create_dir=False) if not folder else _check_parent(p, what)
+        return p
+    if folder != p.is_dir():
+        raise ValueError(f"{what} {path}: is a {'file' if folder else 'folder'}, expected a "
+                         f"{'folder' if folder else 'file name'}")
+    if folder:
+        allowed = set(names) | _marked_files(p, command)
+        foreign = sorted(e.name for e in p.iterdir() if e.name not in allowed and not _is_temporary(e.name))
+        if foreign and not overwrite:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise _refuse_existing(Path(path), what, f"holds files this command did not write ({shown})")
+        return check_writable(p, what, create_dir=True)
+    ours = (owned is not None and owned(p)) or p.name in _marked_files(p.parent, command)
+    if not overwrite and p.stat().st_size and not ours:  # an empty file holds nothing
+        raise _refuse_existing(Path(path), what, "exists and is not an output of this command")
+    return check_writable(p, what)
+
+
+def _check_parent(p: Path, what: str) -> None:
+    """A folder to be made: the nearest existing folder above it must take writes."""
+    above = p.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise ValueError(f"{what} {p}: {above} is a file, not a folder")
+    check_writable(above, what, create_dir=True)
+
+
+def starts_with(prefix: bytes) -> Callable[[Path], bool]:
+    """An `owned` test for `claim_output`: the file's first bytes are `prefix` (a CSV header, a JSON key)."""
+    def owned(path: Path) -> bool:
+        try:
+            with Path(path).open("rb") as f:
+                return f.read(len(prefix)) == prefix
+        except OSError:
+            return False
+    return owned
 
 
 LOCK_FILE = "train.lock"

@@ -3,12 +3,14 @@ the splits written as simplified-NQ JSON lines with their statistics, and the pr
 """
 
 
+import contextlib
 import json
 import random
 import statistics
 from collections import Counter
 from pathlib import Path
 
+from solution.common.fsutil import atomic_output
 from solution.data.nq import ANNOTATION_TYPES
 from solution.data.synth.easy import ANNOTATOR_RECALL, ANSWER_MIX, NUM_ANNOTATORS, make_example
 from solution.data.synth.nq_pages import make_nq_example, make_nq_reading_example
@@ -115,7 +117,7 @@ def write_train_split(path, seed: int, num_train: int, profile: str = "easy", mi
     min_words = PROFILES[profile][1] if min_words is None else min_words
     max_words = PROFILES[profile][2] if max_words is None else max_words
     ids = []
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_output(path, "w", newline="\n") as f:
         for record, _ in generate_split(split_seeds(seed)[0], num_train, 1, min_words, max_words, set(), profile,
                                         answer_mix(None), held_out=False):
             ids.append(record["example_id"])
@@ -123,12 +125,18 @@ def write_train_split(path, seed: int, num_train: int, profile: str = "easy", mi
     return ids
 
 
+SPLIT_FILES = {"train": ("simplified-nq-train.jsonl",), "dev": ("simplified-nq-dev.jsonl",),
+               "test": ("simplified-nq-test.jsonl", "simplified-nq-test-gold.jsonl")}
+CORPUS_FILES = tuple(name for names in SPLIT_FILES.values() for name in names)
+
+
 def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 100, num_test: int = 100,
                  min_words=None, max_words=None, profile: str = "easy", answer_types=None) -> list:
     """Write the four files into `out_dir`; return one _SplitStats per split (train, dev, test).
 
     min_words/max_words default to the profile's bounds (PROFILES); `answer_types` keeps only those
-    types of the mix (`answer_mix`)."""
+    types of the mix (`answer_mix`). Every file is written under a temporary name and all four renamed
+    only once the last is complete: a stop midway leaves the previous corpus whole, never two seeds mixed."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     mix = answer_mix(answer_types)
@@ -139,26 +147,29 @@ def write_corpus(out_dir, seed: int = 0, num_train: int = 1000, num_dev: int = 1
     seeds = split_seeds(seed)
     used_ids: set = set()
     summary = []
-    for name, split_seed, n, num_annotators in (("train", seeds[0], num_train, 1), ("dev", seeds[1], num_dev, NUM_ANNOTATORS),
-                                                ("test", seeds[2], num_test, NUM_ANNOTATORS)):
-        paths = [out / f"simplified-nq-{name}.jsonl"] + ([out / "simplified-nq-test-gold.jsonl"] if name == "test" else [])
-        stats = _SplitStats(name, paths)
-        files = [open(p, "w", encoding="utf-8", newline="\n") for p in paths]
-        try:
-            for record, answer_type in generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids,
-                                                      profile, mix, held_out=name != "train"):
-                stats.add(record, answer_type)
-                if name == "test":
-                    # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
-                    record["example_id"] = str(record["example_id"])
-                    files[1].write(json.dumps(record) + "\n")
-                    record = {k: record[k] for k in ("example_id", "question_text", "document_text", "long_answer_candidates")}
-                files[0].write(json.dumps(record) + "\n")
-        finally:
-            for f in files:
-                f.close()
-        summary.append(stats)
+    with contextlib.ExitStack() as stack:
+        for name, split_seed, n, num_annotators in (("train", seeds[0], num_train, 1),
+                                                    ("dev", seeds[1], num_dev, NUM_ANNOTATORS),
+                                                    ("test", seeds[2], num_test, NUM_ANNOTATORS)):
+            paths = [out / f for f in SPLIT_FILES[name]]
+            files = [stack.enter_context(atomic_output(p, "w", newline="\n")) for p in paths]
+            records = generate_split(split_seed, n, num_annotators, min_words, max_words, used_ids, profile, mix,
+                                     held_out=name != "train")
+            summary.append(_write_split(name, paths, files, records))
     return summary
+
+
+def _write_split(name: str, paths: list, files: list, records) -> "_SplitStats":
+    stats = _SplitStats(name, paths)
+    for record, answer_type in records:
+        stats.add(record, answer_type)
+        if name == "test":
+            # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
+            record["example_id"] = str(record["example_id"])
+            files[1].write(json.dumps(record) + "\n")
+            record = {k: record[k] for k in ("example_id", "question_text", "document_text", "long_answer_candidates")}
+        files[0].write(json.dumps(record) + "\n")
+    return stats
 
 
 # name -> (document maker, default shortest and longest document in words). `easy` is the demo's and
