@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from solution.common.fsutil import check_writable
+from solution.common.fsutil import DiskFullError, check_writable
 from solution.model.qa_model import load_tokenizer
 from solution.windows.dataset import build_train_features
 from solution.windows.featurizer import WindowConfig, add_structure_tokens
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         _, summary = build_train_features(args.input, tokenizer, window,
                                           NegativeSampling(args.negative_keep_rate, args.unanswerable_keep_rate),
                                           args.output, args.num_proc, args.on_error, log=log)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, DiskFullError) as e:  # DiskFullError names the entry and the free space
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:

