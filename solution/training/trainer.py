@@ -20,7 +20,7 @@ from solution.answers.inference import collate, model_runner, predict_documents
 from solution.checkpoints.checkpointer import Checkpointer, SavePolicy
 from solution.checkpoints.resume import ResumeTarget
 from solution.checkpoints.state import find_checkpoint
-from solution.common.fsutil import check_writable, disk_full_message, removed_if_disk_full
+from solution.common.fsutil import DiskFullError, check_writable, disk_full_message, removed_if_disk_full
 from solution.data.nq import ReadStats, read_examples
 from solution.distributed import strategy
 from solution.distributed.watchdog import Progress, Watchdog, collective_timeout
@@ -216,11 +216,14 @@ class Trainer:
                                 cfg.seed, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
         # The main process featurises (or finds the cache); the others then load it.
         with self.accelerator.main_process_first():
-            ds, summary = build_train_features(
-                cfg.train_file, self.tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
-                cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed,
-                # a resume compares the windows' digest: the one of the bytes proven here, not a stale record
-                verify=self.is_main and (cfg.verify_cache or bool(cfg.resume_from_checkpoint)))
+            try:
+                ds, summary = build_train_features(
+                    cfg.train_file, self.tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
+                    cfg.num_proc, cfg.on_error, cfg.max_train_examples, log=self.log, seed=cfg.seed,
+                    # a resume compares the windows' digest: the one of the bytes proven here, not a stale record
+                    verify=self.is_main and (cfg.verify_cache or bool(cfg.resume_from_checkpoint)))
+            except DiskFullError as e:  # the half-built entry is gone; one line naming it and the free space
+                raise TrainingStopped(str(e), EXIT_FAULT) from None
         self.data_summary = summary
         if summary.get("skipped"):
             self.log(f"WARNING: {cfg.train_file}: skipped {summary['skipped']} bad lines "
