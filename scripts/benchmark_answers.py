@@ -58,6 +58,9 @@ Beside the techniques:
   `--long_overrun_yes_no false`; `yes_no_balanced` those and each NO window twice (`--no_repeat 2`).
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
+  Each row keeps the corpus its record says (never this command's `--corpus-seed`); records of two
+  corpora, or two that do not say their corpus seed (the nq-lexical record's rows say only "nq"), cannot
+  be told apart and are refused, naming both files.
 * `thresholds_yes_no`: the `thresholds` technique (separate YES and NO thresholds) again, on dev and test
   with 80 yes/no questions added to each (nq-profile pages of another seed, `solution.synth --answer-types
   YES,NO`): at NQ's 1.5% the 400 dev pages hold only 6.
@@ -79,6 +82,7 @@ import argparse
 import functools
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -697,13 +701,15 @@ def table(rows: list, title: str) -> str:
             continue
         delta = _ci(r.get("test_f1_delta"), r.get("test_f1_delta_ci"), signed=True)
         if "test_f1_delta" not in r and "dev_f1_delta" in r:  # no test gold (real corpus): the dev-tuned delta
-            delta = "dev " + _ci(r["dev_f1_delta"], r["dev_f1_delta_ci"], signed=True)
+            delta = "dev " + _ci(r["dev_f1_delta"], r.get("dev_f1_delta_ci"), signed=True)
         if "best_reference_delta" in r and r["technique"] == "baseline":
-            delta = f"vs {r['best_reference']} " + _ci(r["best_reference_delta"], r["best_reference_delta_ci"], signed=True)
+            delta = f"vs {r.get('best_reference')} " + _ci(r["best_reference_delta"], r.get("best_reference_delta_ci"),
+                                                           signed=True)
         docs = "/".join(str(r.get(k, "-")) for k in ("num_train_documents", "num_dev_documents", "num_test_documents"))
-        lines.append(head + f"| {docs} | {_f(r['dev_f1_untuned'])} | {_ci(r['dev_f1_tuned'], r['dev_f1_ci'])} "
-                     f"| {_ci(r['test_f1'], r.get('test_f1_ci'))} | {delta} | {_f(r.get('test_mlebench'))} "
-                     f"| {_f(r['long_f1'])} | {_f(r['short_f1'])} | {_f(r['yes_f1'])} | {_f(r['no_f1'])} "
+        # .get: a record written before a column existed (the real corpus's has no intervals) has none of it
+        lines.append(head + f"| {docs} | {_f(r.get('dev_f1_untuned'))} | {_ci(r.get('dev_f1_tuned'), r.get('dev_f1_ci'))} "
+                     f"| {_ci(r.get('test_f1'), r.get('test_f1_ci'))} | {delta} | {_f(r.get('test_mlebench'))} "
+                     f"| {_f(r.get('long_f1'))} | {_f(r.get('short_f1'))} | {_f(r.get('yes_f1'))} | {_f(r.get('no_f1'))} "
                      f"| {_nq(r, 'long')} | {_nq(r, 'short')} |")
     return "\n".join(lines)
 
@@ -722,6 +728,11 @@ def _key(rows: list) -> str:
 
 def _ci_key(key: str) -> str:
     return "test_f1_ci" if key == "test_f1" else "dev_f1_ci"
+
+
+def _bounds(r: dict, key: str) -> tuple:
+    """The 95% interval of r[key]; the figure itself where the row has none (a record older than intervals)."""
+    return tuple(r.get(_ci_key(key)) or (r[key], r[key]))
 
 
 def chart_groups(rows: list) -> list:
@@ -743,14 +754,14 @@ def _bar(group: list, key: str) -> tuple:
     if not xs:
         return float("nan"), [0.0, 0.0]
     mean = sum(r[key] for r in xs) / len(xs)
-    lo, hi = min(r[_ci_key(key)][0] for r in xs), max(r[_ci_key(key)][1] for r in xs)
+    lo, hi = min(_bounds(r, key)[0] for r in xs), max(_bounds(r, key)[1] for r in xs)
     return mean, [max(mean - lo, 0.0), max(hi - mean, 0.0)]
 
 
 def _lexical_line(ax, rows: list, key: str) -> None:
     lex = [r for r in rows if r["technique"] == "lexical" and r.get(key) is not None]
     if lex:
-        lo, hi = lex[0][_ci_key(key)]
+        lo, hi = _bounds(lex[0], key)
         ax.axhline(lex[0][key], color="grey", linestyle="--", label=f"lexical, no training ({lex[0][key]:.3f})")
         ax.axhspan(lo, hi, color="grey", alpha=0.12)
 
@@ -814,8 +825,8 @@ def curve_chart(rows: list, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ys = [r[key] for r in points]
     ax.errorbar([r["num_train_documents"] for r in points], ys, capsize=4, marker="o", label="baseline recipe",
-                yerr=[[y - r[_ci_key(key)][0] for y, r in zip(ys, points)],
-                      [r[_ci_key(key)][1] - y for y, r in zip(ys, points)]])
+                yerr=[[y - _bounds(r, key)[0] for y, r in zip(ys, points)],
+                      [_bounds(r, key)[1] - y for y, r in zip(ys, points)]])
     _lexical_line(ax, rows, key)
     fit = curve_projection(rows)
     if fit and "pages_for_target" in fit:  # dashed: the fitted line, carried to the target
@@ -938,7 +949,8 @@ def parse_args(argv):
                         f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
     p.add_argument("--merge", nargs="+", metavar="RECORD", default=None,
                    help="train nothing: write the rows of these records of one corpus (a run in pieces) to --json as "
-                        "one record, with its table and charts; a later record's row replaces the same row of an earlier")
+                        "one record, with its table and charts; a later record's row replaces the same row of an earlier; "
+                        "each row keeps the corpus its record says")
     p.add_argument("--ensembles", action=argparse.BooleanOptionalAction, default=True,
                    help="with techniques, also the 2- and 3-model ensembles (their extra seeds are trained for them "
                         "alone); --no-ensembles: the techniques of --seeds alone")
@@ -959,16 +971,17 @@ def parse_args(argv):
 
 
 def write_rows(rows: list, args, path: Path) -> None:
-    for r in rows:  # merged rows keep the corpus they were measured on
-        r.setdefault("corpus", (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else ""))
-        if args.corpus == "nq" and "corpus_seed" not in r:
-            r["corpus_seed"] = args.corpus_seed
-        if args.corpus == "real":
-            r["note"] = REAL_NOTE
+    from solution.common.fsutil import atomic_write_text
+
+    if not args.merge:  # merged rows keep the corpus their record says, even none: this run's options are not theirs
+        for r in rows:
+            r["corpus"] = (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else "")
+            if args.corpus == "nq":
+                r["corpus_seed"] = args.corpus_seed
+            if args.corpus == "real":
+                r["note"] = REAL_NOTE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps([public(r) for r in rows], indent=1) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps([public(r) for r in rows], indent=1) + "\n")
 
 
 def write_partial(args, rows: list) -> None:
@@ -995,22 +1008,105 @@ def write_outputs(rows: list, args, label: str) -> Path:
 REFERENCES = ("lexical", "bm25", "first_paragraph")
 
 
+ROW_KEY = ("technique", "enabled", "seed", "num_train_documents")  # one row of a record; pages may be absent (old records)
+# The figures the table and the charts read: a number, or null where there is none (no test gold).
+FIGURES = ("dev_f1_untuned", "dev_f1_tuned", "test_f1", "test_mlebench", "dev_mlebench", "long_f1", "short_f1",
+           "yes_f1", "no_f1", "test_f1_delta", "dev_f1_delta", "best_reference_delta", "train_seconds",
+           "dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1")
+_ENSEMBLE_SEEDS = re.compile(r"[0-9]+(\+[0-9]+)*")
+
+
+def read_record(path) -> list:
+    """The rows of a record `--json` wrote, each checked for what merging, the table and the charts read; a
+    file that is not one is a StepFailed naming the file, the row and the field."""
+    from solution.common.jsonio import JsonError, read_json
+
+    try:
+        rows = read_json(path)  # a missing file, a pipe, a folder, bad or hostile JSON: one line naming it
+    except JsonError as e:
+        raise StepFailed(str(e)) from None
+    if not isinstance(rows, list):
+        raise StepFailed(f"{path}: expected a JSON list of rows (a record benchmark_answers --json wrote), got "
+                         f"a JSON {type(rows).__name__}")
+    if not rows:
+        raise StepFailed(f"{path}: no rows")
+    for i, r in enumerate(rows):
+        problem = row_problem(r)
+        if problem:
+            raise StepFailed(f"{path}: row {i}: {problem}")
+    return rows
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def row_problem(r) -> str | None:
+    """What makes `r` no row of a record (None: it is one)."""
+    if not isinstance(r, dict):
+        return f"expected an object, got {type(r).__name__}"
+    missing = [k for k in ROW_KEY[:3] if k not in r]
+    if missing:
+        return f"field '{missing[0]}': missing (not a row benchmark_answers wrote)"
+    seed, technique = r["seed"], r["technique"]
+    checks = {"technique": isinstance(technique, str),
+              "enabled": r["enabled"] in (None, True, False) and not _number(r["enabled"]),
+              "seed": (isinstance(seed, int) and not isinstance(seed, bool)) or (seed is None and technique in REFERENCES)
+              or (technique == "ensemble" and isinstance(seed, str) and bool(_ENSEMBLE_SEEDS.fullmatch(seed))),
+              "num_train_documents": (r.get("num_train_documents") is None and technique != "learning_curve")
+              or (isinstance(r.get("num_train_documents"), int) and not isinstance(r["num_train_documents"], bool)),
+              "corpus": isinstance(r.get("corpus"), (str, type(None))),
+              "corpus_seed": r.get("corpus_seed") is None or isinstance(r["corpus_seed"], int)}
+    checks |= {k: r.get(k) is None or _number(r[k]) for k in FIGURES}
+    checks |= {k: r[k] is None or (isinstance(r[k], list) and len(r[k]) == 2 and all(map(_number, r[k])))
+               for k in r if k.endswith("_ci")}
+    bad = [k for k, ok in checks.items() if not ok]
+    return f"field '{bad[0]}': {r.get(bad[0])!r} is not what a row holds there" if bad else None
+
+
+def corpus_of(row: dict) -> tuple:
+    return row.get("corpus"), row.get("corpus_seed")
+
+
+def corpus_text(corpus: tuple) -> str:
+    name, seed = corpus
+    return f"{name}, corpus seed {seed}" if seed is not None else f"{name}, corpus seed not recorded"
+
+
+def identified(corpus: tuple) -> bool:
+    """Whether a record's rows say which corpus they were measured on: a synthetic corpus by its profile and
+    seed; the real sample is one set of pages (its rows never had a seed)."""
+    name, seed = corpus
+    return name is not None and (seed is not None or name.startswith("real"))
+
+
+def record_corpus(path, rows: list) -> tuple:
+    corpora = list(dict.fromkeys(corpus_of(r) for r in rows))
+    if len(corpora) > 1:
+        raise StepFailed(f"{path}: rows of {len(corpora)} corpora ({'; '.join(map(corpus_text, corpora))}): a "
+                         "record holds one")
+    return corpora[0]
+
+
 def merge_records(paths: list) -> list:
     """The rows of several records of one corpus (a benchmark run in pieces) as one record: a row of a later
     file replaces the same row (technique, enabled, seed, pages) of an earlier one; references first, then
-    each seed's rows, the ensembles, the curve by pages."""
-    merged, corpus = {}, None
+    each seed's rows, the ensembles, the curve by pages. Every row keeps the corpus its record says; records
+    of two corpora, or two whose rows do not say their seed (they cannot be told apart), are refused."""
+    merged, first = {}, None  # first: (corpus, the file that gave it)
     for p in paths:
-        try:
-            rows = json.loads(Path(p).read_text())
-        except (OSError, ValueError) as e:
-            raise StepFailed(f"{p}: not a record of rows ({e})") from None
+        rows = read_record(p)
+        corpus = record_corpus(p, rows)
+        if first is not None and corpus != first[0]:
+            raise StepFailed(f"{p} holds rows of {corpus_text(corpus)}, {first[1]} of {corpus_text(first[0])}: "
+                             "records of one corpus only")
+        if first is not None and not identified(corpus):
+            raise StepFailed(f"{first[1]} and {p}: neither's rows say their corpus seed ({corpus_text(corpus)}: "
+                             "written before rows recorded it), so whether they are one corpus cannot be told; "
+                             "merge records whose rows carry corpus and corpus_seed")
+        first = first or (corpus, p)
         for r in rows:
-            c = (r.get("corpus"), r.get("corpus_seed"))
-            if corpus is not None and c != corpus:
-                raise StepFailed(f"{p}: a {r['technique']} row of corpus {c}, not {corpus}: records of one corpus only")
-            corpus = c
-            merged[r["technique"], r["enabled"], r["seed"], r["num_train_documents"]] = r
+            merged[tuple(r.get(k) for k in ROW_KEY)] = r
 
     def order(r):
         if r["technique"] in REFERENCES:
@@ -1028,10 +1124,10 @@ def main(argv=None) -> int:
     if args.merge:
         try:
             rows = merge_records(args.merge)
-        except StepFailed as e:
+        except StepFailed as e:  # a record named by the user that cannot be merged: a user error
             print(f"error: {e}", file=sys.stderr)
-            return 1
-        path = write_outputs(rows, args, f"{rows[0]['corpus']} profile, corpus seed {rows[0].get('corpus_seed')}, merged")
+            return 2
+        path = write_outputs(rows, args, f"{corpus_text(corpus_of(rows[0]))}, merged")
         print(f"\n{len(rows)} rows from {len(args.merge)} records -> {path}")
         return 0
     plan = dict(QUICK if args.quick else FULL)

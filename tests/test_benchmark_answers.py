@@ -299,7 +299,7 @@ def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(t
     c.write_text(json.dumps([row("baseline", 2, corpus_seed=7)]))
     with pytest.raises(bench.StepFailed, match="one corpus"):
         bench.merge_records([a, c])
-    with pytest.raises(bench.StepFailed, match="missing.json: not a record"):
+    with pytest.raises(bench.StepFailed, match="missing.json: no such file"):
         bench.merge_records([a, tmp_path / "missing.json"])
 
 
@@ -336,3 +336,95 @@ def test_the_curve_projection_fits_f1_on_log_pages_and_seconds_on_pages():
     assert bench.curve_projection(rows[:2]) is None
     flat = [point(n, 0.3, 100) for n in (500, 1000, 2000)]
     assert "pages_for_target" not in bench.curve_projection(flat)
+
+
+# ---------------------------------------------------------------------------
+# --merge: each record's corpus as written; what it cannot read or tell apart, one line
+
+
+def merge(tmp_path, *records, out="merged.json"):
+    """`--merge RECORDS --json OUT` in this process, stopped after 20 s instead of hanging on a pipe."""
+    import signal
+
+    def stop(*_):
+        raise TimeoutError("--merge still running after 20 s")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(20)
+    try:
+        return bench.main(["--merge", *map(str, records), "--json", str(tmp_path / out)])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_merge_keeps_each_records_corpus_as_written(tmp_path):
+    """The nq-lexical record's rows say corpus "nq" and no seed (written before rows recorded one): merged
+    alone they stay so, never "nq, corpus seed 0", the nq profile's record they would then pass for."""
+    lexical = ROOT / "docs" / "benchmarks" / "answers-nq-lexical.json"
+    assert merge(tmp_path, lexical) == 0
+    written = json.loads((tmp_path / "merged.json").read_text())
+    assert {(r.get("corpus"), r.get("corpus_seed")) for r in written} == {("nq", None)}
+    assert sorted(map(json.dumps, written)) == sorted(map(json.dumps, json.loads(lexical.read_text())))
+
+
+def test_merge_of_a_record_of_old_rows_without_pages_works(tmp_path):
+    """The real-corpus record was written before rows counted their training pages."""
+    real = ROOT / "docs" / "benchmarks" / "answers-real.json"
+    assert merge(tmp_path, real) == 0
+    assert len(json.loads((tmp_path / "merged.json").read_text())) == len(json.loads(real.read_text()))
+
+
+def test_merge_refuses_records_it_cannot_tell_apart_naming_both_files(tmp_path, capsys):
+    lexical = ROOT / "docs" / "benchmarks" / "answers-nq-lexical.json"
+    profile = ROOT / "docs" / "benchmarks" / "answers.json"
+    for records in ([profile, lexical], [lexical, tmp_path / "copy.json"]):
+        (tmp_path / "copy.json").write_text(lexical.read_text())
+        assert merge(tmp_path, *records) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert str(records[0]) in err and str(records[1]) in err, err
+        assert not (tmp_path / "merged.json").exists()
+
+
+def _row(**fields):
+    return {"technique": "baseline", "enabled": False, "seed": 0, "num_train_documents": 10, "test_f1": 0.5,
+            "corpus": "nq", "corpus_seed": 0, **fields}
+
+
+@pytest.mark.parametrize("content, said", [
+    ({"rows": []}, "expected a JSON list of rows"),
+    ([], "no rows"),
+    ([5], "row 0: expected an object"),
+    ([_row(), {"enabled": False, "seed": 0}], "row 1: field 'technique'"),
+    ([_row(technique=None)], "row 0: field 'technique'"),
+    ([_row(seed=[0])], "row 0: field 'seed'"),
+    ([_row(enabled="yes")], "row 0: field 'enabled'"),
+    ([_row(num_train_documents="10")], "row 0: field 'num_train_documents'"),
+    ([_row(test_f1="0.5")], "row 0: field 'test_f1'"),
+    ([_row(test_f1_ci=[0.1])], "row 0: field 'test_f1_ci'"),
+    ([_row(), _row(technique="top_level", seed=None)], "row 1: field 'seed'"),
+    ([_row(), _row(corpus_seed=3)], "rows of 2 corpora"),
+    ("[[[[" * 100000 + "]]]]" * 100000, "nested deeper"),
+    ("[" + '{"technique": "baseline", "test_f1": 1' + "0" * 400 + "}]", "digits"),
+])
+def test_merge_of_what_is_not_a_record_is_one_line(tmp_path, capsys, content, said):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content if isinstance(content, str) else json.dumps(content))
+    assert merge(tmp_path, bad) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}") and err.count("\n") == 1 and said in err, err
+    assert not (tmp_path / "merged.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "missing"])
+def test_merge_refuses_a_pipe_or_folder_before_reading(tmp_path, capsys, kind):
+    import os
+
+    bad = tmp_path / "record"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "folder":
+        bad.mkdir()
+    assert merge(tmp_path, bad) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}") and err.count("\n") == 1, err
