@@ -316,7 +316,8 @@ class Checkpointer:
         else:
             target.load_full_state(full_weights(path))
             if self.fingerprint.get("optim", "sgd") != "sgd":  # plain SGD keeps no state
-                target.load_full_optimizer_state(full_optimizer_state(path, target.param_names, self.accelerator))
+                target.load_full_optimizer_state(full_optimizer_state(path, target.param_names, self.accelerator,
+                                                                       self.log))
             if same_world:
                 restore_rng(path, self.accelerator.process_index)
         if not same_world:

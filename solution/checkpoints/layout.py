@@ -19,10 +19,12 @@ import pickle
 import re
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from solution.common.fsutil import atomic_write_text, file_digest
+from solution.common.jsonio import JsonError, read_json_object
 
 DS_TAG = "pytorch_model"  # the tag Accelerate's save_state gives DeepSpeed's save_checkpoint
 FSDP_DIR = "pytorch_model_fsdp_0"
@@ -271,7 +273,8 @@ def full_state_dict(ckpt: Path, verify: bool = True) -> dict:
 # -- the manifest: every file's size and sha256, written last ------------------------------------------
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "nq-bert-qa-manifest/1"
-# Written into the checkpoint after its manifest, by a resume at another world size: not covered by it.
+# Written into the checkpoint after its manifest, by a resume at another world size: not covered by it, but
+# by a manifest of its own bound to the checkpoint's (`write_derived_manifest`, `derived_mismatch`).
 ADDED_LATER = ("universal",)
 
 
@@ -287,35 +290,43 @@ def _listed_files(ckpt: Path) -> list:
     return sorted(found)
 
 
-def write_manifest(ckpt: Path) -> Path:
+def write_manifest(ckpt: Path, record: Optional[dict] = None) -> Path:
     """ckpt/manifest.json: every file's size and sha256, written last (to a temporary name, then renamed),
-    so a checkpoint whose manifest is there was complete when it was written."""
+    so a checkpoint whose manifest is there was complete when it was written. `record`: more fields."""
     import json
 
     files = {rel: {"size": (Path(ckpt) / rel).stat().st_size, "sha256": file_digest(Path(ckpt) / rel)}
              for rel in _listed_files(ckpt)}
-    return atomic_write_text(Path(ckpt) / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "files": files},
-                                                                indent=1) + "\n")
+    return atomic_write_text(Path(ckpt) / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, **(record or {}),
+                                                                "files": files}, indent=1) + "\n")
+
+
+def read_manifest(ckpt: Path) -> dict:
+    """The manifest's record, its `files` as {relative path: (size, sha256)}; a ValueError naming the file
+    when it cannot be read (nested too deep, mistyped, another format)."""
+    path = Path(ckpt) / MANIFEST
+    try:
+        record = read_json_object(path)
+        files = record["files"]
+        if record.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
+            raise ValueError(f"format {record.get('format')!r}")
+        listed = {rel: (int(v["size"]), str(v["sha256"])) for rel, v in files.items()}
+    except JsonError as e:  # its text is "PATH: what is wrong"
+        raise ValueError(f"{path}: unreadable manifest ({str(e).removeprefix(f'{path}: ')[:200]})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: unreadable manifest ({str(e)[:200]})") from None
+    return {**record, "files": listed}
 
 
 def verify_manifest(ckpt: Path, from_storage: bool = False) -> bool:
     """Check every file the manifest lists: there, of its size, of its sha256. False: no manifest (a
     checkpoint from before manifests); True: it verifies; a ValueError naming the first file that
     differs, or a file that no manifest lists (something added to the checkpoint since). `from_storage`:
-    see `fsutil.file_digest` (the check right after a save)."""
-    import json
-
-    path = Path(ckpt) / MANIFEST
-    if not path.is_file():
+    see `fsutil.file_digest` (the check right after a save). Folders written later (ADDED_LATER) are
+    proven by their own manifest, bound to this one, when they are used (`derived_mismatch`)."""
+    if not (Path(ckpt) / MANIFEST).is_file():
         return False
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        files = record["files"]
-        if record.get("format") != MANIFEST_FORMAT or not isinstance(files, dict):
-            raise ValueError(f"format {record.get('format')!r}")
-        listed = {rel: (int(v["size"]), str(v["sha256"])) for rel, v in files.items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path}: unreadable manifest ({str(e)[:200]})") from None
+    listed = read_manifest(ckpt)["files"]
     for rel, (size, digest) in sorted(listed.items()):
         file = Path(ckpt) / rel
         if not file.is_file():
@@ -328,3 +339,41 @@ def verify_manifest(ckpt: Path, from_storage: bool = False) -> bool:
     if unlisted:
         raise ValueError(f"{Path(ckpt) / unlisted[0]}: not in {MANIFEST} (added to the checkpoint after it was written)")
     return True
+
+
+def source_digest(ckpt: Path) -> str:
+    """What a folder derived from `ckpt` is bound to: the sha256 of its manifest, which covers every file
+    (with its trainer_state.json's save time, so no two saves share it); for a checkpoint from before
+    manifests, the sha256 of its DeepSpeed files by name."""
+    import hashlib
+
+    if (Path(ckpt) / MANIFEST).is_file():
+        return file_digest(Path(ckpt) / MANIFEST)
+    h = hashlib.sha256()
+    for file in sorted((Path(ckpt) / DS_TAG).rglob("*")):
+        if file.is_file():
+            h.update(f"{file.relative_to(ckpt).as_posix()} {file_digest(file)}\n".encode())
+    return h.hexdigest()
+
+
+def write_derived_manifest(folder: Path, ckpt: Path) -> Path:
+    """folder/manifest.json for a folder made from checkpoint `ckpt` (its universal checkpoint): the
+    folder's files and the `source_digest` of the checkpoint it was made from."""
+    return write_manifest(folder, {"derived_from": source_digest(ckpt)})
+
+
+def derived_mismatch(folder: Path, ckpt: Path) -> Optional[str]:
+    """Why `folder` cannot be trusted as made from `ckpt` (one line naming the folder or its file that
+    differs), or None: its manifest verifies and names this checkpoint. A folder without one was made by
+    an older version or copied in; one naming another checkpoint was copied from it."""
+    if not (Path(folder) / MANIFEST).is_file():
+        return f"{folder}: no {MANIFEST} (converted by an older version, or copied in): its files cannot be checked"
+    try:
+        source, mine = read_manifest(folder).get("derived_from"), source_digest(ckpt)
+        if source != mine:
+            return (f"{folder}: converted from another checkpoint (its {MANIFEST} names {str(source)[:12]}, this "
+                    f"checkpoint is {mine[:12]})")
+        verify_manifest(folder)
+    except ValueError as e:
+        return str(e)
+    return None

@@ -5,6 +5,7 @@ checkpoint), with the RNG restored exactly.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import MISSING, dataclass
 from pathlib import Path
@@ -12,9 +13,16 @@ from typing import Callable
 
 import torch
 
-from solution.checkpoints.layout import DS_TAG, checkpoint_kind, full_state_dict, loadable_globals
+from solution.checkpoints.layout import (
+    DS_TAG,
+    checkpoint_kind,
+    derived_mismatch,
+    full_state_dict,
+    loadable_globals,
+    write_derived_manifest,
+)
 from solution.checkpoints.state import CheckpointDiskFull
-from solution.common.fsutil import disk_full_message, publish_dir, removed_if_disk_full
+from solution.common.fsutil import disk_full_message, removed_if_disk_full
 
 
 def compare_setting(key: str, old, mine, changed: list, unrecorded: list) -> None:
@@ -87,7 +95,7 @@ def _adam_state(state: dict) -> dict:
     return {"step": float(step.item() if torch.is_tensor(step) else step), **{k: state[k] for k in ADAM_KEYS}}
 
 
-def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
+def full_optimizer_state(ckpt: Path, names: list, accelerator, log: Callable[[str], None] = print) -> dict:
     """Adam's state by parameter name, full tensors, from any checkpoint layout (files already verified).
 
     Plain: Accelerate's optimizer.bin numbers parameters in param_groups order (`names`). FSDP2: the
@@ -95,7 +103,7 @@ def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
     checkpoint's per-parameter files (converted once by the main process)."""
     kind = checkpoint_kind(ckpt)
     if kind == "deepspeed":
-        zero = universal_on_every_rank(ckpt, accelerator) / DS_TAG / "zero"
+        zero = universal_on_every_rank(ckpt, accelerator, log) / DS_TAG / "zero"
         # Written by ds_to_universal from verified files. ZeRO-1/2 give each parameter its step.pt, ZeRO-3
         # keeps the step in the common optimizer_state.pt only.
         common = torch.load(zero / "optimizer_state.pt", map_location="cpu", weights_only=False)
@@ -123,23 +131,21 @@ def full_optimizer_state(ckpt: Path, names: list, accelerator) -> dict:
 UNIVERSAL_DIR = "universal"  # checkpoint-N/universal/<DS_TAG>/: DeepSpeed's universal checkpoint, converted once
 
 
-def convert_to_universal(ckpt: Path) -> Path:
+def convert_to_universal(ckpt: Path, log: Callable[[str], None] = print) -> Path:
     """checkpoint-N/universal, converted from the ZeRO partitions by DeepSpeed's ds_to_universal on first
-    use (written to a temporary name, then renamed: a later resume finds it whole or converts again)."""
-    import argparse
+    use (written to a temporary name with a manifest bound to this checkpoint's, then renamed).
 
-    from deepspeed.checkpoint import ds_to_universal
-
+    A universal/ already there is used only when its manifest verifies and names this checkpoint: one
+    copied from another checkpoint, changed, or written by an older version would load another state.
+    It is converted again, saying why in one line (a derived folder of ours, not the user's files)."""
     final = ckpt / UNIVERSAL_DIR
-    if (final / DS_TAG).is_dir():
+    stale = derived_mismatch(final, ckpt) if final.exists() else None
+    if final.exists() and stale is None:
         return final
+    log(f"{stale}; converting {ckpt / DS_TAG} again" if stale else
+        f"converting {ckpt / DS_TAG} to a universal checkpoint in {final}")
     tmp = ckpt / f"{UNIVERSAL_DIR}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    args = argparse.Namespace(input_folder=str(ckpt / DS_TAG), output_folder=str(tmp / DS_TAG),
-                              num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True,
-                              # Accelerate's save_state writes no universal-checkpoint info; none is needed
-                              # without tensor or pipeline parallelism.
-                              inject_missing_state=True)
 
     def disk_full() -> CheckpointDiskFull:
         return CheckpointDiskFull(f"{disk_full_message(tmp)}; converting {ckpt / DS_TAG} to a universal checkpoint needs "
@@ -147,23 +153,53 @@ def convert_to_universal(ckpt: Path) -> Path:
                                   "is unchanged")
 
     with removed_if_disk_full(tmp, disk_full):
-        ds_to_universal.main(args)
-    publish_dir(tmp, final)
+        _ds_to_universal(ckpt, tmp)
+        write_derived_manifest(tmp, ckpt)
+    _swap_in(tmp, final)
     return final
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """`tmp` renamed to `final`, a stale `final` renamed aside first and then removed: a later resume finds
+    one whole or converts again (`universal.*` names are outside the checkpoint's manifest)."""
+    old = final.with_name(f"{UNIVERSAL_DIR}.old")
+    _remove(old)
+    if final.is_symlink() or final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+
+
+def _ds_to_universal(ckpt: Path, out: Path) -> None:
+    import argparse
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    args = argparse.Namespace(input_folder=str(ckpt / DS_TAG), output_folder=str(out / DS_TAG),
+                              num_extract_workers=1, num_merge_workers=1, keep_temp_folder=False, strict=True,
+                              # Accelerate's save_state writes no universal-checkpoint info; none is needed
+                              # without tensor or pipeline parallelism.
+                              inject_missing_state=True)
+    ds_to_universal.main(args)
 
 
 def load_universal(ckpt: Path, engine, accelerator, log: Callable[[str], None]) -> None:
     """ZeRO-1/2 at another world size: the universal checkpoint (converted by the main process), loaded by an
     engine built with `"checkpoint": {"load_universal": true}` (solution.distributed.strategy)."""
-    if accelerator.is_main_process and not (ckpt / UNIVERSAL_DIR / DS_TAG).is_dir():  # a later resume reuses it
-        log(f"converting {ckpt / DS_TAG} to a universal checkpoint in {ckpt / UNIVERSAL_DIR}")
-    engine.load_checkpoint(str(universal_on_every_rank(ckpt, accelerator)), tag=DS_TAG)
+    engine.load_checkpoint(str(universal_on_every_rank(ckpt, accelerator, log)), tag=DS_TAG)
 
 
-def universal_on_every_rank(ckpt: Path, accelerator) -> Path:
-    """checkpoint-N/universal, converted by the main process only (once), seen by every rank after a barrier."""
+def universal_on_every_rank(ckpt: Path, accelerator, log: Callable[[str], None] = print) -> Path:
+    """checkpoint-N/universal, converted (or proven) by the main process only, seen by every rank after a barrier."""
     if accelerator.is_main_process:
-        convert_to_universal(ckpt)
+        convert_to_universal(ckpt, log)
     accelerator.wait_for_everyone()
     return ckpt / UNIVERSAL_DIR
 

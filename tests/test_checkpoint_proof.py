@@ -1,0 +1,120 @@
+"""What a resume reads is proven before it is used, and every JSON file is read by the one reader.
+
+A universal checkpoint converted into checkpoint-N/universal belongs to that checkpoint alone; every
+architecture setting a checkpoint records is compared on resume; JSON nested 200,000 deep is one line
+naming the file in every reader (and `--resume auto` passes over such a checkpoint); a FIFO where an
+input file belongs is called a pipe. All in-process, no training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler, checkpointer
+
+from solution.checkpoints.checkpointer import Checkpointer
+from solution.checkpoints.layout import DS_TAG, verify_manifest, write_manifest
+from solution.checkpoints.resume import UNIVERSAL_DIR, convert_to_universal
+from solution.checkpoints.state import find_checkpoint
+
+DEEP = "[" * 200_000 + "]" * 200_000  # deeper than Python's recursion limit lets json.loads follow
+
+
+# -- the universal checkpoint belongs to its checkpoint ---------------------------------------------------
+@pytest.fixture
+def fake_ds_to_universal(monkeypatch):
+    """DeepSpeed's ds_to_universal stood in for: it writes, under the output folder, the bytes of the input
+    folder's model states (so a universal folder shows which checkpoint it came from). Returns the calls."""
+    calls = []
+
+    def main(args):
+        calls.append(args.input_folder)
+        out = Path(args.output_folder) / "zero" / "bert.weight"
+        out.mkdir(parents=True)
+        (out / "fp32.pt").write_bytes((Path(args.input_folder) / "mp_rank_00_model_states.pt").read_bytes())
+        (Path(args.output_folder).parent / "latest_universal").write_text(DS_TAG)
+
+    checkpoint_pkg = types.ModuleType("deepspeed.checkpoint")
+    checkpoint_pkg.ds_to_universal = types.SimpleNamespace(main=main)
+    monkeypatch.setitem(sys.modules, "deepspeed", types.ModuleType("deepspeed"))
+    monkeypatch.setitem(sys.modules, "deepspeed.checkpoint", checkpoint_pkg)
+    return calls
+
+
+def zero_checkpoint(path: Path, weights: bytes) -> Path:
+    (path / DS_TAG).mkdir(parents=True)
+    (path / DS_TAG / "mp_rank_00_model_states.pt").write_bytes(weights)
+    (path / "trainer_state.json").write_text("{}")
+    write_manifest(path)
+    return path
+
+
+def universal_weights(ckpt: Path) -> bytes:
+    return (ckpt / UNIVERSAL_DIR / DS_TAG / "zero" / "bert.weight" / "fp32.pt").read_bytes()
+
+
+def test_a_universal_folder_of_another_checkpoint_is_converted_again_saying_why(tmp_path, fake_ds_to_universal):
+    a, b = zero_checkpoint(tmp_path / "a" / "checkpoint-4", b"A"), zero_checkpoint(tmp_path / "b" / "checkpoint-4", b"B")
+    said = []
+    convert_to_universal(a, log=said.append)
+    assert universal_weights(a) == b"A" and len(fake_ds_to_universal) == 1
+    assert said == [f"converting {a / DS_TAG} to a universal checkpoint in {a / UNIVERSAL_DIR}"]
+    convert_to_universal(a, log=said.append)  # its own, proven by its manifest: reused
+    assert len(fake_ds_to_universal) == 1 and len(said) == 1
+    assert verify_manifest(a)  # the checkpoint's own manifest still holds beside it
+
+    shutil.copytree(a / UNIVERSAL_DIR, b / UNIVERSAL_DIR)  # a stale copy: checkpoint a's state
+    said.clear()
+    convert_to_universal(b, log=said.append)
+    assert universal_weights(b) == b"B" and len(fake_ds_to_universal) == 2
+    [line] = said
+    assert line.startswith(f"{b / UNIVERSAL_DIR}: converted from another checkpoint (its manifest.json names "), line
+    assert line.endswith(f"; converting {b / DS_TAG} again"), line
+    assert sorted(p.name for p in b.iterdir()) == ["manifest.json", DS_TAG, "trainer_state.json", UNIVERSAL_DIR]
+
+
+@pytest.mark.parametrize("damage,named", [
+    (lambda u: (u / DS_TAG / "zero" / "bert.weight" / "fp32.pt").write_bytes(b"X"), "sha256 differs"),
+    (lambda u: (u / DS_TAG / "zero" / "extra.pt").write_bytes(b"X"), "not in manifest.json"),
+    (lambda u: (u / "manifest.json").unlink(), "no manifest.json"),
+    (lambda u: (u / "manifest.json").write_text(DEEP), "nested deeper"),
+])
+def test_a_changed_or_unproven_universal_folder_is_converted_again(tmp_path, fake_ds_to_universal, damage, named):
+    ckpt = zero_checkpoint(tmp_path / "checkpoint-2", b"A")
+    convert_to_universal(ckpt, log=lambda m: None)
+    damage(ckpt / UNIVERSAL_DIR)
+    said = []
+    convert_to_universal(ckpt, log=said.append)
+    [line] = said
+    assert named in line and line.endswith("again") and "\n" not in line, line
+    assert universal_weights(ckpt) == b"A" and len(fake_ds_to_universal) == 2
+    convert_to_universal(ckpt, log=said.append)
+    assert len(fake_ds_to_universal) == 2  # the new one holds
+
+
+@pytest.mark.slow
+def test_deepspeeds_own_universal_checkpoint_is_proven_and_reused(zero2_checkpoint, tmp_path):
+    """The real ds_to_universal output: its manifest verifies on the next resume (no second conversion), and
+    it is converted again in a checkpoint it was copied into."""
+    a, b = tmp_path / "a" / "checkpoint-1", tmp_path / "b" / "checkpoint-1"
+    for ckpt in (a, b):
+        shutil.copytree(zero2_checkpoint, ckpt)
+    state = json.loads((b / "trainer_state.json").read_text())
+    (b / "trainer_state.json").write_text(json.dumps({**state, "saved_at": state["saved_at"] + 1}))
+    write_manifest(b)  # another save of the same step: another checkpoint
+    said = []
+    convert_to_universal(a, log=said.append)
+    convert_to_universal(a, log=said.append)
+    assert said == [f"converting {a / DS_TAG} to a universal checkpoint in {a / UNIVERSAL_DIR}"]
+    assert verify_manifest(a)
+    shutil.copytree(a / UNIVERSAL_DIR, b / UNIVERSAL_DIR)
+    convert_to_universal(b, log=said.append)
+    assert said[1].startswith(f"{b / UNIVERSAL_DIR}: converted from another checkpoint"), said
+    convert_to_universal(b, log=said.append)
+    assert len(said) == 2
