@@ -118,3 +118,30 @@ def test_deepspeeds_own_universal_checkpoint_is_proven_and_reused(zero2_checkpoi
     assert said[1].startswith(f"{b / UNIVERSAL_DIR}: converted from another checkpoint"), said
     convert_to_universal(b, log=said.append)
     assert len(said) == 2
+
+
+# -- every architecture setting is compared ------------------------------------------------------------
+@pytest.mark.parametrize("key,value", [("is_decoder", True), ("add_cross_attention", True), ("pad_token_id", 3)])
+def test_settings_that_change_the_forward_are_architecture(key, value):
+    from transformers import BertConfig
+
+    from solution.model.qa_model import architecture
+
+    plain, changed = architecture(BertConfig()), architecture(BertConfig(**{key: value}))
+    assert key in plain and plain[key] != changed[key]
+    json.dumps(plain)  # recorded in trainer_state.json as it is
+
+
+def test_a_resume_that_makes_a_bidirectional_checkpoint_causal_is_refused_naming_it(tmp_path, monkeypatch):
+    from transformers import BertConfig
+
+    from solution.model.qa_model import architecture
+
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
+    written = {**FINGERPRINT, "architecture": architecture(BertConfig())}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), written, save_due=lambda s, e: True,
+                        log=lambda m: None).save(2, 0, 2)
+    with pytest.raises(ValueError) as e:
+        checkpointer(tmp_path).load(path, {"architecture": architecture(BertConfig(is_decoder=True))}, 4)
+    assert str(e.value).startswith(f"{path}: field 'architecture.is_decoder' is False in the checkpoint but True in "
+                                   "this run; it must match"), str(e.value)

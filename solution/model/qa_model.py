@@ -219,15 +219,35 @@ def check_sequence_length(config, max_seq_length: int, where: str) -> None:
 
 
 # Backbone config fields that make the network what it is beyond its parameter count: 2 attention heads or 4
-# hold the same weights and compute something else. Dropout is training, not architecture.
+# hold the same weights and compute something else; `is_decoder` turns bidirectional attention causal with
+# the same weights; `pad_token_id` is the embedding row that gets no gradient (and RoBERTa's position
+# numbering). The family-specific ones (DistilBERT, ALBERT, ELECTRA, DeBERTa, ModernBERT) are read where a
+# backbone has them. Dropout is training, not architecture; `chunk_size_feed_forward` and the attention
+# implementation compute the same numbers.
 ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                      "hidden_act", "vocab_size", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
-                     "position_embedding_type")
+                     "position_embedding_type", "is_decoder", "add_cross_attention", "is_encoder_decoder",
+                     "pad_token_id", "pruned_heads",
+                     "dim", "n_layers", "n_heads", "hidden_dim", "activation", "sinusoidal_pos_embds",
+                     "embedding_size", "num_hidden_groups", "inner_group_num",
+                     "relative_attention", "max_relative_positions", "position_buckets", "pos_att_type",
+                     "position_biased_input", "share_att_key", "norm_rel_ebd", "conv_kernel_size", "conv_act",
+                     "hidden_activation", "norm_eps", "norm_bias", "mlp_bias", "attention_bias", "local_attention",
+                     "global_attn_every_n_layers", "layer_types", "rope_parameters", "rope_theta")
 
 
 def architecture(config) -> dict:
-    """The backbone's ARCHITECTURE_KEYS it has, by name (a checkpoint records them; a resume must match)."""
-    return {k: getattr(config, k) for k in ARCHITECTURE_KEYS if hasattr(config, k)}
+    """The backbone's ARCHITECTURE_KEYS it has, by name, as trainer_state.json gives them back (a checkpoint
+    records them; a resume must match)."""
+    return {k: _as_recorded(getattr(config, k)) for k in ARCHITECTURE_KEYS if hasattr(config, k)}
+
+
+def _as_recorded(value):
+    """A setting as JSON keeps it: tuples as lists, keys as strings; pruned heads ({layer: heads}) as sorted
+    [layer, heads] pairs, so that one layer more or less is a difference, not a key only one side has."""
+    if isinstance(value, dict) and all(isinstance(k, int) for k in value):
+        return sorted([int(k), sorted(v)] for k, v in value.items())
+    return json.loads(json.dumps(value, default=str))
 
 
 def is_model_dir(path) -> bool:
