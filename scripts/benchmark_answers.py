@@ -462,15 +462,30 @@ def train_run(name: str, args: list, config: str, train_file: str, out: Path) ->
 
     The directory is named by a digest of the command, the config file and the training file, so a
     model of an earlier plan (other sizes, another corpus) is never taken for this one, nor overwritten."""
+    from solution.common.fsutil import atomic_write_text
+
     key = hashlib.sha1(json.dumps([args, file_digest(str(ROOT / config)), file_digest(train_file)]).encode()).hexdigest()[:10]
     d = out / "models" / f"{name}-{key}"
     done = d / "benchmark_train.json"
-    if done.is_file() and (d / "model" / "qa_config.json").is_file():
-        return d / "model", json.loads(done.read_text())["train_seconds"]
+    secs = trained_seconds(done) if (d / "model" / "qa_config.json").is_file() else None
+    if secs is not None:
+        return d / "model", secs
     # The plan's own folder: a training stopped midway there is started again, not continued.
     secs = run(["-m", "solution.train", *args, "--output_dir", str(d), "--overwrite_output_dir", "true"])
-    done.write_text(json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
+    atomic_write_text(done, json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
     return d / "model", round(secs, 1)
+
+
+def trained_seconds(done: Path) -> float | None:
+    """The seconds a finished training recorded in its marker; None where there is none or it cannot be
+    read (a marker cut short): that model is trained again."""
+    from solution.common.jsonio import JsonError, read_json_object
+
+    try:
+        secs = read_json_object(done).get("train_seconds") if done.exists() else None
+    except JsonError:
+        return None
+    return secs if _number(secs) else None
 
 
 def warm_start(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:

@@ -428,3 +428,27 @@ def test_merge_refuses_a_pipe_or_folder_before_reading(tmp_path, capsys, kind):
     assert merge(tmp_path, bad) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}") and err.count("\n") == 1, err
+
+
+def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_path):
+    """A model's `benchmark_train.json` that will not parse (a run killed while writing it) is no proof that the
+    model finished: it is trained again, not a JSONDecodeError."""
+    trained = []
+
+    def fake_run(args, stdout=None):
+        model = Path(args[args.index("--output_dir") + 1]) / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "qa_config.json").write_text("{}")
+        trained.append(args)
+        return 12.34
+    monkeypatch.setattr(bench, "run", fake_run)
+    train_file = write_jsonl(tmp_path / "train.jsonl", [nq_line()])
+    args = ["--seed", "0"]
+    model, secs = bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path)
+    assert (secs, len(trained)) == (12.3, 1)
+    assert bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
+    assert len(trained) == 1  # the finished model is reused
+    marker = model.parent / "benchmark_train.json"
+    marker.write_text(marker.read_text()[:10])
+    assert bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
+    assert len(trained) == 2
