@@ -44,6 +44,7 @@ import numpy as np
 
 from solution.common.cli import progress
 from solution.common.fsutil import DiskFullError, check_writable, file_digest
+from solution.common.jsonio import JsonError, loads
 from solution.windows.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
 
@@ -90,8 +91,8 @@ def resume_point(out: str, header: dict, overwrite: bool = False) -> tuple:
             raise ValueError(f"--out {out}: exists and is not a hard-negative scores file; "
                              "choose another path or pass --overwrite")
         try:
-            old = json.loads(first)
-        except ValueError:
+            old = loads(first, f"{out} line 1")
+        except JsonError:
             old = None
         if not isinstance(old, dict) or old.get("format") != FORMAT:
             raise ValueError(f"--out {out}: exists and is not a hard-negative scores file; "
@@ -106,8 +107,11 @@ def resume_point(out: str, header: dict, overwrite: bool = False) -> tuple:
             if not raw.endswith(b"\n"):
                 break  # cut by a kill: scored again
             try:
-                ids.append(str(json.loads(raw)["example_id"]))
-            except (ValueError, KeyError, TypeError) as e:
+                ids.append(str(loads(raw, f"{out} line {line_no}")["example_id"]))
+            except JsonError as e:
+                raise ValueError(f"{e} (a scores file damaged other than at its end; pass --overwrite to score "
+                                 "again from the start)") from None
+            except (KeyError, TypeError) as e:
                 raise ValueError(f"{out}:{line_no}: {type(e).__name__}: {e} (a scores file damaged other "
                                  "than at its end; pass --overwrite to score again from the start)") from None
             pos += len(raw)

@@ -22,7 +22,6 @@ Training on the first P pages (`--max_train_examples P`) reads the base corpus's
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import shutil
@@ -32,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from solution.common.fsutil import atomic_output, check_writable
+from solution.common.jsonio import iter_json_lines
 from solution.data.synth.corpus import PROFILES, write_corpus, write_train_split
 
 MORE_NAME = "simplified-nq-train-more.jsonl"
@@ -71,8 +71,7 @@ def shard_plan(extra_train: int, shard_pages: int, extra_seed: int) -> list:
 
 
 def _ids(path: Path) -> list:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line)["example_id"] for line in f]
+    return [record["example_id"] for _, record in iter_json_lines(path)]
 
 
 def _base_job(out: str, seed: int, sizes: tuple, profile: str) -> dict:

@@ -369,7 +369,7 @@ def test_resume_auto_passes_over_an_unreadable_newest_checkpoint_saying_why(tmp_
     said = []
     assert find_checkpoint(tmp_path, "latest", log=said.append) == tmp_path / "checkpoint-4"
     [line] = said
-    assert line.startswith(f"resume latest: skipped {tmp_path / 'checkpoint-6'} ({newest}: not valid JSON (line 2: "), line
+    assert line.startswith(f"resume latest: skipped {tmp_path / 'checkpoint-6'} ({newest}: not valid JSON (line 2 column "), line
     for step in (2, 4):  # none left: an error that lists them, not a fresh start over them
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("")
     with pytest.raises(ValueError, match="resume_from_checkpoint auto: no readable checkpoint in .*; skipped "

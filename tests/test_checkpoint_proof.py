@@ -145,3 +145,97 @@ def test_a_resume_that_makes_a_bidirectional_checkpoint_causal_is_refused_naming
         checkpointer(tmp_path).load(path, {"architecture": architecture(BertConfig(is_decoder=True))}, 4)
     assert str(e.value).startswith(f"{path}: field 'architecture.is_decoder' is False in the checkpoint but True in "
                                    "this run; it must match"), str(e.value)
+
+
+# -- JSON nested 200,000 deep: one line naming the file, in every reader ------------------------------------
+def _manifest(tmp_path):
+    ckpt = tmp_path / "checkpoint-1"
+    ckpt.mkdir()
+    (ckpt / "manifest.json").write_text(DEEP)
+    return ckpt / "manifest.json", lambda: verify_manifest(ckpt)
+
+
+def _trainer_state(tmp_path):
+    from solution.checkpoints.state import TrainerState
+
+    (tmp_path / "trainer_state.json").write_text(DEEP)
+    return tmp_path / "trainer_state.json", lambda: TrainerState.read(tmp_path)
+
+
+def _settings(tmp_path):
+    from solution.common.settings import read_settings_file
+
+    (tmp_path / "ds.json").write_text(DEEP)
+    return tmp_path / "ds.json", lambda: read_settings_file(str(tmp_path / "ds.json"), "DeepSpeed config")
+
+
+def _qa_config(tmp_path):
+    from solution.model.qa_model import read_qa_config
+
+    (tmp_path / "qa_config.json").write_text(DEEP)
+    return tmp_path / "qa_config.json", lambda: read_qa_config(tmp_path / "qa_config.json")
+
+
+def _kernel_budget(tmp_path):
+    from solution.model.kernel_budget import read_packed
+
+    (tmp_path / "config.json").write_text(DEEP)
+    return tmp_path / "config.json", lambda: read_packed(tmp_path)
+
+
+def _hard_negative_scores(tmp_path):
+    from solution.windows.sampling import HardNegativeWeights
+
+    (tmp_path / "scores.jsonl").write_text(DEEP + "\n")
+    return tmp_path / "scores.jsonl", lambda: HardNegativeWeights(str(tmp_path / "scores.jsonl"), 0.5)
+
+
+def _hard_negatives_resume(tmp_path):
+    from solution.hard_negatives import resume_point
+
+    header = {"format": "nq-hard-negative-scores", "docs_per_chunk": 1}
+    (tmp_path / "out.jsonl").write_text(json.dumps(header) + "\n" + DEEP + "\n")
+    return tmp_path / "out.jsonl", lambda: resume_point(str(tmp_path / "out.jsonl"), header)
+
+
+def _synth_more_ids(tmp_path):
+    from solution.synth_more import _ids
+
+    (tmp_path / "train.jsonl").write_text(DEEP + "\n")
+    return tmp_path / "train.jsonl", lambda: _ids(tmp_path / "train.jsonl")
+
+
+def _nq_line(tmp_path):
+    from solution.data.nq import parse_example
+
+    return tmp_path / "train.jsonl", lambda: parse_example(DEEP, str(tmp_path / "train.jsonl"), 3)
+
+
+@pytest.mark.parametrize("reader", [_manifest, _trainer_state, _settings, _qa_config, _kernel_budget,
+                                    _hard_negative_scores, _hard_negatives_resume, _synth_more_ids, _nq_line])
+def test_json_nested_200000_deep_is_one_line_naming_the_file(tmp_path, reader):
+    path, read = reader(tmp_path)
+    with pytest.raises(ValueError) as e:
+        read()
+    message = str(e.value)
+    assert str(path) in message and "nested" in message and "\n" not in message, message
+
+
+def test_a_heartbeat_nested_200000_deep_reads_as_no_beat(tmp_path):
+    from solution.distributed.watchdog import Beat
+
+    (tmp_path / "rank-1.json").write_text(DEEP)
+    assert Beat.read(tmp_path / "rank-1.json", 1).beat == -1  # as an unreadable file: the watchdog goes on
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "trainer_state.json"])
+def test_resume_auto_passes_over_a_checkpoint_whose_json_will_not_parse(tmp_path, name):
+    ck = checkpointer(tmp_path, every=2)
+    for step in (2, 4):
+        ck.save(step, 0, step)
+    (tmp_path / "checkpoint-4" / name).write_text(DEEP)
+    said = []
+    assert find_checkpoint(tmp_path, "auto", log=said.append) == tmp_path / "checkpoint-2"
+    [line] = said
+    assert line.startswith(f"resume auto: skipped {tmp_path / 'checkpoint-4'} ({tmp_path / 'checkpoint-4' / name}: "), line
+    assert "nested deeper" in line and "\n" not in line, line

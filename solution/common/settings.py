@@ -5,10 +5,11 @@ line, and YAML's aliases bounded: a file whose aliases expand past `MAX_YAML_NOD
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
+
+from solution.common import jsonio
 
 
 class _DuplicateKey(Exception):
@@ -40,16 +41,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     raise _DuplicateKey(f"line {line}: key '{key}' repeats the one on line {first}; "
                                         "a settings file gives each key (and each section) once")
         return super().construct_mapping(node, deep=deep)
-
-
-def _unique_json_object(pairs: list) -> dict:
-    # JSON's parser gives no line numbers here; the key and the file name are enough to find it.
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(f"key '{key}' appears twice in one object; a settings file gives each key once")
-        out[key] = value
-    return out
 
 
 MAX_YAML_NODES = 100_000  # values of a YAML settings file, each alias counted as what it stands for
@@ -85,8 +76,8 @@ def read_settings_file(path: str, what: str):
         raise ValueError(f"{path}: no such {what} file")
     try:
         text = p.read_text(encoding="utf-8")
-        if p.suffix == ".json":
-            return json.loads(text, object_pairs_hook=_unique_json_object)
+        if p.suffix == ".json":  # the one JSON reader: depth-limited, finite numbers, a repeated key refused
+            return jsonio.loads(text, str(path), unique_keys=True)
         loaded = yaml.load(text, Loader=_UniqueKeyLoader)
         _check_expanded_size(loaded)
         return loaded
@@ -94,7 +85,5 @@ def read_settings_file(path: str, what: str):
         raise ValueError(f"{path}: {e}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({e})") from None

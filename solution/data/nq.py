@@ -16,13 +16,14 @@ can use it in an offline Kaggle kernel.
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
+
+from solution.common.jsonio import JsonError, loads
 
 YES_NO_VALUES = ("NONE", "YES", "NO")
 # The answer types of an annotation (`Annotation.answer_type`), the classes that splits are stratified by and
@@ -361,11 +362,9 @@ def parse_example(text: str, path: str = "<string>", line: int = 1, require_anno
         raise NQFormatError(path, line, fld, msg)
 
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        fail("<json>", f"malformed JSON ({e.msg} at column {e.colno})")
-    except RecursionError:
-        fail("<json>", "malformed JSON (nested too deeply)")
+        obj = loads(text, "<json>")
+    except JsonError as e:  # "<json>: what is wrong": the file and line are NQFormatError's to give
+        fail("<json>", f"malformed JSON: {str(e).removeprefix('<json>: ')}")
     if not isinstance(obj, dict):
         fail("<json>", f"expected a JSON object, got {type(obj).__name__}")
 

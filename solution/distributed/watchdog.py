@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from solution.common.jsonio import read_json_object
+
 EXIT_HANG = 4
 HEARTBEAT_DIR = "heartbeat"
 STACKS_DIR = "hang-stacks"
@@ -115,7 +117,7 @@ class Beat:
     @classmethod
     def read(cls, path: Path, rank: int) -> "Beat":
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_json_object(path)  # torn, or nested too deep: no beat, as a missing file
             return cls(rank, int(record["beat"]), record.get("step"), str(record.get("phase")),
                        float(record.get("idle_s", 0.0)), record.get("pid"), str(record.get("host")),
                        list(record.get("stack") or []))

@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from solution.common.jsonio import read_json_object
+
 DEFAULT_DOCUMENTS = 30_738  # MLE-bench's test set: 10% of the training file's 307,373 documents
 GPU_LIMIT_HOURS = 3.0  # the competition's GPU kernel limit (Kaggle code competitions, 2019)
 # Without --pages: the mean of the real NQ sample at 512 pieces and an overlap of 128, every window
@@ -81,7 +83,7 @@ def read_packed(model_dir) -> PackedModel:
     from solution.model.qa_model import read_qa_config  # the checked reader of qa_config.json
 
     d = Path(model_dir)
-    config = json.loads((d / "config.json").read_text())
+    config = read_json_object(d / "config.json")
     meta = read_qa_config(d / "qa_config.json")
     return PackedModel(str(d), int(config["num_hidden_layers"]),
                        int(config["hidden_size"]), int(config["intermediate_size"]), meta["window"],

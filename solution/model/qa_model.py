@@ -33,6 +33,7 @@ from torch import nn
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.common.fsutil import replace_dir
+from solution.common.jsonio import read_json, read_json_object
 from solution.common.values import json_type_ok, move_settings
 from solution.windows.featurizer import ANSWER_TYPES, MOVED_SETTINGS, WindowConfig
 
@@ -404,10 +405,7 @@ def read_qa_config(path) -> dict:
     """qa_config.json, checked: format, top-level keys, and each section against its dataclass.
     A format-1 file is brought up to date in memory (never rewritten)."""
     path = Path(path)
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not readable JSON ({e})") from None
+    meta = read_json(path)  # a JsonError (a ValueError) naming the file: missing, not JSON, nested too deep
     if not isinstance(meta, dict):
         raise ValueError(f"{path}: must hold a JSON object, got {type(meta).__name__}")
     fmt = meta.get("format")
@@ -490,6 +488,7 @@ def check_weights(path: Path, state: dict, expected: dict, file_key=lambda k: k)
 def read_backbone_config(d: Path):
     from transformers import AutoConfig
 
+    read_json_object(d / CONFIG_FILE)  # first by the one JSON reader: a broken file named in one line
     try:
         return AutoConfig.from_pretrained(d)
     except Exception as e:  # transformers raises OSError or ValueError for a bad file

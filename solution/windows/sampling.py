@@ -12,12 +12,13 @@ No torch here: numpy and the standard library.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
+
+from solution.common.jsonio import JsonError, loads
 
 FORMAT = "nq-hard-negative-scores"
 VERSION = 1
@@ -40,7 +41,7 @@ class HardNegativeWeights:
         with open(path, encoding="utf-8") as f:
             for line_no, text in enumerate(f, 1):
                 try:
-                    rec = json.loads(text)
+                    rec = loads(text, f"{path} line {line_no}")
                     if line_no == 1:
                         if rec.get("format") != FORMAT:
                             raise ValueError(f"not a hard-negative scores file (format {rec.get('format')!r})")
@@ -48,6 +49,8 @@ class HardNegativeWeights:
                         continue
                     scores = np.array([np.nan if s is None else s for s in rec["scores"]], dtype=np.float32)
                     self.scores[str(rec["example_id"])] = (bool(rec["answerable"]), scores)
+                except JsonError:
+                    raise  # its line names the file and the line already
                 except (ValueError, KeyError, TypeError) as e:
                     raise ValueError(f"{path}:{line_no}: {type(e).__name__}: {e}") from None
         if not hasattr(self, "header"):
