@@ -45,6 +45,7 @@ import numpy as np
 from solution.common.cli import progress
 from solution.common.fsutil import DiskFullError, check_writable, file_digest
 from solution.common.jsonio import JsonError, loads
+from solution.data.nq import check_input_file
 from solution.windows.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
 
 
@@ -148,8 +149,10 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     from submission.predict import resolve_precision
 
     check_writable(out, "--out")  # before the model loads and the scoring runs
-    if not os.path.isfile(train_file):
-        raise ValueError(f"--train_file {train_file}: no such file")
+    try:
+        check_input_file(train_file)  # a FIFO is called a pipe, not a missing file
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"--train_file {e}") from None
     precision = resolve_precision(precision, device)
     model, tokenizer, meta = load_model_dir(model_dir, device)  # its tokenizer: it may carry added tokens
     window = WindowConfig(**meta["window"])

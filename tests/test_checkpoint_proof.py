@@ -239,3 +239,31 @@ def test_resume_auto_passes_over_a_checkpoint_whose_json_will_not_parse(tmp_path
     [line] = said
     assert line.startswith(f"resume auto: skipped {tmp_path / 'checkpoint-4'} ({tmp_path / 'checkpoint-4' / name}: "), line
     assert "nested deeper" in line and "\n" not in line, line
+
+
+# -- a FIFO where an input file belongs ------------------------------------------------------------------
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "train.jsonl"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("like", [[], ["--like", "mlebench"]])
+def test_split_calls_a_fifo_input_a_pipe(fifo, tmp_path, capsys, like):
+    from solution.split import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(fifo), "--out", str(tmp_path / "out"), *like])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(f"error: --input {fifo}: a pipe or a device"), err
+    assert "\n" not in err
+
+
+def test_hard_negatives_calls_a_fifo_train_file_a_pipe(fifo, tmp_path, capsys):
+    from solution.hard_negatives import main
+
+    assert main(["--model", str(tmp_path / "model"), "--train_file", str(fifo), "--out", str(tmp_path / "s.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: --train_file {fifo}: a pipe or a device"), err
+    assert "\n" not in err
