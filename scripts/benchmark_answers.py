@@ -1041,8 +1041,8 @@ def read_record(path) -> list:
     except JsonError as e:
         raise StepFailed(str(e)) from None
     if not isinstance(rows, list):
-        raise StepFailed(f"{path}: expected a JSON list of rows (a record benchmark_answers --json wrote), got "
-                         f"a JSON {type(rows).__name__}")
+        got = "an object" if isinstance(rows, dict) else json.dumps(rows)[:40]
+        raise StepFailed(f"{path}: expected a JSON list of rows (a record benchmark_answers --json wrote), got {got}")
     if not rows:
         raise StepFailed(f"{path}: no rows")
     for i, r in enumerate(rows):

@@ -80,7 +80,7 @@ def check_record(rec, where: str) -> None:
 
     if not isinstance(rec, dict):
         raise ValueError(f"{where}: expected a JSON object (one document's scores, as submission.predict "
-                         f"--scores-out writes it), got {type(rec).__name__}")
+                         f"--scores-out writes it), got {json.dumps(rec)[:40]}")
     missing = [k for k in SCORE_FIELDS if k not in rec]
     if missing:
         fail(missing[0], "missing (write the file with submission.predict --scores-out)")
