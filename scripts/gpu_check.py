@@ -85,6 +85,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import re
 import shutil
@@ -129,6 +130,11 @@ RECIPE_BATCH = 8  # configs/train/nq-profile.yaml's per_device_train_batch_size
 # What OUT/recipe keeps of WORK/recipe (small files): enough to make the figures again here.
 RECIPE_FILES = ("dev-scores.jsonl", "dev.csv", "test.csv", "stage2/model/qa_config.json", "stage1/metrics.jsonl",
                 "stage2/metrics.jsonl")
+# What recipe_figures reads, in the recipe's folder.
+FIGURE_INPUTS = ("dev-scores.jsonl", "test.csv", "stage2/model/qa_config.json",
+                 *(f"nq-profile/simplified-nq-{name}.jsonl" for name in ("dev", "test", "test-gold")))
+# Processes making and featurising pages: past any machine's cores they only thrash it.
+MAX_PROC = 256
 # `submission.predict`'s closing line: "wrote X: R rows for D documents (W windows run..., P) in S s"
 PREDICT_LINE = re.compile(r"wrote .*: \d+ rows for (\d+) documents \((\d+) windows run.*?, (\w+)\) in ([\d.]+)s")
 
@@ -209,6 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def refuse(message: str) -> None:
+    """A mistake in the arguments: one line, exit 2, before anything runs."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_budget(args) -> None:
+    """A budget in which no command can start (below --min-start-s) would run nothing and exit 0, as a
+    full pass does."""
+    for flag, seconds in (("--budget-s", args.budget_s), ("--min-start-s", args.min_start_s)):
+        if not (math.isfinite(seconds) and seconds >= 0):
+            refuse(f"{flag} {seconds:g}: must be a finite number of seconds, 0 or more")
+    if args.budget_s < args.min_start_s:
+        refuse(f"--budget-s {args.budget_s:g}: below --min-start-s {args.min_start_s:g}, the least budget a command "
+               "is started with: nothing would run; give a larger budget")
+
+
 def sizes(args) -> None:
     """Fill the defaults that --dry-run shrinks."""
     dry = args.dry_run
@@ -223,11 +246,19 @@ def sizes(args) -> None:
     args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = [part for part in args.parts if part not in PARTS]
     if unknown or not args.parts:
-        raise SystemExit(f"error: --parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}")
+        refuse(f"--parts {','.join(args.parts)}: each must be one of {', '.join(PARTS)}")
     if args.recipe_pages < 1 or args.recipe_batch < 1:
-        raise SystemExit("error: --recipe-pages and --recipe-batch must be at least 1")
+        refuse("--recipe-pages and --recipe-batch must be at least 1")
     if args.recipe_seed < 0:
-        raise SystemExit("error: --recipe-seed must be 0 or more")
+        refuse("--recipe-seed must be 0 or more")
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--timeout", args.timeout),
+                        ("--max-seq-length", args.max_seq_length), ("--pages", args.pages)):
+        if value is not None and value < 1:
+            refuse(f"{flag} {value}: must be at least 1")
+    if not 0 <= args.warmup < args.steps:
+        refuse(f"--warmup {args.warmup}: must be in [0, --steps {args.steps}): the steps left out of the timing")
+    if not 1 <= args.num_proc <= MAX_PROC:
+        refuse(f"--num-proc {args.num_proc}: must be in [1, {MAX_PROC}]")
     args.work = args.work or str(Path(args.out) / "work")
 
 
@@ -485,6 +516,22 @@ def recipe_figures(recipe_dir: Path) -> dict:
             "test_f1": test["f1"], "test_f1_ci": test["ci"], "num_test_documents": test["num_documents"],
             "thresholds": {"long_threshold": tuned.long_threshold, "short_threshold": tuned.short_threshold},
             "lexical": lexical, "minus_lexical": delta["delta"], "minus_lexical_ci": delta["ci"]}
+
+
+def print_recipe_figures(recipe_dir: Path) -> int:
+    """--recipe-figures: the figures as one JSON line (exit 0), or one line naming what is missing (exit 2)."""
+    missing = [name for name in FIGURE_INPUTS if not (recipe_dir / name).is_file()]
+    if missing:
+        print(f"error: --recipe-figures {recipe_dir}: the recipe did not finish: no {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    try:
+        figures = recipe_figures(recipe_dir)
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a file cut short or of another shape
+        print(f"error: --recipe-figures {recipe_dir}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(figures))
+    return 0
 
 
 def recipe_summary(args, result: dict) -> dict:
@@ -788,8 +835,8 @@ def main(argv=None) -> int:
     if args.check_versions:
         return check_versions(args.out)
     if args.recipe_figures:
-        print(json.dumps(recipe_figures(Path(args.recipe_figures))))
-        return 0
+        return print_recipe_figures(Path(args.recipe_figures))
+    check_budget(args)
     import torch
 
     cuda = torch.cuda.is_available()
@@ -826,6 +873,9 @@ def main(argv=None) -> int:
         run_all(args, runs, result, tflops, probes, json_path)
     report(result)
     print(f"wrote {json_path}")
+    if not result["runs"]:  # all() of nothing is true: a pass that measured nothing must not read as one
+        print("error: nothing ran: every run was skipped (above, why)", file=sys.stderr)
+        return 1
     return 0 if all(r["ok"] for r in result["runs"].values()) else 1
 
 

@@ -20,6 +20,9 @@
 # The device call: run(carry=[".gpu-bundle"], timeout_s=600,
 #                      command="bash scripts/gpu_run.sh --out /tmp/gpu --pack $OUT/gpu.tgz --parts recipe --budget-s 530
 #                               --recipe-batch 32 --recipe-pages 32000").
+# Exit: gpu_check's own status (0 every run passed); 2 a bad argument (--work inside --out, --pack inside it) or
+# no bundle; 3 versions outside the supported range; 4 the wheels did not install; 5 nothing ran (gpu_check
+# wrote no JSON) or the --pack tar failed: nothing would come back from the machine.
 set -uo pipefail
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
     --bundle) bundle="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --budget-s) budget="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) rest+=("$1"); shift ;;
   esac
 done
@@ -40,8 +43,13 @@ if [ -z "$out" ]; then
   echo "usage: bash scripts/gpu_run.sh --out DIR [--pack FILE] [--work WORK] [--bundle .gpu-bundle] [--budget-s 450] [gpu_check.py options]" >&2
   exit 2
 fi
+# Resolved before anything is made: WORK holds the wheels and the runs' models, which must not be packed.
+out="$(realpath -m "$out")" work="$(realpath -m "$work")"
+case "$work/" in
+  "$out"/*) echo "error: --work $work lies inside --out $out: the wheels and the runs' models would be packed" \
+                 "with the results; give a folder outside it" >&2; exit 2 ;;
+esac
 mkdir -p "$out" "$work"
-out="$(cd "$out" && pwd)" work="$(cd "$work" && pwd)"
 if [ -n "$pack" ]; then
   mkdir -p "$(dirname "$pack")"
   pack="$(cd "$(dirname "$pack")" && pwd)/$(basename "$pack")"
@@ -49,9 +57,16 @@ if [ -n "$pack" ]; then
 fi
 tee_pid=""
 pack_out() {  # on any exit: the logs, the JSON as last written and OUT/recipe, in one file
+  local code=$?
   exec 1>&3 2>&4  # the pipe to tee closes: it writes gpu_run.log's last lines and ends
   [ -n "$tee_pid" ] && wait "$tee_pid" 2> /dev/null
-  tar czf "$pack" -C "$(dirname "$out")" "$(basename "$out")" && echo "gpu_run: packed $out into $pack"
+  if tar czf "$pack" -C "$(dirname "$out")" "$(basename "$out")"; then
+    echo "gpu_run: packed $out into $pack"
+  else  # the one file that comes back from the machine: its absence must not pass for a success
+    echo "error: --pack $pack: tar failed; nothing of $out comes back (its files are still on this machine)" >&2
+    [ "$code" -eq 0 ] && code=5
+  fi
+  exit "$code"
 }
 exec 3>&1 4>&2
 [ -n "$pack" ] && trap pack_out EXIT
@@ -100,8 +115,15 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # no network: never reach for a
 export PATH="$site/bin:$PATH"                     # deepspeed's and ninja's commands
 
 "$python" scripts/gpu_check.py --check-versions --out "$out" || exit $?
+json="$out/gpu_check.json" started="$work/started"
+for ((i = 0; i < ${#rest[@]}; i++)); do [ "${rest[$i]}" = --json ] && json="${rest[$((i + 1))]:-$json}"; done
+touch "$started"  # a gpu_check.json of an earlier run in OUT is older than this
 "$python" scripts/gpu_check.py --out "$out" --work "$work/runs" --budget-s "$budget" --backbone "$bundle/minilm" \
   --data "$bundle/data/nq-real" ${rest[@]+"${rest[@]}"}
 code=$?
-echo "gpu_run: gpu_check exit $code after $(( $(date +%s) - t0 ))s; results in $out/gpu_check.json"
+echo "gpu_run: gpu_check exit $code after $(( $(date +%s) - t0 ))s; results in $json"
+if [ ! "$json" -nt "$started" ]; then  # no CUDA, or it stopped before its first run: nothing was measured
+  echo "error: nothing ran: gpu_check wrote no $json (its output is above)" >&2
+  [ "$code" -eq 0 ] && code=5
+fi
 exit $code

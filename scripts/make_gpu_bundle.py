@@ -69,10 +69,20 @@ def requirement(name: str) -> str:
     raise ValueError(f"requirements.txt names no {name}")
 
 
-def pip(*args: str) -> None:
+class PipFailed(RuntimeError):
+    """pip could not fetch or build what the bundle carries (offline, or no such version for the target)."""
+
+
+def pip(*args: str, wanted: str) -> None:
+    """`python -m pip ARGS`; a failure is PipFailed naming `wanted` (the packages asked for) and pip's error."""
     cmd = [sys.executable, "-m", "pip", *args]
     print("$ " + " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True)
+    proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    if proc.returncode:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        said = next((line for line in lines if line.startswith("ERROR:")), lines[-1] if lines else "no message")
+        raise PipFailed(f"pip could not fetch {wanted} (offline? the bundle is made where PyPI can be reached, "
+                        f"then carried to the GPU machine): pip {args[0]} exit {proc.returncode}: {said}")
 
 
 def distribution(wheel: Path) -> str:
@@ -88,8 +98,9 @@ def get_wheels(out: Path) -> list:
         # The wheel is pure Python (py3-none-any).
         os.environ.setdefault("DS_BUILD_OPS", "0")
         pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-binary", "deepspeed", "-w", tmp,
-            requirement("deepspeed"))
-        pip("download", "--quiet", "--only-binary=:all:", *PLATFORM, "-d", tmp, *DEEPSPEED_DEPS)
+            requirement("deepspeed"), wanted=requirement("deepspeed"))
+        pip("download", "--quiet", "--only-binary=:all:", *PLATFORM, "-d", tmp, *DEEPSPEED_DEPS,
+            wanted=", ".join(DEEPSPEED_DEPS))
         for wheel in sorted(Path(tmp).glob("*.whl")):
             if distribution(wheel) in IMAGE_HAS or distribution(wheel).replace("-", "_") in IMAGE_HAS:
                 print(f"  not carried (the image has it): {wheel.name}")
@@ -180,6 +191,10 @@ def main(argv=None) -> int:
                     "data": data, "minilm": minilm, "bytes": parts, "limit_bytes": LIMIT_BYTES,
                     "not_carried": {"datasets": "not needed: the feature cache is numpy column files"}}
         (tmp / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except (PipFailed, FileNotFoundError) as e:  # no network, or no NQ lines here: one line, nothing left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

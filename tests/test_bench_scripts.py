@@ -181,7 +181,7 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     assert kept == set(load_script("gpu_check.py").RECIPE_FILES)
 
 
-def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path):
+def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path, capsys):
     gpu = load_script("gpu_check.py")
 
     def planned(*argv):
@@ -193,8 +193,9 @@ def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path):
                                             "recipe-dev", "recipe-tune", "recipe-test", "recipe-figures"]
     both = planned("--parts", "recipe,bf16", "--strategies", "single")
     assert both[-1] == "bf16-single" and not [n for n in both if n.startswith(("predict", "fp16"))]
-    with pytest.raises(SystemExit, match="--parts recipe,nope: each must be one of"):
+    with pytest.raises(SystemExit) as stop:
         planned("--parts", "recipe,nope")
+    assert stop.value.code == 2 and "error: --parts recipe,nope: each must be one of" in capsys.readouterr().err
 
 
 def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
@@ -363,3 +364,96 @@ def test_gpu_run_packs_its_out_folder_however_it_ends(tmp_path):
     inside = subprocess.run(["bash", "scripts/gpu_run.sh", "--out", str(out), "--pack", str(out / "x.tgz")],
                             cwd=ROOT, capture_output=True, text=True)
     assert inside.returncode == 2 and "lies inside --out" in inside.stderr
+
+
+# -- the GPU scripts fail loudly: sizes that run nothing, a run where nothing ran, a pack that failed ---------
+
+@pytest.mark.parametrize("argv, said", [
+    (["--budget-s", "0"], "--budget-s 0: below --min-start-s 40"),
+    (["--budget-s", "30"], "--budget-s 30: below --min-start-s 40"),
+    (["--budget-s", "nan"], "--budget-s nan: must be a finite number"),
+    (["--num-proc", "0"], "--num-proc 0: must be in [1, 256]"),
+    (["--steps", "0"], "--steps 0: must be at least 1"),
+    (["--batch-size", "-2"], "--batch-size -2: must be at least 1"),
+    (["--timeout", "0"], "--timeout 0: must be at least 1"),
+])
+def test_gpu_check_refuses_sizes_that_run_nothing(argv, said, capsys):
+    """`--budget-s 0` ran nothing and exited 0, as a full pass would; `--num-proc 0` a ZeroDivisionError."""
+    gpu = load_script("gpu_check.py")
+    with pytest.raises(SystemExit) as stop:
+        gpu.main(["--list", "--parts", "recipe", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {said}"), err
+
+
+def test_gpu_check_that_ran_nothing_exits_non_zero(tmp_path, capsys):
+    """Every run skipped (no strategy asked, and DDP's on one device) was a pass, exit 0."""
+    gpu = load_script("gpu_check.py")
+    code = gpu.main(["--dry-run", "--parts", "bf16", "--strategies", "", "--out", str(tmp_path / "out"),
+                     "--work", str(tmp_path / "work")])
+    assert code == 1 and "error: nothing ran: every run was skipped" in capsys.readouterr().err
+
+
+def test_gpu_check_recipe_figures_of_an_unfinished_recipe_is_one_line(tmp_path, capsys):
+    gpu = load_script("gpu_check.py")
+    (tmp_path / "nq-profile").mkdir()
+    (tmp_path / "dev-scores.jsonl").write_text("")
+    assert gpu.main(["--recipe-figures", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --recipe-figures {tmp_path}: the recipe did not finish"), err
+    assert "test.csv" in err[0] and "nq-profile/simplified-nq-dev.jsonl" in err[0] and "dev-scores" not in err[0]
+
+
+def test_make_gpu_bundle_offline_says_pip_could_not_fetch_in_one_line(tmp_path, capfd, monkeypatch):
+    """Offline, pip's CalledProcessError was a traceback."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # as offline: pip finds nothing to fetch, at once
+    bundle = load_script("make_gpu_bundle.py")
+    assert bundle.main(["--out", str(tmp_path / "bundle")]) == 1
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: pip could not fetch deepspeed==") and "offline?" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def fake_python(tmp_path: Path, gpu_check: str) -> dict:
+    """A `python3` that says yes to everything gpu_run.sh asks (torch, pip, the versions) and runs
+    `gpu_check` (shell) for the check itself; with a bundle of one empty wheel."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python3").write_text("#!/bin/bash\n"
+                                     'if [ "$1" = scripts/gpu_check.py ] && [ "$2" != --check-versions ]; then\n'
+                                     f"  {gpu_check}\nfi\nexit 0\n")
+    (bin_dir / "python3").chmod(0o755)
+    (tmp_path / "bundle" / "wheels").mkdir(parents=True)
+    (tmp_path / "bundle" / "wheels" / "x-1-py3-none-any.whl").write_bytes(b"")
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def gpu_run(tmp_path: Path, env: dict, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "scripts/gpu_run.sh", "--bundle", str(tmp_path / "bundle"), *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_gpu_run_fails_when_nothing_ran_or_the_pack_failed(tmp_path):
+    """gpu_run.sh exited 0 when its --pack tar failed (nothing comes back from the GPU machine), and when
+    gpu_check exited 0 without writing its JSON."""
+    out = tmp_path / "out"
+    nothing = gpu_run(tmp_path, fake_python(tmp_path, "exit 0"), "--out", out, "--work", tmp_path / "work")
+    said = nothing.stdout + nothing.stderr  # after its start, the script's stderr goes to its log and stdout
+    assert nothing.returncode == 5 and f"error: nothing ran: gpu_check wrote no {out / 'gpu_check.json'}" in said, said
+    wrote = 'while [ $# -gt 0 ]; do [ "$1" = --out ] && echo "{}" > "$2/gpu_check.json"; shift; done; exit 0'
+    env = fake_python(tmp_path / "ok", wrote)
+    fine = gpu_run(tmp_path / "ok", env, "--out", out, "--work", tmp_path / "work", "--pack", tmp_path / "gpu.tgz")
+    assert fine.returncode == 0 and (tmp_path / "gpu.tgz").is_file(), fine.stderr
+    (tmp_path / "dir.tgz").mkdir()  # tar cannot write there
+    failed = gpu_run(tmp_path / "ok", env, "--out", out, "--work", tmp_path / "work", "--pack", tmp_path / "dir.tgz")
+    assert failed.returncode == 5 and f"error: --pack {tmp_path / 'dir.tgz'}: tar failed" in failed.stderr, failed.stderr
+
+
+def test_gpu_run_refuses_work_inside_out(tmp_path):
+    """--work inside --out packed the installed wheels and the runs' models (440 MB) into what comes back."""
+    out = tmp_path / "out"
+    for work in (out / "work", out):
+        proc = gpu_run(tmp_path, os.environ, "--out", out, "--work", work)
+        assert proc.returncode == 2 and proc.stderr.strip() == f"error: --work {work} lies inside --out {out}: " \
+            "the wheels and the runs' models would be packed with the results; give a folder outside it", proc.stderr
+    assert not out.exists()  # refused before anything was made
