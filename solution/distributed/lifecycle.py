@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from solution.common.processes import die_with_parent
+
 GLOO_SETTLE_S = 0.2
 """How long shutdown releases the GIL before destroying the process groups (see `destroy_process_groups`)."""
 
@@ -24,16 +26,8 @@ def die_with_launcher(sig: int = signal.SIGTERM) -> None:
     (a job killed by hand, an out-of-memory kill) leaves its ranks training, orphaned, while a new run may
     start on the same output_dir. SIGTERM, not SIGKILL: the ranks, all told at once, stop as on preemption,
     with a checkpoint at the step they agree on. Elsewhere (no launcher, not Linux) nothing is done."""
-    if "LOCAL_RANK" not in os.environ or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    launcher = os.getppid()
-    PR_SET_PDEATHSIG = 1
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return  # refused (a sandbox without prctl): the rank runs as before
-    if os.getppid() != launcher:  # it died before the request took effect: nobody would send the signal
-        os.kill(os.getpid(), sig)
+    if "LOCAL_RANK" in os.environ:
+        die_with_parent(sig)
 
 
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for a rank that is gone

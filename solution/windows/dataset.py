@@ -3,18 +3,25 @@
 The cache key covers everything that changes the windows: the input file
 (path, size, modification time), the tokenizer (its normaliser: lower case,
 accents, Chinese characters; its pre-tokeniser, vocabulary and added
-tokens), the window settings, the negative down-sampling rate and seed, the example limit and
-the code version. A second run with the same key memory-maps the column
-files (`solution/windows/columns.py`) instead of featurising again.
+tokens), the window settings, the negative down-sampling rate and seed, the
+example limit and the code version. A second run with the same key
+memory-maps the column files (`solution/windows/columns.py`) instead of
+featurising again, once the entry is proven (`_proven_entry`): each file's
+size and row count every time, its sha256 with `verify`; an entry that fails
+is built again, one line saying which file and what differed.
 
 With `num_proc` > 1, num_proc forked worker processes each take every
 num_proc-th line (raw lines are cheap to skip; only a worker's own lines are
 parsed) and write their own shard; the shards are joined in the file's line
 order (so the windows, their order and their digest are the same whatever
 num_proc is, and it stays out of the key), and duplicate example ids are
-checked across workers once all are done. An entry
-is built in a temporary folder and renamed into place complete: a failed or
-interrupted build leaves nothing behind.
+checked across workers once all are done. An entry is built in a temporary
+folder and renamed into place complete: a failed or interrupted build leaves
+nothing behind, nor does a full disk (one line naming the entry). A build
+killed outright (SIGKILL, the out-of-memory killer) takes its workers with
+it (they die with their parent) and leaves its folder, named after its host
+and pid: the next run on this machine removes it once that pid is gone, and
+names one it cannot check.
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import shutil
+import signal
+import socket
 import sys
 import time
 import traceback
@@ -48,6 +58,7 @@ from solution.common.fsutil import (
     replace_dir,
 )
 from solution.common.jsonio import read_json_object
+from solution.common.processes import die_with_parent, process_running
 from solution.data.nq import (
     NQFormatError,
     ReadStats,
@@ -333,6 +344,7 @@ EXIT_DISK_FULL = 28  # a worker's exit code when the disk filled up (errno's ENO
 def _worker(shard: int, job: dict) -> None:
     """A forked worker: its shard, or its error left where the main process looks (a file: an exception
     does not cross the process boundary), and exit 1; a full disk, by its exit code alone."""
+    die_with_parent(signal.SIGKILL, job["parent"])  # a builder killed outright leaves no worker running on
     try:
         _featurize_shard(shard, job)
     except Exception as err:
@@ -349,6 +361,7 @@ def _run_workers(job: dict) -> None:
     KeyboardInterrupt) ends them and is raised as itself; a worker's failure is raised as its error,
     the lowest line's NQFormatError first."""
     context = multiprocessing.get_context("fork")  # the tokenizer and settings are inherited, not pickled
+    job = {**job, "parent": os.getpid()}
     procs = [context.Process(target=_worker, args=(k, job), name=f"features-{k}") for k in range(job["num_shards"])]
     try:
         for p in procs:
@@ -397,6 +410,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     sampling = sampling or NegativeSampling()
     key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
+    clear_dead_builds(Path(cache_dir), log)
     if final.exists():
         try:
             return _proven_entry(final, key, verify, log)
@@ -406,7 +420,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
         # hit above means this same file, by size and mtime, was read already).
         HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
-    tmp = Path(cache_dir) / f".{final.name}.tmp-{os.getpid()}"
+    tmp = builder_folder(final)
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "side").mkdir(parents=True)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
@@ -423,6 +437,37 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     elif not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
         log(f"features: {final} was published by another process meanwhile; using it")
     return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}
+
+
+def builder_folder(final: Path) -> Path:
+    """Where this process builds the entry `final`: a hidden sibling named after the builder (host and
+    pid), so that a later run can tell whether the builder of a folder left behind is still running."""
+    return final.with_name(f".{final.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+
+
+BUILDER_FOLDER = re.compile(r"\..+\.tmp-(?P<host>.+)-(?P<pid>[0-9]+)")
+
+
+def clear_dead_builds(cache_dir: Path, log) -> None:
+    """Remove the half-built folders (`builder_folder`) of builders of this machine that are gone (killed
+    outright, nothing could clean up), one line each; name, never remove, one whose builder is running
+    or of another machine (its pid cannot be checked from here)."""
+    if not cache_dir.is_dir():
+        return
+    host = socket.gethostname()
+    for folder in sorted(cache_dir.iterdir()):
+        found = BUILDER_FOLDER.fullmatch(folder.name)
+        if not found or not folder.is_dir() or (int(found["pid"]) == os.getpid() and found["host"] == host):
+            continue
+        pid = int(found["pid"])
+        if found["host"] != host:
+            log(f"features: {folder} is a half-built entry of pid {pid} on {found['host']}: not checked from here; "
+                "remove it once no build runs there")
+        elif process_running(pid):
+            log(f"features: {folder} is being built by pid {pid} (running): left alone")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            log(f"features: removed {folder}, a half-built entry whose builder, pid {pid}, is gone")
 
 
 def _build_entry(job: dict) -> dict:
