@@ -147,6 +147,27 @@ def test_a_resume_that_makes_a_bidirectional_checkpoint_causal_is_refused_naming
                                    "this run; it must match"), str(e.value)
 
 
+def test_a_checkpoint_recording_fewer_architecture_keys_is_compared_through_its_model_meta(tmp_path, monkeypatch):
+    """Written before is_decoder joined the architecture keys: its model_meta/config.json (the backbone's whole
+    config) still records it, so it is compared, not warned about as unrecorded."""
+    from transformers import BertConfig
+
+    from solution.model.qa_model import architecture
+
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
+    older = {k: v for k, v in architecture(BertConfig()).items() if k not in ("is_decoder", "pad_token_id")}
+    path = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), {**FINGERPRINT, "architecture": older},
+                        save_due=lambda s, e: True, log=lambda m: None,
+                        write_meta=lambda tmp: BertConfig().save_pretrained(tmp / "model_meta")).save(2, 0, 2)
+    said = []
+    ck = Checkpointer(FakeAccelerator(), tmp_path, FakeScheduler(), FINGERPRINT, save_due=lambda s, e: False,
+                      log=said.append)
+    assert ck.load(path, {"architecture": architecture(BertConfig())}, 4) == (2, 0, 2)
+    assert not [m for m in said if m.startswith("WARNING")], said
+    with pytest.raises(ValueError, match="field 'architecture.is_decoder' is False in the checkpoint but True"):
+        ck.load(path, {"architecture": architecture(BertConfig(is_decoder=True))}, 4)
+
+
 # -- JSON nested 200,000 deep: one line naming the file, in every reader ------------------------------------
 def _manifest(tmp_path):
     ckpt = tmp_path / "checkpoint-1"

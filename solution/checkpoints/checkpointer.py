@@ -68,7 +68,24 @@ class SavePolicy:
         return (self.strategy == "steps" and self.steps > 0 and step % self.steps == 0) or step == self.first_step
 
 
+MODEL_META = "model_meta"  # checkpoint-N/model_meta: config, tokenizer, qa_config.json (`write_meta`)
 MIN_KEPT = 2  # pruning keeps at least this many: a checkpoint that fails its manifest needs one to fall back to
+
+
+def with_meta_architecture(ckpt: Path, saved: dict) -> dict:
+    """The checkpoint's fingerprint, its architecture completed from model_meta/config.json (the backbone's
+    whole config, in every checkpoint): one written before a setting joined `ARCHITECTURE_KEYS` records it
+    there, so it is compared too rather than warned about as unrecorded. What trainer_state.json records wins."""
+    from solution.model.qa_model import architecture, read_backbone_config
+
+    recorded, meta = saved.get("architecture"), Path(ckpt) / MODEL_META
+    if not isinstance(recorded, dict) or not (meta / "config.json").is_file():
+        return saved
+    try:
+        full = architecture(read_backbone_config(meta))
+    except ValueError:  # unreadable here: the settings it lacks are named as not checked
+        return saved
+    return {**saved, "architecture": {**full, **recorded}}
 
 
 class Checkpointer:
@@ -291,7 +308,7 @@ class Checkpointer:
         strategy, per-device batch against accumulation) may differ and picks the route (`resume_route`).
         `manifest_checked`: find_checkpoint verified the manifest already (`latest`, `auto`)."""
         state = TrainerState.read(path)  # JSON only: what must match is refused before any file is unpickled
-        self._check_resume_key(path, state.fingerprint, resume_key)
+        self._check_resume_key(path, with_meta_architecture(path, state.fingerprint), resume_key)
         self._check_scheduler(path, state.scheduler)
         skip = self._skip_batches(path, state)
         if not (path / MANIFEST).is_file():
@@ -351,6 +368,8 @@ class Checkpointer:
         changed, unrecorded = [], []
         for key, mine in resume_key.items():
             compare_setting(key, saved.get(key, MISSING), mine, changed, unrecorded)
+        if any(c.startswith("field 'train_data_digest'") for c in changed):
+            changed.append(self._other_data_why(saved))
         if changed:
             raise ValueError(f"{path}: {'; '.join(changed)}; {'it' if len(changed) == 1 else 'each'} must match to "
                              "resume (world size, strategy, per-device batch and accumulation may change), or "
@@ -358,6 +377,18 @@ class Checkpointer:
         if unrecorded:
             self.log(f"WARNING: {path / STATE_FILE} does not record {', '.join(unrecorded)} (written by an older "
                      "version): not checked; this run continues it only with the values of the run that wrote it")
+
+    def _other_data_why(self, saved: dict) -> str:
+        """What the checkpoint's windows were made from against this run's (file, tokenizer, settings, code
+        version: `windows.dataset.windows_source`): why its digest differs."""
+        why: list = []
+        compare_setting("train_data_source", saved.get("train_data_source", MISSING),
+                        self.fingerprint.get("train_data_source", {}), why, [])
+        if not why:
+            return ("the windows differ though the checkpoint records the same file and settings (or none: an older "
+                    "version wrote it): its run read a cache entry whose files had changed, or the file was "
+                    "replaced keeping its size and time")
+        return "the windows were made from other inputs: " + "; ".join(why)
 
     def note_earlier_checkpoints(self) -> None:
         """A fresh run into an output_dir that holds another run's checkpoints: not this run's lineage, so
