@@ -362,7 +362,7 @@ def parse_example(text: str, path: str = "<string>", line: int = 1, require_anno
         raise NQFormatError(path, line, fld, msg)
 
     try:
-        obj = loads(text, "<json>")
+        obj = loads(text, "<json>", bounded_ints=False)  # every integer is checked below against its document
     except JsonError as e:  # "<json>: what is wrong": the file and line are NQFormatError's to give
         fail("<json>", f"malformed JSON: {str(e).removeprefix('<json>: ')}")
     if not isinstance(obj, dict):
