@@ -270,3 +270,31 @@ def test_a_live_builders_folder_is_named_never_removed(tmp_path, tokenizer):
         sleeper.wait()
     _, _, logged = build(path, tokenizer, cache)
     assert not live.exists() and any(str(live) in m and "removed" in m for m in logged), logged
+
+
+# --- a resume refused as other data says what made the data other ---------------------------------------
+
+def test_a_resume_refused_on_other_windows_names_what_they_were_made_from(tmp_path, tokenizer, monkeypatch):
+    from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler
+
+    from solution.checkpoints.checkpointer import Checkpointer
+
+    path = corpus(tmp_path / "train.jsonl")
+    _, before, _ = build(path, tokenizer, tmp_path / "c")
+    os.utime(path, ns=(1, 1))  # the file touched: a new entry, rebuilt
+    _, after, _ = build(path, tokenizer, tmp_path / "c", rate=1.0)
+    assert before["source"]["mtime"] != after["source"]["mtime"]
+    monkeypatch.setattr("solution.checkpoints.checkpointer.verify_checkpoint_files", lambda path: 0)
+
+    def fingerprint(summary):
+        return {**FINGERPRINT, "train_data_digest": summary["windows_digest"], "train_data_source": summary["source"]}
+
+    saved = Checkpointer(FakeAccelerator(), tmp_path / "run", FakeScheduler(), fingerprint(before),
+                         save_due=lambda s, e: True, log=lambda m: None).save(2, 0, 2)
+    mine = Checkpointer(FakeAccelerator(), tmp_path / "run", FakeScheduler(), fingerprint(after),
+                        save_due=lambda s, e: True, log=lambda m: None)
+    with pytest.raises(ValueError) as e:
+        mine.load(saved, {"train_data_digest": after["windows_digest"]}, batches_per_epoch=4)
+    message = str(e.value)
+    assert "field 'train_data_digest' is" in message and "\n" not in message
+    assert "train_data_source.mtime" in message and "train_data_source.sampling.negative_keep_rate" in message, message

@@ -67,6 +67,9 @@ class StartRecord:
     # sha256 of the training windows (ids, tokens, labels: windows.dataset.windows_digest), "dummy" for dummy
     # data: another train_file with as many windows is other data
     train_data_digest: str = ""
+    # what those windows were made from (windows.dataset.windows_source: the file's path, size and time, the
+    # tokenizer, the settings): never compared, it says why a resume on another digest is refused
+    train_data_source: dict = field(default_factory=dict)
     # How the engine was set up, resolved (Strategy.engine_settings: DeepSpeed's filled config, FSDP2's
     # resharding and mixed precision, autocast), the backbone's attention implementation and torch.compile:
     # what the run ran, never part of what a resume must match
@@ -80,7 +83,7 @@ class StartRecord:
     FINGERPRINT = ("strategy", "engine", "zero_stage", "world_size", "per_device_train_batch_size",
                    "gradient_accumulation_steps", "global_batch_size", "mixed_precision", "num_optimizer_steps",
                    "optim", "num_parameters", "train_windows", "schedule", "seed", "architecture", "window", "optimizer",
-                   "train_data_digest")
+                   "train_data_digest", "train_data_source")
     RATE_IGNORES_LENGTH = ("constant", "constant_with_warmup")  # schedules whose rates do not depend on max_steps
 
     def as_dict(self) -> dict:

@@ -337,6 +337,7 @@ class Trainer:
             optimizer={} if cfg.optim == "sgd" else {"weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
                                                      "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon},
             train_data_digest=summary.get("windows_digest", "") if summary else cfg.data_source,
+            train_data_source=summary.get("source", {}) if summary else {},
             engine_settings=engine_settings or {}, attention=str(getattr(self.model.config, "_attn_implementation", "")),
             torch_compile=cfg.torch_compile)
 

@@ -105,14 +105,25 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def windows_source(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
+                   limit: Optional[int], on_error: str, seed: int = 0) -> dict:
+    """What the windows are made from: the file (path, size, modification time), the tokenizer's
+    fingerprint, the settings and the code version. A cache entry's summary records it, and a checkpoint
+    too, so a resume refused on other windows can say what made them other."""
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
+            "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
+            "sampling": sampling.key(seed), "limit": limit, "on_error": on_error, "version": FEATURES_VERSION}
+
+
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
               limit: Optional[int], on_error: str, seed: int = 0) -> str:
-    st = os.stat(path)
-    blob = json.dumps({"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
-                       "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
-                       "sampling": sampling.key(seed), "limit": limit,
-                       "on_error": on_error, "version": FEATURES_VERSION}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return source_key(windows_source(path, tokenizer, window, sampling, limit, on_error, seed))
+
+
+def source_key(source: dict) -> str:
+    """The cache key of a `windows_source`: 16 hex digits of its sha256."""
+    return hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()[:16]
 
 
 DIGEST_COLUMNS = ("example_id", "window_index", "input_ids", "token_type_ids", "start_positions", "end_positions",
@@ -408,7 +419,8 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         raise ValueError(f"num_proc must be at least 1, got {num_proc}")
     check_writable(cache_dir, "cache_dir", create_dir=True)  # a file in the way is one line, not a traceback
     sampling = sampling or NegativeSampling()
-    key = cache_key(path, tokenizer, window, sampling, limit, on_error, seed)
+    source = windows_source(path, tokenizer, window, sampling, limit, on_error, seed)
+    key = source_key(source)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     clear_dead_builds(Path(cache_dir), log)
     if final.exists():
@@ -425,7 +437,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     (tmp / "side").mkdir(parents=True)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
     job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": seed,
-           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key}
+           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key, "source": source}
     try:
         with removed_if_disk_full(tmp, lambda: DiskFullError(final)):  # one line naming the entry, not an OSError
             summary = _build_entry(job)
@@ -488,6 +500,7 @@ def _build_entry(job: dict) -> dict:
     summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
     # What ties windows/ to this entry: its meta.json holds every column file's sha256.
     summary["cache_key"], summary["windows_meta_sha256"] = job["key"], file_digest(tmp / "windows" / "meta.json")
+    summary["source"] = job["source"]
     atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2))
     return summary
 
