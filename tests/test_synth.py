@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT, nq_line, real_nq, write_jsonl
 
 from solution import corpus_stats, synth
+from solution.common.fsutil import mark_name
 from solution.data import nq
 from solution.data.nq import is_html_token, read_examples
 from solution.data.synth import corpus as synth_corpus
@@ -637,7 +638,8 @@ def test_synth_more_keeps_the_corpus_bytes_and_appends_other_seeds_training_file
                 (tmp_path / "base" / f"simplified-nq-{name}.jsonl").read_bytes(), name
         outputs.append((out / synth_more.MORE_NAME).read_bytes())
         assert sorted(p.name for p in out.iterdir()) == sorted([f"simplified-nq-{n}.jsonl" for n in FILES]
-                                                               + [synth_more.MORE_NAME])  # no shard left
+                                                               + [synth_more.MORE_NAME, mark_name(synth.MADE_BY)])
+        # no shard left; the mark lists what synth wrote
     expected = b"".join((tmp_path / d / "simplified-nq-train.jsonl").read_bytes() for d in ("base", "s0", "s1", "s2"))
     assert outputs[0] == outputs[1] == expected
     assert "6 training pages of seed 0, then 11 of seeds 500 and up" in capsys.readouterr().out

@@ -501,7 +501,7 @@ def _check_parent(p: Path, what: str) -> None:
     while not above.exists() and above != above.parent:
         above = above.parent
     if not above.is_dir():
-        raise ValueError(f"{what} {p}: {above} is a file, not a folder")
+        raise ValueError(f"{what} {p}: cannot create the folder ({above} is a file, not a folder)")
     check_writable(above, what, create_dir=True)
 
 
