@@ -30,9 +30,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from solution.common.fsutil import atomic_output, check_writable
+from solution.common.fsutil import atomic_output, claim_output, mark_output
 from solution.common.jsonio import iter_json_lines
-from solution.data.synth.corpus import PROFILES, write_corpus, write_train_split
+from solution.data.synth.corpus import CORPUS_FILES, PROFILES, write_corpus, write_train_split
+from solution.synth import MADE_BY
 
 MORE_NAME = "simplified-nq-train-more.jsonl"
 EXTRA_SEED = 1_000_000  # far from the benchmark's corpus seeds (0 to 3)
@@ -43,6 +44,9 @@ def _parse_args(argv=None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog="python -m solution.synth_more", description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--out", required=True, help="directory for the corpus and simplified-nq-train-more.jsonl")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into a folder that holds files synth did not write (Kaggle's real files of the same "
+                        "names would be replaced)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="nq")
     p.add_argument("--seed", type=int, default=0, help="the base corpus's seed, as solution.synth's (default 0)")
     p.add_argument("--num-train", type=int, default=4000, help="the base corpus's training pages (default 4000)")
@@ -97,33 +101,39 @@ def check_unique_ids(files: dict) -> int:
 
 
 def write_more(args) -> tuple:
-    """Make the base corpus and the shards in parallel, check the ids, join the training pages; (lines, seconds)."""
+    """Make the base corpus and the shards in parallel, check the ids, join the training pages; (lines, seconds).
+
+    Everything is made in a temporary folder inside --out and moved in only once whole, so a stop midway
+    leaves the previous files whole, never the new corpus beside an old seed's extra pages."""
     out, t0 = Path(args.out), time.perf_counter()
-    tmp = out / f".more-tmp-{os.getpid()}"
+    tmp = out / f".synth-more.tmp-{os.getpid()}"
     tmp.mkdir(parents=True)
     try:
         plan = shard_plan(args.extra_train, args.shard_pages, args.extra_seed)
         shard_paths = [tmp / f"shard-{seed}.jsonl" for seed, _ in plan]
         with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            base = pool.submit(_base_job, str(out), args.seed, (args.num_train, args.num_dev, args.num_test),
+            base = pool.submit(_base_job, str(tmp), args.seed, (args.num_train, args.num_dev, args.num_test),
                                args.profile)  # first: the longest job
             shards = [pool.submit(_shard_job, str(p), seed, n, args.profile) for p, (seed, n) in zip(shard_paths, plan)]
             results = [base.result()] + [s.result() for s in shards]
         ids = {path: i for r in results for path, i in r["ids"].items()}
         check_unique_ids(ids)
-        with atomic_output(out / MORE_NAME, "wb") as f:
-            for part in [out / "simplified-nq-train.jsonl", *shard_paths]:
+        with atomic_output(tmp / MORE_NAME, "wb") as f:
+            for part in [tmp / "simplified-nq-train.jsonl", *shard_paths]:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, f, 16 << 20)
+        for name in (*CORPUS_FILES, MORE_NAME):
+            os.replace(tmp / name, out / name)
+        mark_output(out, MADE_BY, (*CORPUS_FILES, MORE_NAME))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return results[0]["lines"], time.perf_counter() - t0
+    return [line.replace(str(tmp), str(out)) for line in results[0]["lines"]], time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
     try:
-        check_writable(args.out, "--out", create_dir=True)
+        args.out = claim_output(args.out, "--out", folder=True, command=MADE_BY, overwrite=args.overwrite)
         lines, seconds = write_more(args)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -349,8 +349,9 @@ def model_dir_files(model_dir) -> tuple:
     return files, sorted(p.name for p in d.iterdir() if p.name not in files)
 
 
-def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict) -> Path:
-    """Write a self-describing model directory from a full (consolidated) QAModel state dict."""
+def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict, keep=()) -> Path:
+    """Write a self-describing model directory from a full (consolidated) QAModel state dict. It replaces
+    `out_dir` whole, but for the entries named in `keep` (a user's files beside the model, kept)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -363,7 +364,7 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
     # "format": "pt" is what Hugging Face's loaders expect of a safetensors file.
     save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "nq_format": MODEL_DIR_FORMAT})
     save_model_meta(tmp, config, tokenizer, qa_config)
-    return replace_dir(tmp, out)  # a reader never sees half a model
+    return replace_dir(tmp, out, keep)  # a reader never sees half a model
 
 
 # -- reading, every file checked -------------------------------------------------------------------
