@@ -321,3 +321,79 @@ def test_replace_dir_keeps_what_it_is_told_to_keep(tmp_path):
     assert sorted(p.name for p in final.iterdir()) == ["a.txt", "mine.txt"]
     assert (final / "mine.txt").read_text() == "mine" and (final / "a.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+
+
+# -- every command over the same table of hostile targets ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, run_folder, tiny_model):
+    """What the commands read: a checkpoint, a training file with answers, a test file, a model directory."""
+    d = tmp_path_factory.mktemp("inputs")
+    lines = [nq_line(example_id=str(i), long=0 if i % 2 else None) for i in range(20)]
+    return {"checkpoint": run_folder / "checkpoint-1", "train": write_jsonl(d / "train.jsonl", lines),
+            "test": write_jsonl(d / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(2)]),
+            "model": tiny_model}
+
+
+def _split(argv):
+    from solution import split
+
+    try:
+        split.main(argv)
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
+def _train(argv):
+    from solution import train
+
+    return train.main(["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dev_file", "null",
+                       "--max_steps", "1", "--disable_tqdm", "true", *argv])
+
+
+# name -> (writes a folder, how it runs with `target` as its output and `inp` its inputs, the input a target may be)
+COMMANDS = {
+    "consolidate OUT": (True, lambda t, i: consolidate.main([str(i["checkpoint"]), str(t)]), "checkpoint"),
+    "synth --out": (True, lambda t, i: synth.main(["--out", str(t), *SMALL]), None),
+    "split --out": (True, lambda t, i: _split(["--input", str(i["train"]), "--out", str(t), "--quiet"]), "train"),
+    "lexical --scores-out": (False, lambda t, i: __import__("solution.lexical", fromlist=["main"]).main(
+        ["--input", str(i["train"]), "--scores-out", str(t)]), "train"),
+    "predict --output": (False, lambda t, i: predict("--model", i["model"], "--input", i["test"], "--output", t),
+                         "test"),
+    "predict --scores-out": (False, lambda t, i: predict("--model", i["model"], "--input", i["test"], "--output",
+                                                         t.parent / "unused.csv" if t.parent.is_dir() else "/dev/null",
+                                                         "--scores-out", t), "test"),
+    "train output_dir": (True, lambda t, i: _train(["--output_dir", str(t)]), None),
+}
+TARGETS = ["existing run folder", "an input", "a link to another disk", "a link to standard output", "a FIFO"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_over_every_hostile_target(command, target, inputs, tmp_path, capsys):
+    """Every file that was there is as it was, and the command either refused in one line (exit 2) or wrote
+    where nothing is lost: beside what was there, through a link to standard output or into a FIFO (a file
+    output only), every link still a link."""
+    folder, run, input_name = COMMANDS[command]
+    if target == "an input":
+        if input_name is None:
+            pytest.skip(f"{command} reads no file")
+        path = inputs[input_name]
+    else:
+        path = hostile_targets(tmp_path, tmp_path / "unused")[target]
+    watched = [tmp_path, Path(inputs[input_name]).parent] if input_name else [tmp_path]
+    before = [snapshot(d) for d in watched]
+    if target == "a FIFO" and not folder:
+        threading.Thread(target=lambda: Path(path).read_bytes(), daemon=True).start()
+    code = run(path, inputs)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    for old, new in zip(before, [snapshot(d) for d in watched]):
+        changed = [name for name, content in old.items() if new.get(name) != content]
+        assert not changed, (command, target, changed)
+    if code == 0:  # wrote beside what was there (split beside a run's files), or through a link or a pipe
+        assert Path(path).is_symlink() == target.startswith("a link"), (command, target)
+        return
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), (code, err)
