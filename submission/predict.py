@@ -40,7 +40,7 @@ from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensembl
 from solution.answers.inference import NonFiniteLogits, model_runner, split_overrides, submission_rows, with_overrides  # noqa: E402
 from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
-from solution.common.fsutil import atomic_output, check_paths_apart, check_writable, file_digest  # noqa: E402
+from solution.common.fsutil import atomic_output, check_paths_apart, claim_output, file_digest, starts_with  # noqa: E402
 from solution.common.precision import resolve_precision  # noqa: E402
 from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_examples  # noqa: E402
 from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one weight per --model, normalised to sum 1 (default: equal); a model weighted 0 is not run")
     p.add_argument("--input", required=True, help="simplified-NQ test file (.jsonl or .jsonl.gz)")
     p.add_argument("--output", default="submission.csv", help="CSV to write (default: submission.csv)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output, --scores-out or --nq-predictions file that is not this "
+                        "command's output (one of its own kind is replaced without it)")
     p.add_argument("--batch-size", type=int, default=32, help="windows per forward pass")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
@@ -214,7 +217,7 @@ def _blank_rows_for_skipped(stats: ReadStats, written: set, writer, failed: list
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
                  scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=(),
-                 nq_predictions: Optional[str] = None) -> dict:
+                 nq_predictions: Optional[str] = None, overwrite: bool = False) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed.
 
     `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights); `overrides`:
@@ -227,10 +230,12 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     precision = resolve_precision(precision, device)
     check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
                       [("--input", input_path), *_model_files(model_dirs)])
-    check_writable(output_path, "--output")  # before the models load, not after every document is scored
-    for what, path in (("--scores-out", scores_out), ("--nq-predictions", nq_predictions)):
+    # Before the models load, not after every document is scored; each replaces only a file of its own kind.
+    for what, path, owned in (("--output", output_path, starts_with(b"example_id,PredictionString")),
+                              ("--scores-out", scores_out, starts_with(b'{"example_id"')),
+                              ("--nq-predictions", nq_predictions, starts_with(b'{"predictions"'))):
         if path:
-            check_writable(path, what)
+            claim_output(path, what, owned=owned, overwrite=overwrite)
     if nq_predictions:  # here, not at the top: the Kaggle kernel copies only the modules a submission needs
         from solution.answers.nq_format import PredictionsWriter
     groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
@@ -306,7 +311,7 @@ def main(argv=None) -> int:
         with stop_on_signals():
             result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                                   args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
-                                  args.overrides, args.nq_predictions)
+                                  args.overrides, args.nq_predictions, args.overwrite)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2

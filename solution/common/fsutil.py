@@ -408,10 +408,10 @@ def mark_output(folder: PathLike, command: str, files) -> Path:
 def _marked_files(folder: Path, command: Optional[str]) -> set:
     """The names `command` recorded writing in `folder` (its mark among them); empty for another command's mark,
     an unreadable one or none."""
-    from solution.common.jsonio import JsonError, read_json_object
-
     if command is None or not (folder / mark_name(command)).is_file():
         return set()
+    from solution.common.jsonio import JsonError, read_json_object
+
     try:
         mark = read_json_object(folder / mark_name(command))
     except JsonError:
