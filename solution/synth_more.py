@@ -28,6 +28,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from solution.common.fsutil import atomic_output, claim_output, mark_output
@@ -37,6 +38,7 @@ from solution.synth import MADE_BY
 
 MORE_NAME = "simplified-nq-train-more.jsonl"
 EXTRA_SEED = 1_000_000  # far from the benchmark's corpus seeds (0 to 3)
+MAX_WORKERS = 256  # past any machine's cores, processes only thrash it (and each holds a generator's pages)
 
 
 def _parse_args(argv=None) -> argparse.Namespace:
@@ -60,6 +62,8 @@ def _parse_args(argv=None) -> argparse.Namespace:
     for name in ("num_train", "num_dev", "num_test", "shard_pages", "workers"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.workers > MAX_WORKERS:
+        p.error(f"--workers must be in [1, {MAX_WORKERS}], got {args.workers}")
     if args.extra_train < 0:
         p.error("--extra-train must be at least 0")
     shards = range(args.extra_seed, args.extra_seed + -(-args.extra_train // args.shard_pages))
@@ -100,6 +104,26 @@ def check_unique_ids(files: dict) -> int:
     return len(seen)
 
 
+class WorkerLost(RuntimeError):
+    """A worker process died (killed: by a user, or by the kernel when memory ran out) before its part was made."""
+
+
+def collect(jobs: list) -> list:
+    """The results of [(future, what it makes)], in order; a worker that died is one line naming the parts
+    left unmade (the pool's own BrokenProcessPool traceback names none)."""
+    results, lost = [], []
+    for future, what in jobs:
+        try:
+            results.append(future.result())
+        except BrokenProcessPool:
+            lost.append(what)
+    if lost:  # which worker died is not known: the pool fails every part it had not finished
+        named = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        raise WorkerLost(f"a worker process died (killed, or out of memory?); parts left unmade: {named}; "
+                         "rerun the same command (the pages do not depend on --workers: fewer use less memory)")
+    return results
+
+
 def write_more(args) -> tuple:
     """Make the base corpus and the shards in parallel, check the ids, join the training pages; (lines, seconds).
 
@@ -115,7 +139,8 @@ def write_more(args) -> tuple:
             base = pool.submit(_base_job, str(tmp), args.seed, (args.num_train, args.num_dev, args.num_test),
                                args.profile)  # first: the longest job
             shards = [pool.submit(_shard_job, str(p), seed, n, args.profile) for p, (seed, n) in zip(shard_paths, plan)]
-            results = [base.result()] + [s.result() for s in shards]
+            results = collect([(base, f"the base corpus of seed {args.seed}")] + [
+                (s, f"the extra shard of seed {seed}") for s, (seed, _) in zip(shards, plan)])
         ids = {path: i for r in results for path, i in r["ids"].items()}
         check_unique_ids(ids)
         with atomic_output(tmp / MORE_NAME, "wb") as f:
@@ -138,6 +163,9 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except WorkerLost as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     for line in lines:
         print(line)
     print(f"wrote {Path(args.out) / MORE_NAME}: {args.num_train} training pages of seed {args.seed}, then "

@@ -1,6 +1,7 @@
 """Every input a command reads is checked before its work starts: one line naming the setting and the path."""
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,31 @@ def test_good_inputs_reach_training(tmp_path, capsys, data, monkeypatch):
     argv = ["--config", TINY, "--train_file", str(data["train"]), "--dev_file", str(data["dev"]),
             "--output_dir", str(tmp_path / "run")]
     assert train.main(argv) == 0 and reached == [data["dev"]]
+
+
+# -- the work itself fails in one line -----------------------------------------------------------------------
+
+def _killed(*args):
+    """A synth_more job whose worker is killed (SIGKILL, as the out-of-memory killer sends) mid-way."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_synth_more_worker_is_one_line_naming_the_part(tmp_path, capsys, monkeypatch):
+    """A killed worker was a BrokenProcessPool traceback."""
+    from solution import synth_more
+
+    monkeypatch.setattr(synth_more, "_shard_job", _killed)  # the pool's processes are forked: they see it
+    code = synth_more.main(["--out", str(tmp_path / "out"), "--num-train", "4", "--num-dev", "2", "--num-test", "2",
+                            "--extra-train", "4", "--shard-pages", "2", "--workers", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: a worker process died") and "extra shard of seed 1000000" in err[0], err
+    assert "rerun" in err[0]
+
+
+def test_synth_more_bounds_its_workers(tmp_path, capsys):
+    from solution import synth_more
+
+    with pytest.raises(SystemExit):  # the arguments alone: before the change, this started 100,000 processes
+        synth_more._parse_args(["--out", str(tmp_path), "--extra-train", "4", "--workers", "100000"])
+    assert "--workers must be in [1, 256]" in capsys.readouterr().err
