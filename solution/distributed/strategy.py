@@ -376,6 +376,7 @@ class Strategy:
         check_trackers(cfg.report_to)
         self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
         self._checkpoint_groups: list = []  # gloo groups of asynchronous DCP writes (checkpoint_group)
+        self._hang_timeout = cfg.hang_timeout  # the closing barrier outlasts the watchdog (see close)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
         if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
             nccl_watchdog_env(cfg.output_dir)
@@ -666,7 +667,9 @@ class Strategy:
         import torch.distributed as dist
 
         if barrier and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            closing_barrier(CLOSE_BARRIER_TIMEOUT_S)
+            # Longer than the watchdog needs to name a rank stopped here: a barrier given up first lets this
+            # rank go on to wait for the others' exit, where the stopped rank's silence counts from zero again.
+            closing_barrier(max(CLOSE_BARRIER_TIMEOUT_S, collective_timeout(self._hang_timeout)))
         try:
             # First, while deepspeed.comm still works (DeepSpeed's engine.destroy() asks it for the rank):
             # the engine's hooks and Accelerate's references to the engine, models and optimizers go.
@@ -679,7 +682,8 @@ class Strategy:
 
 
 CLOSE_BARRIER_TIMEOUT_S = 300
-"""How long a finished rank waits at the closing barrier for the others before shutting down anyway."""
+"""How long a finished rank waits at the closing barrier for the others before shutting down anyway (at
+least: the collective timeout where hang_timeout makes that longer)."""
 
 _OPEN: Optional[Strategy] = None
 """The strategy this process built and has not closed: what `shutdown` closes on the way out."""

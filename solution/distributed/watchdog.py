@@ -23,10 +23,17 @@ Ctrl-Z) is not a hang, though the monotonic clock ran on meanwhile: each rank's 
 wait lasted far longer than it asked (`freeze_margin`), and counts idle time from that moment on. A
 declaration is withdrawn when, during its confirmation, this rank moved on or this process was frozen.
 
-Before the first step (set-up: featurisation, model build, engine preparation) a rank's own idle time
-says nothing: rank 0 may featurise for an hour while the others wait for it in a barrier. Then the
-thread watches the other ranks' heartbeats instead: a rank whose beat does not change for hang_timeout
-(by this rank's clock) is not responding, and is named, killed and reported as above.
+The watchdog runs from before the process group starts (`solution.train` starts it once the inputs are
+checked) until every rank has shut down. Before the first step (`setup`: the process group's start-up,
+featurisation, model build, engine preparation) a rank's own idle time says nothing: rank 0 may featurise
+for an hour while the others wait for it in a barrier. Then the thread watches the other ranks' heartbeats
+instead: a rank whose beat does not change for hang_timeout (by this rank's clock) is not responding, and
+is named, killed and reported as above. A rank stopped before its first beat (while it still imported or
+checked its inputs) has no pid on record; it is found by its RANK among the processes of the same
+launcher. After the loop (`shutdown`: the closing barrier, the process groups destroyed) a rank's own idle
+time counts again; then, done (`wait_for_peers`), a rank waits until every other rank is done too,
+watching them as in set-up: past the last collective nothing else would notice a rank stopped in its
+shutdown, and the launcher would wait for it forever.
 
 A thread cannot run while the main thread holds the GIL forever (a C call that never returns without
 releasing it); faulthandler's C-level timer, re-armed at each beat, is the backstop there: it prints
@@ -56,9 +63,12 @@ from solution.common.jsonio import read_json_object
 EXIT_HANG = 4
 HEARTBEAT_DIR = "heartbeat"
 STACKS_DIR = "hang-stacks"
-# Phases where a rank waits for the others (a collective, or DDP's all-reduce inside backward): a rank
-# found here is more likely a victim than the cause.
-WAITING_PHASES = ("collective", "backward", "optimizer")
+# Phases where a rank waits for the others (a collective, or DDP's all-reduce inside backward, or the
+# others' exit): a rank found here is more likely a victim than the cause.
+WAITING_PHASES = ("collective", "backward", "optimizer", "done")
+# Phases where a rank's own idle time says nothing and the watchdog watches the other ranks' heartbeats:
+# before the first step, and once this rank is done and waits for the others to exit.
+WATCHING_OTHERS = ("setup", "done")
 
 
 def beat_interval(hang_timeout: float) -> float:
@@ -142,15 +152,17 @@ def _span(run: list) -> str:
     return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
 
 
-def diagnose(first: dict, second: dict) -> tuple[list, list]:
+def diagnose(first: dict, second: dict, responding: tuple = ()) -> tuple[list, list]:
     """(stalled ranks, the ones among them that no longer respond) from two reads of every rank's
-    heartbeat (`rank -> Beat`, the second `confirm_wait` after the first).
+    heartbeat (`rank -> Beat`, the second `confirm_wait` after the first); `responding`: ranks known to
+    respond whatever their files say (the reader's own: its thread runs, though its file may be missing).
 
     A rank whose beat did not move between the reads is not responding: stalled. Without such a rank,
     the ranks that are not waiting for the others (not in a WAITING_PHASES phase) are the stalled ones:
     a rank stuck in its forward pass, its data loader or a save leaves the others waiting in the next
     collective. When every rank waits (a collective that never completes), all are named."""
-    silent = sorted(r for r in second if second[r].beat < 0 or second[r].beat == first.get(r, Beat(r)).beat)
+    silent = sorted(r for r in second if r not in responding
+                    and (second[r].beat < 0 or second[r].beat == first.get(r, Beat(r)).beat))
     if silent:
         return silent, silent
     working = sorted(r for r, b in second.items() if b.phase not in WAITING_PHASES)
@@ -158,10 +170,12 @@ def diagnose(first: dict, second: dict) -> tuple[list, list]:
 
 
 def hang_reason(me: int, progress: Progress, idle: float) -> str:
-    """What the watchdog saw: this rank idle at its step and phase, or before the first step, another
-    rank's heartbeat silent for `idle` seconds."""
-    if progress.phase == "setup":
-        return f"no heartbeat for {idle:.0f} s before the first step (rank {me}, in setup)"
+    """What the watchdog saw: this rank idle at its step and phase, or (before the first step, or once this
+    rank is done) another rank's heartbeat silent for `idle` seconds."""
+    if progress.phase == "done":
+        return f"no heartbeat for {idle:.0f} s after this rank finished (rank {me}, done)"
+    if progress.phase in WATCHING_OTHERS:
+        return f"no heartbeat for {idle:.0f} s before the first step (rank {me}, in {progress.phase})"
     return f"no progress for {idle:.0f} s at step {progress.step}, phase {progress.phase} (rank {me})"
 
 
@@ -171,7 +185,7 @@ def hang_line(me: int, progress: Progress, idle: float, stalled: list, silent: l
     described = []
     for r in stalled:
         b = beats.get(r, Beat(r))
-        where = f"last seen at step {b.step}, {b.phase}" if b.beat >= 0 else "no heartbeat"
+        where = f"last seen at step {b.step}, {b.phase}" if b.beat >= 0 else "no heartbeat yet: in its start-up"
         why = "not responding: stopped, frozen or dead" if r in silent else f"no progress for {b.idle_s:.0f} s"
         host = ", on " + b.host if b.host != "?" else ""
         described.append(f"rank {r} ({where}; {why}{host}{'; killed' if r in killed else ''})")
@@ -188,15 +202,42 @@ def parent_pid(pid: int) -> Optional[int]:
         return None
 
 
+def is_sibling(pid: Optional[int]) -> bool:
+    """Whether process `pid` is another child of this process's parent (its launcher)."""
+    return pid is not None and pid != os.getpid() and parent_pid(pid) == os.getppid()
+
+
+def sibling_of_rank(rank: int) -> Optional[int]:
+    """The pid of global rank `rank` if it runs beside this process under the same launcher (the same
+    parent, RANK=`rank` in the environment it started with), else None. For a rank stopped before its first
+    heartbeat, which left no pid on record. Only under a launcher (LOCAL_RANK set), on Linux's /proc."""
+    if "LOCAL_RANK" not in os.environ:
+        return None
+    wanted, found = f"RANK={rank}".encode(), []
+    try:
+        entries = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()]
+    except OSError:
+        return None
+    for pid in entries:
+        if not is_sibling(pid):
+            continue
+        try:
+            if wanted in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:  # gone, or not ours to read
+            pass
+    return found[0] if len(found) == 1 else None
+
+
 def kill_sibling(beat: Beat) -> bool:
     """SIGKILL the rank of `beat` if it runs on this host under this process's launcher (the same parent:
-    a recycled pid or a rank another agent started is never touched). True if it was killed."""
-    if beat.pid is None or beat.host != socket.gethostname() or beat.pid == os.getpid():
-        return False
-    if parent_pid(beat.pid) != os.getppid():
+    a recycled pid or a rank another agent started is never touched): the pid its heartbeat recorded, or
+    without one from this run, the sibling started as that rank. True if it was killed."""
+    pid = beat.pid if beat.host == socket.gethostname() and is_sibling(beat.pid) else sibling_of_rank(beat.rank)
+    if pid is None:
         return False
     try:
-        os.kill(beat.pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except OSError:
         return False
     return True
@@ -212,6 +253,7 @@ class Watchdog:
         self.timeout, self.interval = hang_timeout, beat_interval(hang_timeout)
         self.on_hang, self._exit = on_hang, exit
         self.beat, self._stop = 0, threading.Event()
+        self._writing = threading.Lock()  # the thread beats, and so does the main thread once it is done
         self._main = threading.main_thread().ident
         self._thread: Optional[threading.Thread] = None
         self._warned = False
@@ -225,7 +267,8 @@ class Watchdog:
 
     def __enter__(self) -> "Watchdog":
         if self.timeout > 0:
-            self.heartbeat_path(self.rank).parent.mkdir(parents=True, exist_ok=True)
+            if self.rank == 0:  # the others wait for it (see `_write_beat`)
+                self.heartbeat_path(self.rank).parent.mkdir(parents=True, exist_ok=True)
             self._awake_since = time.monotonic()
             self._write_beat()
             self._thread = threading.Thread(target=self._run, name="hang-watchdog", daemon=True)
@@ -237,6 +280,30 @@ class Watchdog:
         if self._thread is not None:
             self._thread.join(timeout=5)
             faulthandler.cancel_dump_traceback_later()
+
+    def wait_for_peers(self, poll_s: float = 0.2) -> None:
+        """This rank is done (its process groups destroyed): say so at once, and wait until every other rank
+        is done too, or its process on this host is gone. Meanwhile the thread watches the others as before
+        the first step: one stopped or frozen in its shutdown is named and killed, and this rank exits 4.
+        Without a watchdog (hang_timeout 0, or one rank) there is nothing to wait for safely: returns."""
+        self.progress.mark("done")
+        if self._thread is None or self.world == 1:
+            return
+        self._write_beat()
+        pending = [r for r in range(self.world) if r != self.rank]
+        while self._thread.is_alive():
+            pending = [r for r in pending if not self._finished(Beat.read(self.heartbeat_path(r), r))]
+            if not pending:
+                return
+            time.sleep(poll_s)  # only the ranks not yet done are read again: the ranks end within moments
+
+    def _finished(self, beat: Beat) -> bool:
+        """Whether the rank of `beat`, read once this rank is done, is done too: it said so, or its process on
+        this host is gone (its launcher has its exit code)."""
+        if self.progress.phase != "done":  # a file an earlier run left says "done" too: only the present counts
+            return False
+        gone = beat.pid is not None and beat.host == socket.gethostname() and parent_pid(beat.pid) is None
+        return beat.phase == "done" or gone
 
     # -- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
@@ -266,8 +333,8 @@ class Watchdog:
 
     def _hang_seen(self, now: float) -> bool:
         """Declare a hang if there is one; True once declared (the process has exited, unless `exit` was
-        replaced). Before the first step only silent ranks count, after it this rank's own idle time."""
-        if self.progress.phase == "setup":
+        replaced). Before the first step and once done only silent ranks count, else this rank's idle time."""
+        if self.progress.phase in WATCHING_OTHERS:
             quiet = self._quiet_ranks(now)
             return bool(quiet) and self._declare(max(quiet.values()))
         idle = self._idle(now)
@@ -283,6 +350,8 @@ class Watchdog:
             if r == self.rank:
                 continue
             b = Beat.read(self.heartbeat_path(r), r)
+            if self._finished(b):
+                continue
             seen, since = self._heard.get(r, ((b.pid, b.beat), self._awake_since))
             if (b.pid, b.beat) != seen:
                 seen, since = (b.pid, b.beat), now
@@ -297,11 +366,20 @@ class Watchdog:
         return traceback.format_stack(frame)[-12:] if frame is not None else []
 
     def _write_beat(self) -> None:
+        with self._writing:
+            self._write_beat_locked()
+
+    def _write_beat_locked(self) -> None:
+        path = self.heartbeat_path(self.rank)
+        # Only the main process (RANK 0) makes the folder, once it holds output_dir (`solution.train` starts
+        # the watchdog before any process group): a rank started beside a run that turns out to be refused
+        # writes nothing there. Until then this rank watches without beating.
+        if self.rank != 0 and not path.parent.is_dir():
+            return
         self.beat += 1
         record = {"rank": self.rank, "beat": self.beat, "step": self.progress.step, "phase": self.progress.phase,
                   "idle_s": round(self._idle(time.monotonic()), 1), "pid": os.getpid(), "host": socket.gethostname(),
                   "time": time.time(), "stack": self._main_stack()}
-        path = self.heartbeat_path(self.rank)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         try:
             tmp.write_text(json.dumps(record), encoding="utf-8")
@@ -339,13 +417,16 @@ class Watchdog:
             return False
         second = self.read_all()
         second[self.rank] = Beat.read(self.heartbeat_path(self.rank), self.rank)
-        stalled, silent = diagnose(first, second)
-        if phase == "setup" and not silent:  # a slow heartbeat, not a silent rank
+        if phase in WATCHING_OTHERS:  # only the silent ranks count, less those done meanwhile
+            finished = [r for r in second if r != self.rank and self._finished(second[r])]
+            second = {r: b for r, b in second.items() if r not in finished}
+        stalled, silent = diagnose(first, second, responding=(self.rank,))
+        if phase in WATCHING_OTHERS and not silent:  # a slow heartbeat, not a silent rank
             return False
         faulthandler.cancel_dump_traceback_later()
         stacks = self.out / STACKS_DIR
         self._dump_own_stacks(stacks, idle)
-        reporter = min(r for r in range(self.world) if r not in silent)  # never empty: this rank just beat
+        reporter = min(r for r in range(self.world) if r not in silent)  # never empty: this rank responds
         if self.rank == reporter:
             for r in silent:
                 self._dump_last_seen(stacks, second[r])
