@@ -27,8 +27,9 @@ from pathlib import Path
 
 from solution.checkpoints.state import CheckpointFailed
 from solution.common.fsutil import check_writable, exclusive_lock
-from solution.distributed import lifecycle
-from solution.distributed.strategy import shutdown
+from solution.distributed import lifecycle, strategy
+from solution.distributed.plan import launcher_world_size
+from solution.distributed.watchdog import Progress, Watchdog
 from solution.training.config import TrainConfig, check_inputs, check_model_settings, load_config, parse_command_line
 from solution.training.records import MetricsLog
 from solution.training.stop import EXIT_CONFIG, EXIT_FAULT, StoppedBySignal, StopRequest, TrainingStopped
@@ -48,13 +49,35 @@ def claim_output_dir(cfg: TrainConfig):
 
 
 def run_training(cfg: TrainConfig, stop_request: StopRequest) -> None:
-    """Train in the claimed output_dir; a stop before the first step leaves its record there."""
-    with claim_output_dir(cfg):
+    """Train in the claimed output_dir, watched for hangs from before the process group starts until every
+    rank has shut down (`hang_watchdog`); a stop before the first step leaves its record there."""
+    with claim_output_dir(cfg), hang_watchdog(cfg) as watchdog:
         try:
-            Trainer(cfg, stop_request).train()
+            train_and_shut_down(cfg, stop_request, watchdog.progress)
         except StoppedBySignal as stop:
             record_early_stop(Path(cfg.output_dir), stop)
             raise
+        stop_request.armed = False  # training is over: a signal now ends this rank at once
+        watchdog.wait_for_peers()  # a rank stopped in its shutdown would leave the launcher waiting forever
+
+
+def hang_watchdog(cfg: TrainConfig) -> Watchdog:
+    """The hang watchdog (solution.distributed.watchdog) for the rest of this rank's life, from before any
+    process group (rank and world size as the launcher set them) to the last rank's exit. Rank 0 starts it
+    once it holds output_dir; a rank stopped before its watchdog started is named by the others. The rank
+    that reports a hang appends its record to metrics.jsonl, whichever it is (rank 0 may be the frozen one)."""
+    metrics = Path(cfg.output_dir) / "metrics.jsonl"
+    return Watchdog(Progress(), Path(cfg.output_dir), lifecycle.launcher_rank(), launcher_world_size(),
+                    cfg.hang_timeout, on_hang=lambda record: MetricsLog(metrics, True, append=True).write(record))
+
+
+def train_and_shut_down(cfg: TrainConfig, stop_request: StopRequest, progress: Progress) -> None:
+    """Set-up (the process group's start-up included), training, shutdown: all under the watchdog."""
+    try:
+        Trainer(cfg, stop_request, progress).train()
+    finally:  # every way out (done, error, signal): process groups and engine torn down in order
+        progress.mark("shutdown")
+        strategy.shutdown()
 
 
 def record_early_stop(out: Path, stop: StoppedBySignal) -> None:
@@ -87,10 +110,7 @@ def main(argv=None) -> int:
             cfg = load_config(path, overrides)
             check_inputs(cfg)  # every file and folder it will read, before the data is read and featurised
             check_model_settings(cfg, path or "config")
-            try:
-                run_training(cfg, stop_request)
-            finally:  # every way out (done, error, signal): process groups and engine torn down in order
-                shutdown()
+            run_training(cfg, stop_request)
     except (ValueError, FileNotFoundError) as e:  # NQFormatError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

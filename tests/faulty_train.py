@@ -174,7 +174,7 @@ def record_samples(folder: Path) -> None:
     the trainer runs appends the indexes it holds, with the optimizer step it belongs to."""
     import json
 
-    from solution import train
+    from solution.training.trainer import Trainer
     from solution.windows import dataset as features
 
     original_item = features.DummyWindows.__getitem__
@@ -185,7 +185,7 @@ def record_samples(folder: Path) -> None:
         return item
 
     features.DummyWindows.__getitem__ = getitem
-    original_step = train.Trainer.micro_step
+    original_step = Trainer.micro_step
 
     def micro_step(self, run, batch, meter, *args, **kwargs):
         ids = [int(x) - 1000 for x in batch["input_ids"][:, 1]]
@@ -195,7 +195,7 @@ def record_samples(folder: Path) -> None:
             f.write(json.dumps(record) + "\n")
         return original_step(self, run, batch, meter, *args, **kwargs)
 
-    train.Trainer.micro_step = micro_step
+    Trainer.micro_step = micro_step
 
 
 def overflow_steps(n: int) -> None:
@@ -254,7 +254,7 @@ def count_reads(folder: Path) -> None:
 
     import torch
 
-    from solution import train
+    from solution.training.trainer import Trainer
 
     state = {"step": 0, "reads": {}, "callers": {}, "ended": False}
     progress = {}
@@ -275,7 +275,7 @@ def count_reads(folder: Path) -> None:
 
     for name in READ_METHODS:
         setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
-    original_step, original_loop = train.Trainer.micro_step, train.Trainer.train_loop
+    original_step, original_loop = Trainer.micro_step, Trainer.train_loop
 
     def micro_step(self, run, batch, meter, *args, **kwargs):
         if state["ended"]:  # the previous micro-batch closed a step: this one opens the next
@@ -299,7 +299,7 @@ def count_reads(folder: Path) -> None:
                 f.write(json.dumps({"step": step, "reads": state["reads"][step],
                                     "callers": state["callers"][step]}) + "\n")
 
-    train.Trainer.micro_step, train.Trainer.train_loop = micro_step, train_loop
+    Trainer.micro_step, Trainer.train_loop = micro_step, train_loop
     atexit.register(dump)
 
 

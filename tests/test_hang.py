@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -473,6 +474,185 @@ def test_a_set_up_longer_than_hang_timeout_with_every_rank_alive_finishes(corpus
     assert phases == {0: "setup", 1: "setup"}, phases
     assert proc.returncode == 0 and "hang:" not in stderr, stderr[-3000:]
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["event"] == "end"
+
+
+# -- at either end: a rank stopped while it imports, starts its process group or shuts down ----------------
+FINISHING = """
+import os, signal, sys, time
+from pathlib import Path
+from solution.distributed.watchdog import Progress, Watchdog
+out, rank = Path(sys.argv[1]), int(sys.argv[2])
+stop = rank == 1 and sys.argv[3] == "stop"
+progress = Progress()
+with Watchdog(progress, out, rank, 2, 1.0, on_hang=lambda r: print("record", r, flush=True)) as watchdog:
+    for _ in range(25):  # both ranks beat in their shutdown, moving on (hang_timeout is 1 s here)
+        progress.mark("shutdown", 4)
+        time.sleep(0.1)
+    if stop:
+        os.kill(os.getpid(), signal.SIGSTOP)  # stopped before it says it is done
+    watchdog.wait_for_peers()
+print("done", flush=True)
+"""
+
+
+def two_ranks(script: str, out: Path, *args) -> list:
+    """Rank 0 and rank 1 of `script`, children of this process (as torchrun's ranks are of its agent)."""
+    return [subprocess.Popen([sys.executable, "-c", script, str(out), str(r), *args], cwd=ROOT,
+                             env={**ENV, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in (0, 1)]
+
+
+def finished(procs: list, timeout: float) -> list:
+    """(returncode, stdout, stderr) of each process; any still running after `timeout` s is killed."""
+    results = []
+    for proc in procs:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        results.append((proc.returncode, stdout, stderr))
+    return results
+
+
+def test_a_rank_that_finished_waits_for_the_others_and_names_one_stopped_in_its_shutdown(tmp_path):
+    """Past the last collective a rank that finished used to exit 0 at once, leaving the launcher waiting
+    forever for a rank stopped in its shutdown. Now it says it is done and waits for every other rank to say
+    so too: both alive, both exit 0 within seconds; rank 1 stopped, rank 0 names it, kills it, exits 4."""
+    started = time.monotonic()
+    (r0, out0, err0), (r1, out1, err1) = finished(two_ranks(FINISHING, tmp_path / "both", "go"), 30)
+    assert (r0, r1, out0, out1) == (0, 0, "done\n", "done\n"), (err0[-2000:], err1[-2000:])
+    assert time.monotonic() - started < 15
+    assert not err0 and not err1
+    (r0, _, err0), (r1, _, _) = finished(two_ranks(FINISHING, tmp_path / "stopped", "stop"), 30)
+    assert (r0, r1) == (EXIT_HANG, -signal.SIGKILL), (r0, r1, err0[-2000:])
+    [line] = err0.strip().splitlines()
+    assert line.startswith("hang: no heartbeat for ") and "after this rank finished (rank 0, done)" in line, line
+    assert "stalled: rank 1 (last seen at step 4, shutdown; not responding: stopped, frozen or dead" in line, line
+    assert "; killed)" in line, line
+
+
+STARTING = """
+import sys, time
+from pathlib import Path
+from solution.distributed.watchdog import Progress, Watchdog
+with Watchdog(Progress(), Path(sys.argv[1]), 0, 2, 1.0):
+    time.sleep(60)  # the other rank never beats
+"""
+
+
+def test_a_rank_stopped_before_its_first_heartbeat_is_named_and_killed(tmp_path):
+    """Rank 1 stopped as it starts, before its watchdog could beat (it imports torch and checks its inputs
+    first): rank 0 names it, and finds it by its RANK among the processes of its own launcher to kill it."""
+    stopped = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"],
+                               env={**ENV, "RANK": "1", "LOCAL_RANK": "1"})
+    try:
+        watcher = subprocess.Popen([sys.executable, "-c", STARTING, str(tmp_path)], cwd=ROOT,
+                                   env={**ENV, "RANK": "0", "LOCAL_RANK": "0"}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        [(code, _, stderr)] = finished([watcher], 30)
+        stopped.wait(timeout=10)
+    finally:
+        stopped.kill()
+    assert code == EXIT_HANG and stopped.returncode == -signal.SIGKILL, (code, stderr[-2000:])
+    [line] = stderr.strip().splitlines()
+    assert "before the first step (rank 0, in setup); stalled: rank 1 (no heartbeat yet: in its start-up; not " \
+           "responding: stopped, frozen or dead; killed)" in line, line
+
+
+def ended_within(proc: subprocess.Popen, seconds: float) -> float:
+    """Seconds until `proc` ends, or `seconds` when it has not by then (the caller then kills it)."""
+    started = time.monotonic()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
+    return time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_while_it_imports_is_named(tmp_path):
+    """SIGSTOP to rank 0 2.5 s after it starts, while it still imports torch: within hang_timeout and a minute
+    rank 1, waiting for it in the process group's start-up, names it and kills it (before: rank 1 waited there
+    for gloo's 30 minutes, without a word; the watchdog started after the process group)."""
+    timeout, out, log = 5, tmp_path / "run", tmp_path / "stderr.txt"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(torchrun(out, "--hang_timeout", str(timeout), "--max_steps", "4"), cwd=ROOT, env=ENV,
+                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        try:
+            victim = rank_process(psutil.Process(proc.pid), 0)
+            time.sleep(2.5)
+            victim.suspend()
+            took = ended_within(proc, timeout + 60)
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert proc.wait() != 0 and took < timeout + 60, (proc.returncode, took, stderr[-3000:])
+    [line] = [x for x in stderr.splitlines() if x.startswith("hang:")]
+    # Rank 0 is stopped before its watchdog's first beat on a loaded machine (it imports torch and checks its
+    # inputs first), in its set-up on a fast one.
+    assert re.search(r"\(rank 1, in setup\); stalled: rank 0 \((last seen at step 0, setup|no heartbeat yet: in its "
+                     r"start-up); not responding: stopped, frozen or dead[^)]*; killed\)", line), line
+    assert f"exitcode  : {EXIT_HANG}" in stderr
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["event"] == "hang" and record["not_responding"] == [0] and record["killed"] == [0]
+
+
+STOP_IN_SHUTDOWN = """
+import os, signal, sys
+from solution.distributed import strategy
+from solution.train import main
+
+where, victim = sys.argv[1], int(sys.argv[2])
+original = getattr(strategy, where)
+
+
+def stopped_here(*args, **kwargs):
+    if int(os.environ["RANK"]) == victim:
+        os.kill(os.getpid(), signal.SIGSTOP)  # the model directory is written: this rank stops in its shutdown
+    return original(*args, **kwargs)
+
+
+setattr(strategy, where, stopped_here)
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, victim", [("closing_barrier", 1), ("destroy_process_groups", 0)])
+def test_a_rank_stopped_in_its_shutdown_is_named(where, victim, tmp_path):
+    """A run that wrote its model: one rank stops in the closing barrier (the other waited there for its
+    300 s, then exited 0) or after it, in destroying its process group (the other exited 0 at once, and
+    torchrun waited for the stopped one forever). Now, within hang_timeout and a minute, the other names it
+    and kills it."""
+    from solution.distributed.ports import free_port
+
+    timeout, out, log = 5, tmp_path / "run", tmp_path / "stderr.txt"
+    script = tmp_path / "stop_in_shutdown.py"
+    script.write_text(STOP_IN_SHUTDOWN)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(script), where, str(victim), *RUN, "--max_steps", "4", "--save_steps", "100", "--output_dir", str(out),
+           "--hang_timeout", str(timeout)]
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        try:
+            rank = rank_process(psutil.Process(proc.pid), victim)
+            deadline = time.monotonic() + 240
+            while rank.status() != psutil.STATUS_STOPPED:
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.05)
+            took = ended_within(proc, timeout + 60)
+        finally:
+            kill_launch(proc)
+    stderr = log.read_text()
+    assert proc.wait() != 0 and took < timeout + 60, (proc.returncode, took, stderr[-3000:])
+    assert (out / "model" / "model.safetensors").is_file()
+    [line] = [x for x in stderr.splitlines() if x.startswith("hang:")]
+    # "last seen" is its last heartbeat, up to a beat old: the short run may have left set-up since.
+    assert re.search(rf"stalled: rank {victim} \(last seen at step \d, [a-z]+; not responding: stopped, frozen "
+                     r"or dead[^)]*; killed\)", line), line
+    records = [json.loads(x).get("event") for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert records[-2:] == ["end", "hang"], records
 
 
 # -- SLURM: scripts/launch_slurm.sh requeues a hang, a few times ----------------------------------------

@@ -206,9 +206,10 @@ class TrainConfig:
     collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming
     the step, the phase and the stalled ranks, and every rank's stacks under output_dir/hang-stacks
     (solution.distributed.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
-    save. Before the first step (set-up, however long) a rank whose heartbeat stops for this long is named. It also
-    sets the collectives' timeouts (gloo, NCCL) to about a minute more, from the first step on. The default, 10
-    minutes, is NCCL's own default timeout."""
+    save. Before the first step (start-up, process group included, and set-up, however long) and once a rank is done
+    (waiting for the others to shut down) a rank whose heartbeat stops for this long is named. It also sets the
+    collectives' timeouts (gloo, NCCL) to about a minute more, from the first step on. The default, 10 minutes,
+    is NCCL's own default timeout."""
     cpu_retain_freed_memory: bool = True
     """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
     and faulting it back in (solution.training.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the

@@ -23,7 +23,7 @@ from solution.checkpoints.state import find_checkpoint
 from solution.common.fsutil import DiskFullError, check_writable, disk_full_message, removed_if_disk_full
 from solution.data.nq import ReadStats, read_examples
 from solution.distributed import strategy
-from solution.distributed.watchdog import Progress, Watchdog, collective_timeout
+from solution.distributed.watchdog import Progress, collective_timeout
 from solution.model.qa_model import (
     architecture,
     build_model,
@@ -176,7 +176,7 @@ class StepFigures:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, stop_request: StopRequest | None = None):
+    def __init__(self, cfg: TrainConfig, stop_request: StopRequest | None = None, progress: Progress | None = None):
         self.cfg = cfg
         self.stop_request = stop_request or StopRequest()
         self.strategy = strategy.Strategy(cfg)
@@ -202,7 +202,9 @@ class Trainer:
         self.data_summary: dict = {}
         self._dev_gold = None  # loaded once, on the first evaluation
         self.checkpointer: Checkpointer | None = None  # set up with the scheduler, in setup()
-        self.progress = Progress()  # the step and phase this rank is in, for the hang watchdog
+        # The step and phase this rank is in, for the hang watchdog (solution.train runs it, from before the
+        # process group starts until every rank has shut down).
+        self.progress = progress or Progress()
 
     def log(self, msg: str) -> None:
         if self.is_main:
@@ -412,13 +414,12 @@ class Trainer:
 
     # -- training -------------------------------------------------------------
     def train(self) -> dict:
-        # Here, not in setup(): the watchdog's heartbeats are written there from the start.
-        check_writable(self.out, "output_dir", create_dir=True)
-        with self.watchdog():  # set-up included: a rank stopped before its first step is named too
-            run = self.setup()
-            self.before_loop(run)
-            last_eval = self.train_loop(run)
-            self.finish(run, run.step, last_eval)
+        check_writable(self.out, "output_dir", create_dir=True)  # on every rank, before the data is read
+        run = self.setup()
+        self.before_loop(run)
+        last_eval = self.train_loop(run)
+        self.finish(run, run.step, last_eval)
+        self.progress.mark("shutdown")  # the closing barrier: a rank stopped now is named too
         self.strategy.close()
         return last_eval
 
@@ -434,14 +435,6 @@ class Trainer:
         # and the engines' own process groups exist only after prepare().
         if cfg.hang_timeout > 0:
             strategy.set_collective_timeout(collective_timeout(cfg.hang_timeout))
-
-    def watchdog(self) -> Watchdog:
-        """The hang watchdog (set-up and loop): before the first step it watches the other ranks' heartbeats."""
-        cfg, acc = self.cfg, self.accelerator
-        # The rank that reports a hang appends its record, whichever rank it is (rank 0 may be the frozen one).
-        metrics = MetricsLog(self.out / "metrics.jsonl", True, append=True)
-        return Watchdog(self.progress, self.out, acc.process_index, acc.num_processes, cfg.hang_timeout,
-                        on_hang=metrics.write)
 
     def train_loop(self, run: TrainingRun) -> dict:
         """Every epoch from the resume position; returns the last dev scores. `run.step` follows the loop."""
