@@ -151,10 +151,8 @@ if __name__ == "__main__":
 '''
 
 
-def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None,
-          title: Optional[str] = None, license_name: str = "other") -> dict:
-    """Write the kernel folder for one model directory or an ensemble of several (and, with `dataset_id`,
-    the Kaggle dataset's metadata and a notebook that runs it)."""
+def check_kit(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None) -> list:
+    """Every check of `build`'s arguments, before anything is written; the model directories as Paths."""
     model_dirs = [Path(model_dirs)] if isinstance(model_dirs, (str, Path)) else [Path(d) for d in model_dirs]
     if dataset_id is not None and not DATASET_ID.fullmatch(dataset_id):
         raise ValueError(f"--dataset-id {dataset_id!r}: expected USER/SLUG, as in kaggle.com/datasets/USER/SLUG")
@@ -169,6 +167,13 @@ def build(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Opti
 
     for d in model_dirs:  # a symbolic link is refused before anything is written
         model_dir_files(d)
+    return model_dirs
+
+
+def build(model_dirs: list, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None,
+          title: Optional[str] = None, license_name: str = "other") -> dict:
+    """Write the kernel folder for one model directory or an ensemble of several (and, with `dataset_id`,
+    the Kaggle dataset's metadata and a notebook that runs it); the arguments as `check_kit` passed them."""
     final = Path(os.path.abspath(out))  # `--out .` has a name and a folder beside it to write in
     final.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and swapped in whole: a failure leaves the old folder as it was.
@@ -282,6 +287,16 @@ def write_kaggle_files(out: Path, dataset_id: str, title: Optional[str], license
     (out / "notebook.ipynb").write_text(json.dumps(notebook, indent=1) + "\n")
 
 
+def check_pages(pages: str) -> None:
+    """--pages is a regular file: a pipe, a folder or a missing path is one line saying which."""
+    from solution.data.nq import check_input_file
+
+    try:
+        check_input_file(pages)
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"--pages {e}") from None
+
+
 def main(argv=None) -> int:
     from solution.common.cli import ArgumentParser  # --dataset-id and --dataset_id alike
 
@@ -306,16 +321,18 @@ def main(argv=None) -> int:
     p.add_argument("--license", default="other", help="the dataset's license name in Kaggle's list (default: other)")
     args = p.parse_args(argv)
     try:  # before anything is written
-        if args.pages and not Path(args.pages).is_file():
-            raise ValueError(f"--pages {args.pages}: no such file")
+        if args.pages:
+            check_pages(args.pages)
         if args.num_documents < 1:
             raise ValueError(f"--num-documents must be >= 1, got {args.num_documents}")
         if args.pages_limit < 1:
             raise ValueError(f"--pages-limit must be >= 1, got {args.pages_limit}")
-        m = build(args.model, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
+        model_dirs = check_kit(args.model, Path(args.out), args.weights, args.dataset_id)
         from solution.model.kernel_budget import format_projection, project
 
+        # --pages is read here, before the folder is made: a page that cannot be read leaves nothing behind.
         projection = format_projection(project(args.model, args.pages, args.num_documents, args.pages_limit))
+        m = build(model_dirs, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder
         print(f"error: {e}", file=sys.stderr)
         return 2

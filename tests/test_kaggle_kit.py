@@ -307,3 +307,28 @@ def test_a_model_whose_windows_exceed_its_positions_is_not_packed(model_dir, tmp
     assert kit_main("--model", model, "--out", tmp_path / "kernel") == 2
     one_error_line(capsys, model / "qa_config.json", "window.max_seq_length 100000 is more than", start="error: ")
     assert not (tmp_path / "kernel").exists()
+
+
+def test_a_broken_pages_file_leaves_no_kernel_folder_and_keeps_the_old_one(model_dir, test_file, tmp_path, capsys):
+    """The kit wrote its folder, then read --pages and failed there: the folder stayed behind (an older
+    kit in its place was gone)."""
+    broken = tmp_path / "pages.jsonl"
+    broken.write_text(test_file.read_text().splitlines()[0] + "\n{not json\n")
+    assert kit_main("--model", model_dir, "--out", tmp_path / "fresh", "--pages", broken) == 2
+    one_error_line(capsys, broken, start="error: ")
+    assert not (tmp_path / "fresh").exists() and not list(tmp_path.glob(".fresh*"))
+    old = tmp_path / "old"
+    assert kit_main("--model", model_dir, "--out", old) == 0
+    capsys.readouterr()
+    before = {p.name: p.stat().st_mtime_ns for p in old.iterdir()}
+    assert kit_main("--model", model_dir, "--out", old, "--pages", broken) == 2
+    assert {p.name: p.stat().st_mtime_ns for p in old.iterdir()} == before
+
+
+def test_pages_that_is_a_pipe_is_called_one(model_dir, tmp_path, capsys):
+    """A FIFO as --pages was "no such file"."""
+    fifo = tmp_path / "pages.jsonl"
+    os.mkfifo(fifo)
+    assert kit_main("--model", model_dir, "--out", tmp_path / "kernel", "--pages", fifo) == 2
+    line = one_error_line(capsys, f"--pages {fifo}: a pipe", start="error: ")
+    assert "no such file" not in line and not (tmp_path / "kernel").exists()
