@@ -46,6 +46,9 @@ from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_ex
 from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
 from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
+# torch takes any positive count; past a machine's cores threads only contend (and 100,000 crash at exit).
+MAX_THREADS = 256
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m submission.predict", description=__doc__.split("\n\n")[0])
@@ -70,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "windows/s of fp32 on a CPU with AVX512-BF16, dev micro-F1 within 0.005 in our benchmark. "
                         "auto (default): bf16 where the CPU or GPU computes it natively, else fp32")
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch CPU threads, 1 to {MAX_THREADS} (default: torch's choice)")
     p.add_argument("--on-error", choices=("raise", "skip"), default="skip",
                    help="a bad input line or a document that fails: write its two rows blank, report it and "
                         "exit 1 (skip, the default: the submission is always whole), or stop at once (raise)")
@@ -304,6 +308,9 @@ def _through(models: list) -> str:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        print(f"error: --threads {args.threads}: must be in [1, {MAX_THREADS}]", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     try:

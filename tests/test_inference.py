@@ -256,3 +256,14 @@ def test_predict_reports_documents_whose_logits_are_not_finite(tmp_path, capsys)
     assert err[0].startswith("ERROR: 8 documents: the model's logits are not finite") and "-100, -101, -102" in err[0]
     assert "-107" not in err[0]  # a few ids, not all of them
     assert len(out.read_text().splitlines()) == 1 + 16  # every document still has its two rows, blank
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "100000"])
+def test_predict_bounds_its_threads(threads, tmp_path, capsys):
+    """`--threads -1` was torch's RuntimeError traceback, 0 was ignored, 100,000 crashed the process at exit."""
+    from submission import predict
+
+    code = predict.main(["--model", str(tmp_path / "model"), "--input", str(tmp_path / "in.jsonl"), "--output",
+                         str(tmp_path / "out.csv"), "--threads", threads])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: --threads {threads}: must be in [1, 256]"], err
