@@ -57,8 +57,9 @@ def run_training(cfg: TrainConfig, stop_request: StopRequest) -> None:
         except StoppedBySignal as stop:
             record_early_stop(Path(cfg.output_dir), stop)
             raise
-        stop_request.armed = False  # training is over: a signal now ends this rank at once
-        watchdog.wait_for_peers()  # a rank stopped in its shutdown would leave the launcher waiting forever
+        # A rank stopped in its shutdown would leave the launcher waiting forever. A signal ends the wait:
+        # this rank's work is done.
+        watchdog.wait_for_peers(interrupted=lambda: bool(stop_request.signum))
 
 
 def hang_watchdog(cfg: TrainConfig) -> Watchdog:

@@ -3,7 +3,9 @@
 Fast tier: the diagnosis from two reads of the heartbeats, the collective timeouts set from hang_timeout,
 and a real watchdog in a process whose main thread never moves. Slow tier: SIGSTOP to one of two DDP
 ranks under torchrun (each rank in turn, so the survivor that must name it is rank 0 once and rank 1
-once); the run ends non-zero naming the stopped rank, and `--resume auto` then finishes it.
+once); the run ends non-zero naming the stopped rank, and `--resume auto` then finishes it. At either end
+of a rank's life too: stopped while it still imports (before its watchdog's first beat), in the closing
+barrier, or in destroying its process group once the model is written.
 """
 
 from __future__ import annotations

@@ -281,17 +281,18 @@ class Watchdog:
             self._thread.join(timeout=5)
             faulthandler.cancel_dump_traceback_later()
 
-    def wait_for_peers(self, poll_s: float = 0.2) -> None:
+    def wait_for_peers(self, interrupted: Callable[[], bool] = lambda: False, poll_s: float = 0.2) -> None:
         """This rank is done (its process groups destroyed): say so at once, and wait until every other rank
-        is done too, or its process on this host is gone. Meanwhile the thread watches the others as before
-        the first step: one stopped or frozen in its shutdown is named and killed, and this rank exits 4.
-        Without a watchdog (hang_timeout 0, or one rank) there is nothing to wait for safely: returns."""
+        is done too, or its process on this host is gone, or `interrupted()` (a signal: the launcher ends the
+        job). Meanwhile the thread watches the others as before the first step: one stopped or frozen in its
+        shutdown is named and killed, and this rank exits 4. Without a watchdog (hang_timeout 0, or one
+        rank) there is nothing to wait for safely: returns."""
         self.progress.mark("done")
         if self._thread is None or self.world == 1:
             return
         self._write_beat()
         pending = [r for r in range(self.world) if r != self.rank]
-        while self._thread.is_alive():
+        while self._thread.is_alive() and not interrupted():
             pending = [r for r in pending if not self._finished(Beat.read(self.heartbeat_path(r), r))]
             if not pending:
                 return
