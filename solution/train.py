@@ -45,7 +45,25 @@ def claim_output_dir(cfg: TrainConfig):
         yield
         return
     with exclusive_lock(check_writable(cfg.output_dir, "output_dir", create_dir=True), "output_dir"):
+        check_fresh_start(cfg)
         yield
+
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "model")  # with checkpoint-N: what a run leaves in its output_dir
+
+
+def check_fresh_start(cfg: TrainConfig) -> None:
+    """A run that resumes nothing starts in an output_dir no earlier run has written to, or is told it may
+    replace what one left (`overwrite_output_dir`): its config.yaml, metrics.jsonl and model/ would be replaced."""
+    if cfg.resume_from_checkpoint or cfg.overwrite_output_dir:
+        return
+    out = Path(cfg.output_dir)
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    found += sorted(p.name for p in out.glob("checkpoint-*"))[:3]
+    if found:
+        raise ValueError(f"output_dir {out}: holds an earlier run ({', '.join(found)}); continue it with --resume "
+                         "auto, start over in it with --overwrite_output_dir true (its config.yaml, metrics.jsonl "
+                         "and model/ are replaced, its checkpoints kept), or choose another output_dir")
 
 
 def run_training(cfg: TrainConfig, stop_request: StopRequest) -> None:
