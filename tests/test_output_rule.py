@@ -159,6 +159,24 @@ def test_synth_refuses_a_linked_training_file_and_writes_through_it_when_told(tm
     assert (data / "simplified-nq-train.jsonl").is_symlink() and real.read_text().startswith('{"document_text"')
 
 
+@pytest.mark.parametrize("swap", ["a link to the real file", "the user's own file of the same name"])
+def test_a_file_of_synths_folder_swapped_since_is_no_longer_synths(tmp_path, capsys, swap):
+    """The mark names what synth wrote; a file put in its place since (a link to the real corpus on another
+    disk, a copy of Kaggle's file) is the user's, and neither it nor what it links to is written over."""
+    out = tmp_path / "data"
+    assert synth.main(["--out", str(out), *SMALL]) == 0
+    train = out / "simplified-nq-train.jsonl"
+    real = tmp_path / "other-disk" / "simplified-nq-train.jsonl"
+    real.parent.mkdir()
+    real.write_text('{"real": true}\n')
+    train.unlink()
+    train.symlink_to(real) if swap.startswith("a link") else train.write_text('{"real": true}\n')
+    capsys.readouterr()
+    line = one_line_error(capsys, synth.main(["--out", str(out), *SMALL, "--seed", "2"]))
+    assert "simplified-nq-train.jsonl" in line, line
+    assert real.read_text() == '{"real": true}\n' and (train.is_symlink() or train.read_text() == real.read_text())
+
+
 # -- train: a finished run's output_dir -------------------------------------------------------------------
 
 

@@ -391,22 +391,24 @@ def mark_name(command: str) -> str:
 
 
 def mark_output(folder: PathLike, command: str, files) -> Path:
-    """Record in `folder` that `command` wrote it, and which files (names): what a later run of the same
-    command may replace without being asked (`claim_output`). A file the folder's previous mark by the same
-    command listed and this run did not write again is removed: it was that command's, and left it would mix
-    two runs' outputs (a corpus of two seeds)."""
+    """Record in `folder` that `command` wrote it, and which files (names, with their sizes): what a later run
+    of the same command may replace without being asked (`claim_output`). A file the folder's previous mark
+    by the same command listed, still as it was written, and this run did not write again is removed: it was
+    that command's, and left it would mix two runs' outputs (a corpus of two seeds)."""
     import json
 
     folder = Path(folder)
     for stale in _marked_files(folder, command) - set(files) - {mark_name(command)}:
         with contextlib.suppress(FileNotFoundError):
             (folder / stale).unlink()
+    sizes = {name: (folder / name).stat().st_size for name in sorted(files)}
     return atomic_write_text(folder / mark_name(command),
-                             json.dumps({"command": command, "files": sorted(files)}, indent=1) + "\n")
+                             json.dumps({"command": command, "files": sizes}, indent=1) + "\n")
 
 
 def _marked_files(folder: Path, command: Optional[str]) -> set:
-    """The names `command` recorded writing in `folder` (its mark among them); empty for another command's mark,
+    """The names `command` recorded writing in `folder` that are still what it wrote: a regular file (not a
+    link put there since) of the size it recorded; its mark among them. Empty for another command's mark,
     an unreadable one or none."""
     if command is None or not (folder / mark_name(command)).is_file():
         return set()
@@ -417,9 +419,17 @@ def _marked_files(folder: Path, command: Optional[str]) -> set:
     except JsonError:
         return set()
     files = mark.get("files")
-    if mark.get("command") != command or not isinstance(files, list):
+    if mark.get("command") != command or not isinstance(files, dict):
         return set()
-    return {str(f) for f in files} | {mark_name(command)}
+    return {name for name, size in files.items() if _unchanged(folder / str(name), size)} | {mark_name(command)}
+
+
+def _unchanged(path: Path, size) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
 def _is_temporary(name: str) -> bool:
@@ -468,7 +478,7 @@ def claim_output(path: PathLike, what: str, *, folder: bool = False, command: Op
       (`mark_output` by `command`) lists;
     - with `overwrite`, still no folder is deleted to make room (`replace_dir` keeps what it does not replace).
     """
-    p = Path(path)
+    p = given = Path(path)
     _check_not_input(p, what, folder, inputs)
     if stream_target(p):
         if folder:
@@ -484,12 +494,14 @@ def claim_output(path: PathLike, what: str, *, folder: bool = False, command: Op
                          f"{'folder' if folder else 'file name'}")
     if folder:
         allowed = set(names) | _marked_files(p, command)
-        foreign = sorted(e.name for e in p.iterdir() if e.name not in allowed and not _is_temporary(e.name))
+        # A link is never one of a command's own files: replacing the folder would drop it.
+        foreign = sorted(e.name for e in p.iterdir()
+                         if (e.name not in allowed or e.is_symlink()) and not _is_temporary(e.name))
         if foreign and not overwrite:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             raise _refuse_existing(Path(path), what, f"holds files this command did not write ({shown})")
         return check_writable(p, what, create_dir=True)
-    ours = (owned is not None and owned(p)) or p.name in _marked_files(p.parent, command)
+    ours = (owned is not None and owned(p)) or given.name in _marked_files(given.parent, command)
     if not overwrite and p.stat().st_size and not ours:  # an empty file holds nothing
         raise _refuse_existing(Path(path), what, "exists and is not an output of this command")
     return check_writable(p, what)
