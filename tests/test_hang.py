@@ -694,3 +694,12 @@ def test_the_slurm_script_requeues_a_hang_with_a_checkpoint_at_most_hang_requeue
     last = batch_step()  # the third: a hang that keeps coming back is not requeued forever
     assert last.returncode == 1 and "(hang 3, more than HANG_REQUEUES=2): not requeueing" in last.stderr
     assert log.read_text().count("scontrol requeue") == 1
+
+
+@pytest.mark.parametrize("timeout", [5, 60, 600, 3600])
+def test_a_hang_is_named_within_a_minute_of_hang_timeout_whatever_it_is(timeout):
+    """Past hang_timeout the watchdog notices within a beat and confirms over three beats and a second: with
+    30 s beats that was 121 s at the default 600 s."""
+    from solution.distributed.watchdog import beat_interval, confirm_wait
+
+    assert beat_interval(timeout) + confirm_wait(timeout) <= 60
