@@ -90,7 +90,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from solution.common import cli  # noqa: E402
+from solution.common.fsutil import mark_written, write_record  # noqa: E402
+
 PY = sys.executable
+SCRIPT = "scripts/benchmark_answers.py"  # whose records (--json, its charts) it may write over
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 REAL_NOTE = "10 real dev documents: far too few to decide anything"
 
@@ -973,6 +977,7 @@ def parse_args(argv):
                    help=f"the techniques' seeds (default {','.join(map(str, FULL['seeds']))}; --quick "
                         f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
                         f"{NUM_ENSEMBLE_MEMBERS} members")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
     args.techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
     unknown = [t for t in args.techniques if t not in TECHNIQUES]
@@ -986,8 +991,6 @@ def parse_args(argv):
 
 
 def write_rows(rows: list, args, path: Path) -> None:
-    from solution.common.fsutil import atomic_write_text
-
     if not args.merge:  # merged rows keep the corpus their record says, even none: this run's options are not theirs
         for r in rows:
             r["corpus"] = (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else "")
@@ -996,7 +999,7 @@ def write_rows(rows: list, args, path: Path) -> None:
             if args.corpus == "real":
                 r["note"] = REAL_NOTE
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps([public(r) for r in rows], indent=1) + "\n")
+    write_record(path, json.dumps([public(r) for r in rows], indent=1) + "\n", SCRIPT)
 
 
 def write_partial(args, rows: list) -> None:
@@ -1010,8 +1013,10 @@ def write_outputs(rows: list, args, label: str) -> Path:
     write_rows(rows, args, path)
     print("\n" + table(rows, label))
     ok = [r for r in rows if "error" not in r]
-    chart(ok, path.with_suffix(".png"), f"answer techniques, {label}")
-    curve_chart(ok, path.with_name(path.stem + "-curve.png"), f"learning curve, {label}")
+    for png, draw, title in ((path.with_suffix(".png"), chart, "answer techniques"),
+                             (path.with_name(path.stem + "-curve.png"), curve_chart, "learning curve")):
+        draw(ok, png, f"{title}, {label}")
+        mark_written(png, SCRIPT)
     fit = curve_projection(ok)
     if fit and "pages_for_target" in fit:
         print(f"projection (a fit, not a measurement): {fit['metric']} +{fit['per_doubling']:.3f} per doubling of the "
@@ -1136,6 +1141,10 @@ def merge_records(paths: list) -> list:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    json_path = Path(args.json)
+    cli.claim_records(SCRIPT, args.overwrite, inputs=[("--merge", m) for m in args.merge or []], json=json_path,
+                      partial_json=None if args.merge else json_path.with_name(json_path.stem + ".partial.json"),
+                      png=json_path.with_suffix(".png"), curve_png=json_path.with_name(json_path.stem + "-curve.png"))
     if args.merge:
         try:
             rows = merge_records(args.merge)

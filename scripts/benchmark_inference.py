@@ -40,6 +40,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "scripts/benchmark_inference.py"  # whose records (--json, the chart) it may write over
 REAL_DEV = ROOT.parent / "shared" / "data" / "nq-real" / "simplified-nq-dev-sample.jsonl"
 sys.path.insert(0, str(ROOT))
 
@@ -335,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default=None, help="chart (default: the --json path with .png; none without --json)")
     p.add_argument("--plot-only", default=None, metavar="JSON",
                    help="redraw the chart from this JSON (written by an earlier run) and exit; measures nothing")
+    cli.add_overwrite(p)
     return p
 
 
@@ -360,7 +362,12 @@ def choose_precisions(spec: str, device: str) -> list:
 
 
 def main(argv=None) -> int:
+    from solution.common import cli
+    from solution.common.fsutil import mark_written, write_record
+
     args = build_parser().parse_args(argv)
+    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
+    cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
     if args.plot_only:
         return plot_only(args.plot_only, args.png)
     for path, what in ((args.model, "model directory"), (args.input, "input")):
@@ -407,11 +414,11 @@ def main(argv=None) -> int:
              else ""))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        write_record(args.json, json.dumps(out, indent=2), SCRIPT)
         print(f"wrote {args.json}")
-    if args.json or args.png:
-        png = Path(args.png or Path(args.json).with_suffix(".png"))
+    if png:
         chart(out, png)
+        mark_written(png, SCRIPT)
         print(f"chart: {png}")
     return 0
 

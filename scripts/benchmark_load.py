@@ -55,7 +55,9 @@ def main(argv=None) -> int:
     p.add_argument("--num-proc", type=int, default=2)
     p.add_argument("--out", default="runs/load")
     p.add_argument("--json", default=None)
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/benchmark_load.py", args.overwrite, json=args.json)
     out = (ROOT / args.out).resolve()
     results = []
     for n in (args.documents // 10, args.documents):
@@ -77,7 +79,10 @@ def main(argv=None) -> int:
     print(f"\npeak RSS, {results[1]['documents']} vs {results[0]['documents']} documents "
           f"({results[1]['file_bytes'] / results[0]['file_bytes']:.1f}x the bytes): {ratio:.2f}x (goal at most 1.2x)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": results, "peak_rss_ratio": ratio}, indent=2) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps({"runs": results, "peak_rss_ratio": ratio}, indent=2) + "\n",
+                     "scripts/benchmark_load.py")
     return 0
 
 

@@ -378,12 +378,14 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.add_argument("--out", default="runs/benchmark_loop", help="logs and the trainer's output directories")
     p.add_argument("--json", default=None, help="write the rows here")
+    cli.add_overwrite(p)
     p.add_argument("--same-allocator", action="store_true",
                    help="give the bare loop and the Trainer our CPU allocator setting too (glibc keeps freed memory), "
                         "so the ratios isolate the loop itself")
     p.add_argument("--worker", choices=["bare", "hf_trainer"], help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/benchmark_loop.py", args.overwrite, json=args.json)
     args.config = args.config or ("configs/train/tiny.yaml" if args.quick else "configs/train/bench_base.yaml")
     import torch
 
@@ -430,7 +432,9 @@ def main(argv=None) -> int:
     unmet = goals_met(rows)
     print("goals met (ours >= 0.97x bare, >= 1.0x hf_trainer)" if not unmet else "goals NOT met: " + "; ".join(unmet))
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps(rows, indent=1) + "\n", "scripts/benchmark_loop.py")
     return 0
 
 

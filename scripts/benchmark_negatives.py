@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "scripts/benchmark_negatives.py"  # whose records (--json, the chart) it may write over
 PY = sys.executable
 REAL = ROOT.parent / "shared" / "data" / "nq-real"
 
@@ -158,6 +159,7 @@ def plot_only(json_path: str, png) -> int:
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from solution.common import cli  # both --a-b and --a_b spellings
+    from solution.common.fsutil import mark_written, write_record
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")
@@ -173,7 +175,10 @@ def main(argv=None) -> int:
     p.add_argument("--bf16", action="store_true", help="score the training windows with bf16 autocast (faster)")
     p.add_argument("--variants", default="uniform,separate,hard,separate+hard")
     p.add_argument("--seed", type=int, default=None, help="training seed (default: the demo config's)")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
+    cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
     if args.plot_only:
         return plot_only(args.plot_only, args.png)
     corpus = CORPORA[args.corpus]
@@ -212,10 +217,11 @@ def main(argv=None) -> int:
               f"{td['negatives_kept_unanswerable']} | {r['dev_f1_untuned']:.4f} | {r['dev_f1_tuned']:.4f} | {test} |")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"corpus": args.corpus, "args": vars(args), "results": results}, indent=2))
-    if args.json or args.png:
-        png = Path(args.png or Path(args.json).with_suffix(".png"))
+        write_record(args.json, json.dumps({"corpus": args.corpus, "args": vars(args), "results": results}, indent=2),
+                     SCRIPT)
+    if png:
         chart({"corpus": args.corpus, "args": vars(args), "results": results}, png)
+        mark_written(png, SCRIPT)
         print(f"chart: {png}")
     return 0
 

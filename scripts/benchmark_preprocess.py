@@ -42,7 +42,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=32, help="documents per tokenizer call, both sides")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", help="write the result object here")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/benchmark_preprocess.py", args.overwrite, json=args.json)
 
     if not Path(args.input).is_file():
         sys.exit(f"error: {args.input}: no such file (run `python -m solution.synth --out data/synth` first)")
@@ -87,7 +89,9 @@ def main(argv=None) -> int:
     print(f"  featurisation      {featurize_s:7.3f} s  {result['featurize_docs_per_s']:8.1f} docs/s")
     print(f"  featurisation / bare tokenisation = {result['ratio']:.2f}x (goal: at most 1.5x)")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps(result, indent=2) + "\n", "scripts/benchmark_preprocess.py")
     return 0
 
 

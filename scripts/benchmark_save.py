@@ -108,7 +108,9 @@ def main(argv=None) -> int:
     p.add_argument("--save-steps", type=int, default=1, help="a checkpoint every N steps")
     p.add_argument("--out", default="runs/benchmark-save")
     p.add_argument("--json", default=None, help="write the rows and the machine here")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/benchmark_save.py", args.overwrite, json=args.json)
     config = args.config or ("configs/train/tiny.yaml" if args.quick else "configs/train/bench_base.yaml")
     out = (ROOT / args.out).resolve()
     common = ["--config", config, "--data_source", "dummy", "--max_steps", str(args.steps), "--save_steps",
@@ -134,7 +136,9 @@ def main(argv=None) -> int:
                   "steps": args.steps, "save_steps": args.save_steps,
                   "command": " ".join(["python", "scripts/benchmark_save.py", *(argv if argv is not None else sys.argv[1:])]),
                   "rows": rows}
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps(report, indent=2) + "\n", "scripts/benchmark_save.py")
         print(f"json: {args.json}")
     return 0
 

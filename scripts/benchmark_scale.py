@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "scripts/benchmark_scale.py"  # whose records (--json, the chart) it may write over
 REAL_TRAIN = ROOT.parent / "shared" / "data" / "nq-real" / "simplified-nq-train-sample.jsonl"
 TRAIN_DOCUMENTS = 307_373  # lines of Kaggle's simplified-nq-train.jsonl
 TEST_DOCUMENTS = 346  # lines of Kaggle's public simplified-nq-test.jsonl (the competition's data page)
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--json", default=None, help="write the figures and the projection here")
+    cli.add_overwrite(p)
     p.add_argument("--source", choices=("real", "synth-nq"), default="real", help="where the documents come from")
     p.add_argument("--documents", type=int, default=98,
                    help="documents of the 1x volume (98 = the 49 real lines twice, so both volumes hold the same mix)")
@@ -218,7 +220,11 @@ def report(result: dict) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # puts the checkout on sys.path
+    from solution.common import cli
+    from solution.common.fsutil import write_record
+
+    cli.claim_records(SCRIPT, args.overwrite, json=args.json)
     if args.documents < 1 or args.scale < 2 or args.num_proc < 1:
         print("error: --documents must be >= 1, --scale >= 2 and --num-proc >= 1", file=sys.stderr)
         return 2
@@ -272,7 +278,7 @@ def main(argv=None) -> int:
     report(result)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        write_record(args.json, json.dumps(result, indent=2) + "\n", SCRIPT)
         print(f"wrote {args.json}")
     return 0
 

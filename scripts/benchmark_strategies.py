@@ -171,7 +171,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="runs/benchmark")
     p.add_argument("--json", default=None, help="write the strategy rows here")
     p.add_argument("--png", default=None, help="chart (default OUT/strategies.png)")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/benchmark_strategies.py", args.overwrite, json=args.json, png=args.png)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -229,7 +231,9 @@ def main(argv=None) -> int:
     chart(rows, png)
     print(f"\nchart: {png}\ntable: {out / 'strategies.md'}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps(rows, indent=2) + "\n", "scripts/benchmark_strategies.py")
         print(f"json: {args.json}")
     return 0
 

@@ -40,8 +40,10 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.common.fsutil import atomic_write_text, check_writable  # noqa: E402
+from solution.common.fsutil import check_writable, claim_output, write_record  # noqa: E402
 from solution.distributed.ports import free_port  # noqa: E402
+
+SCRIPT = "scripts/chaos.py"  # whose report it may write over
 
 # target, signal, during a save
 KINDS = {
@@ -306,6 +308,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--faults", type=int, default=20, help="faults to inject (default 20)")
     p.add_argument("--json", help="write the report here (written whole, or not at all)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --json this script did not write")
     p.add_argument("--seed", type=int, default=0, help="draws the faults, their order, targets and timing")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma list, from {', '.join(KINDS)}")
     p.add_argument("--work-dir", help="where the runs go: a new or empty folder (default: a new temporary folder, kept)")
@@ -331,7 +334,7 @@ def main(argv=None) -> int:
     args, kinds = parse_args(argv)
     try:  # before the runs, not after ten minutes of them
         if args.json:
-            check_writable(args.json, "--json")
+            claim_output(args.json, "--json", command=SCRIPT, overwrite=args.overwrite)
         work = check_writable(args.work_dir or tempfile.mkdtemp(prefix="chaos-"), "--work-dir", create_dir=True)
         held = sorted(p.name for p in work.iterdir())
         if held:  # an earlier run's checkpoints would be resumed, and its faults never injected
@@ -351,7 +354,7 @@ def main(argv=None) -> int:
               "command": "python scripts/chaos.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     print(json.dumps({k: v for k, v in report.items() if k != "faults"}, indent=1))
     if args.json:
-        atomic_write_text(Path(args.json), json.dumps(report, indent=1) + "\n")
+        write_record(args.json, json.dumps(report, indent=1) + "\n", SCRIPT)
     ok = (report["faults_injected"] == args.faults and report["final_launch_exit"] == 0
           and report["final_weights_bit_identical"])
     return 0 if ok else 1

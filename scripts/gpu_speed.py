@@ -272,6 +272,8 @@ def timed(fn, device) -> float:
 
 
 def main(argv=None) -> int:
+    from solution.common import cli
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--infer", action="store_true", help="run the inference measurement (item 6) and exit")
@@ -282,14 +284,18 @@ def main(argv=None) -> int:
     p.add_argument("--pages", default=None, help="NQ JSON lines for the end-to-end figure")
     p.add_argument("--device", default="cuda")
     p.add_argument("--json", default=None, help="write the figures here")
+    cli.add_overwrite(p)
     args = p.parse_args(argv)
+    cli.claim_records("scripts/gpu_speed.py", args.overwrite, json=args.json)
     if not args.infer:
         p.print_help()
         return 0
     result = infer(args)
     print(json.dumps(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        from solution.common.fsutil import write_record
+
+        write_record(args.json, json.dumps(result, indent=2) + "\n", "scripts/gpu_speed.py")
     return 0
 
 

@@ -415,3 +415,31 @@ def test_every_command_over_every_hostile_target(command, target, inputs, tmp_pa
         assert Path(path).is_symlink() == target.startswith("a link"), (command, target)
         return
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), (code, err)
+
+
+@pytest.mark.parametrize("script", ["benchmark_loop.py", "benchmark_answers.py", "chaos.py", "benchmark_inference.py",
+                                    "benchmark_strategies.py"])
+def test_a_benchmarks_record_never_replaces_a_file_it_did_not_write(script, tmp_path):
+    """A benchmark writes its --json an hour after it starts: a path holding someone's file (a config, a
+    mistyped name) is refused at its start, and one it wrote itself is written again."""
+    mine = tmp_path / "zero2.json"
+    mine.write_text('{"zero_optimization": {"stage": 2}}\n')
+    proc = subprocess.run([sys.executable, f"scripts/{script}", "--json", str(mine)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --json {mine}: exists and is not an output"), \
+        proc.stderr
+    assert mine.read_text() == '{"zero_optimization": {"stage": 2}}\n'
+
+
+def test_a_record_the_script_wrote_is_its_own_and_stays_so_beside_others(tmp_path):
+    first, second = tmp_path / "loop.json", tmp_path / "loop-avx2.json"
+    for path in (first, second):
+        fsutil.write_record(path, "[]\n", "scripts/benchmark_loop.py")
+    for path in (first, second):
+        fsutil.claim_output(path, "--json", command="scripts/benchmark_loop.py")  # both still its own
+    with pytest.raises(ValueError, match="not an output of this command"):
+        fsutil.claim_output(first, "--json", command="scripts/chaos.py")
+    first.write_text('[{"changed": "by hand"}]\n')
+    with pytest.raises(ValueError, match="not an output of this command"):
+        fsutil.claim_output(first, "--json", command="scripts/benchmark_loop.py")

@@ -103,3 +103,28 @@ class _Lines:
 
     def flush(self):
         self.stream.flush()
+
+
+def add_overwrite(parser: argparse.ArgumentParser, what: str = "--json") -> None:
+    """The `--overwrite` of a script that writes records at its end (the output rule, fsutil.claim_output)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace an existing {what} (or chart) that this script did not write")
+
+
+def claim_records(command: str, overwrite: bool, inputs=(), **paths) -> None:
+    """Claim at a script's start the records it writes at its end (`json=PATH`, `png=PATH`; None: not
+    written), never one of its `inputs` ((what, path) pairs): a path it may not write is one line
+    `error: ...` and exit 2 now, not after the run."""
+    from pathlib import Path
+
+    from solution.common.fsutil import claim_output, starts_with
+
+    try:
+        for name, path in paths.items():
+            if path:
+                png = Path(str(path)).suffix == ".png"
+                claim_output(path, f"--{name.replace('_', '-')}", command=command, overwrite=overwrite,
+                             owned=starts_with(b"\x89PNG") if png else None, inputs=inputs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -387,21 +387,24 @@ def check_paths_apart(outputs: list, inputs: list) -> None:
 def mark_name(command: str) -> str:
     """The file in a folder a command wrote to that names the files it wrote there (one a command, so two
     commands writing into one folder keep their own)."""
-    return f".written-by-{command}.json"
+    return f".written-by-{command.replace('/', '_')}.json"
 
 
-def mark_output(folder: PathLike, command: str, files) -> Path:
+def mark_output(folder: PathLike, command: str, files, add: bool = False) -> Path:
     """Record in `folder` that `command` wrote it, and which files (names, with their sizes): what a later run
     of the same command may replace without being asked (`claim_output`). A file the folder's previous mark
     by the same command listed, still as it was written, and this run did not write again is removed: it was
-    that command's, and left it would mix two runs' outputs (a corpus of two seeds)."""
+    that command's, and left it would mix two runs' outputs (a corpus of two seeds). `add`: the files join
+    those the mark lists, none removed (a benchmark's records, one a run, side by side in one folder)."""
     import json
 
     folder = Path(folder)
-    for stale in _marked_files(folder, command) - set(files) - {mark_name(command)}:
+    kept = _marked_sizes(folder, command) if add else {}
+    for stale in ({} if add else _marked_sizes(folder, command)).keys() - set(files):
         with contextlib.suppress(FileNotFoundError):
             (folder / stale).unlink()
-    sizes = {name: (folder / name).stat().st_size for name in sorted(files)}
+    sizes = {**kept, **{name: (folder / name).stat().st_size for name in files}}
+    sizes = {name: sizes[name] for name in sorted(sizes)}
     return atomic_write_text(folder / mark_name(command),
                              json.dumps({"command": command, "files": sizes}, indent=1) + "\n")
 
@@ -410,18 +413,23 @@ def _marked_files(folder: Path, command: Optional[str]) -> set:
     """The names `command` recorded writing in `folder` that are still what it wrote: a regular file (not a
     link put there since) of the size it recorded; its mark among them. Empty for another command's mark,
     an unreadable one or none."""
+    return set(_marked_sizes(folder, command)) | ({mark_name(command)} if command else set())
+
+
+def _marked_sizes(folder: Path, command: Optional[str]) -> dict:
+    """name -> size of the files `_marked_files` names, the mark itself left out."""
     if command is None or not (folder / mark_name(command)).is_file():
-        return set()
+        return {}
     from solution.common.jsonio import JsonError, read_json_object
 
     try:
         mark = read_json_object(folder / mark_name(command))
     except JsonError:
-        return set()
+        return {}
     files = mark.get("files")
     if mark.get("command") != command or not isinstance(files, dict):
-        return set()
-    return {name for name, size in files.items() if _unchanged(folder / str(name), size)} | {mark_name(command)}
+        return {}
+    return {str(name): size for name, size in files.items() if _unchanged(folder / str(name), size)}
 
 
 def _unchanged(path: Path, size) -> bool:
@@ -505,6 +513,20 @@ def claim_output(path: PathLike, what: str, *, folder: bool = False, command: Op
     if not overwrite and p.stat().st_size and not ours:  # an empty file holds nothing
         raise _refuse_existing(Path(path), what, "exists and is not an output of this command")
     return check_writable(p, what)
+
+
+def write_record(path: PathLike, text: str, command: str) -> Path:
+    """Write a record claimed by `claim_record` whole, and mark it as `command`'s (beside its other records)."""
+    out = atomic_write_text(path, text)
+    if not stream_target(path) and not Path(path).is_symlink():
+        mark_output(Path(path).parent, command, [Path(path).name], add=True)
+    return out
+
+
+def mark_written(path: PathLike, command: str) -> None:
+    """Mark a file another writer made (a chart from matplotlib) as `command`'s, for its next run."""
+    if not stream_target(path) and not Path(path).is_symlink() and Path(path).is_file():
+        mark_output(Path(path).parent, command, [Path(path).name], add=True)
 
 
 def _check_parent(p: Path, what: str) -> None:
