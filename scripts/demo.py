@@ -42,7 +42,9 @@ def build_parser():
 def main(argv=None) -> int:
     build_parser().parse_args(argv)
     times = {}
-    times["synth"] = step("1/5 make the synthetic corpus", ["-m", "solution.synth", "--out", "data/synth"])
+    # data/synth is the demo's own folder (`make clean` removes it): written again, whoever wrote it before.
+    times["synth"] = step("1/5 make the synthetic corpus", ["-m", "solution.synth", "--out", "data/synth",
+                                                            "--overwrite"])
     # runs/demo is the demo's own folder: `make demo` again starts over in it.
     train = ["-m", "solution.train", "--config", CONFIG, "--overwrite_output_dir", "true"]
     if not cpu_native_bf16():  # emulated bf16 is several times slower than float32: the demo would take an hour
