@@ -193,7 +193,7 @@ def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig
                                                          annotations=False) for i in range(400)])
     out = tmp_path / "out"
     out.mkdir()
-    (out / "submission.csv").write_text("the previous submission\n")
+    (out / "submission.csv").write_text("example_id,PredictionString\nthe previous submission\n")
     proc = subprocess.Popen([sys.executable, "-m", "submission.predict", "--model", str(model_dir), "--input",
                              str(data), "--output", str(out / "submission.csv"), "--scores-out",
                              str(out / "scores.jsonl"), "--quiet"], cwd=ROOT, stdout=subprocess.PIPE,
@@ -210,7 +210,7 @@ def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig
     assert err.strip().splitlines()[-1] == (f"error: stopped by {signal.Signals(sig).name}; {out / 'submission.csv'} "
                                             "not written (what it held before is kept)"), err
     assert sorted(p.name for p in out.iterdir()) == ["submission.csv"]
-    assert (out / "submission.csv").read_text() == "the previous submission\n"
+    assert (out / "submission.csv").read_text() == "example_id,PredictionString\nthe previous submission\n"
 
 
 def test_set_sends_the_first_pass_to_the_window_settings_and_the_rest_to_post_processing():

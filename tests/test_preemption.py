@@ -346,8 +346,10 @@ def test_slurm_script_requeues_a_job_stopped_before_its_first_step_only_with_a_c
     code, stdout, stderr = start_stopped_in_featurisation("cache-a")
     assert code != 0 and "requeueing" not in stdout, stdout[-2000:] + stderr[-2000:]
     assert f"{out} holds no checkpoint: not requeueing" in stderr
+    # A run of its own in the stopped job's output_dir (not resumed: it has nothing to resume), saving checkpoint-1.
     killed = subprocess.run([sys.executable, "tests/faulty_train.py", "kill-after-step-1", "--config", *data, "--cache_dir",
-                             str(tmp_path / "cache-b")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+                             str(tmp_path / "cache-b"), "--overwrite_output_dir", "true"], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL and (out / "latest").read_text().strip() == "checkpoint-1"
     code, stdout, stderr = start_stopped_in_featurisation("cache-c")
     assert code == 0 and f"requeueing job 4242; it resumes from {out}/latest" in stdout, stdout[-2000:] + stderr[-2000:]

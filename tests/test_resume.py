@@ -136,18 +136,25 @@ def test_a_real_loss_scaler_skipping_a_fused_adamws_step_is_told_apart_from_dive
     assert (tmp_path / "model").is_dir()
 
 
-def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path):
+def a_train_file(tmp_path_factory) -> Path:
+    """A training file that exists (the inputs are checked first) and is never read: the run stops before."""
+    path = tmp_path_factory.mktemp("data") / "never-read.jsonl"
+    path.write_text("{}\n")
+    return path
+
+
+def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path, tmp_path_factory):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
-                           "--train_file", str(tmp_path / "absent.jsonl"), "--output_dir", str(blocker / "run")],
+                           "--train_file", str(a_train_file(tmp_path_factory)), "--output_dir", str(blocker / "run")],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     [line] = error_lines(proc)
-    assert f"output_dir {blocker / 'run'}: cannot" in line and "absent.jsonl" not in line, line
+    assert f"output_dir {blocker / 'run'}: cannot" in line and "never-read.jsonl" not in line, line
 
 
-def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path):
+def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path, tmp_path_factory):
     """Another run (here this test) holds output_dir's lock: the new run stops before featurising, in one
     line naming the folder and the holder, and writes nothing there."""
     import socket
@@ -156,7 +163,7 @@ def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path):
 
     with exclusive_lock(tmp_path, "output_dir"):
         proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
-                               "--train_file", str(tmp_path / "absent.jsonl"), "--output_dir", str(tmp_path)],
+                               "--train_file", str(a_train_file(tmp_path_factory)), "--output_dir", str(tmp_path)],
                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = error_lines(proc)
