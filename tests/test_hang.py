@@ -105,7 +105,7 @@ def test_the_collectives_time_out_after_the_watchdog(monkeypatch):
     [handler] = strategy._init_handlers(cuda=False, hang_timeout=3600)
     assert handler.timeout.total_seconds() == collective_timeout(3600)
     [handler] = strategy._init_handlers(cuda=True, hang_timeout=600)
-    assert handler.to_kwargs() == {"timeout": handler.timeout} and handler.timeout.total_seconds() == 600 + 3 * 30 + 1 + 60
+    assert handler.to_kwargs() == {"timeout": handler.timeout} and handler.timeout.total_seconds() == 600 + 3 * 10 + 1 + 60
 
 
 def test_set_collective_timeout_reaches_every_group(tmp_path):

@@ -249,7 +249,8 @@ def test_tune_writes_four_thresholds_and_the_set_settings(tmp_path, monkeypatch,
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(evaluate, "load_gold", lambda path, **kw: gold)
-    rc = evaluate.main(["--tune", "--scores", str(scores), "--gold", "gold.jsonl", "--model", str(tmp_path),
+    (tmp_path / "gold.jsonl").write_text("")  # read by the stand-in above; evaluate checks that it is a file
+    rc = evaluate.main(["--tune", "--scores", str(scores), "--gold", str(tmp_path / "gold.jsonl"), "--model", str(tmp_path),
                         "--set", "separate_thresholds=true", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
@@ -264,8 +265,11 @@ def test_tune_writes_four_thresholds_and_the_set_settings(tmp_path, monkeypatch,
     assert (post["long_threshold"], post["short_threshold"]) == (1.5, 2.5)
 
 
-def test_tune_with_a_bad_set_is_a_user_error(capsys):
-    rc = evaluate.main(["--tune", "--scores", "s.jsonl", "--gold", "g.jsonl", "--set", "no_such=1"])
+def test_tune_with_a_bad_set_is_a_user_error(tmp_path, capsys):
+    for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
+        (tmp_path / name).write_text("")
+    rc = evaluate.main(["--tune", "--scores", str(tmp_path / "s.jsonl"), "--gold", str(tmp_path / "g.jsonl"), "--set",
+                        "no_such=1"])
     assert rc == 2 and "--set no_such: unknown post-processing setting" in capsys.readouterr().err
 
 
@@ -421,12 +425,17 @@ def test_a_non_finite_threshold_in_qa_config_is_refused_naming_file_and_field(fi
     from solution.model.qa_model import read_qa_config
 
     path = qa_config_with(tmp_path, **{field: value})
+    # The JSON reader refuses the number itself, as JSON writes it (NaN, Infinity), naming the file.
+    said = f"{path}: {json.dumps(value)} is not a number a file of ours holds"
     with pytest.raises(ValueError) as e:
         read_qa_config(path)  # the reader of submission.predict, the kit and the ensemble
-    assert str(e.value) == f"{path}: postprocess: {field} must be a finite number, got {value!r}"
+    assert str(e.value) == said
     # evaluate --tune reads the model's settings on its own
-    assert evaluate.main(["--tune", "--scores", "s.jsonl", "--gold", "g.jsonl", "--model", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"error: {path}: postprocess: {field} must be a finite number, got {value!r}\n"
+    for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
+        (tmp_path / name).write_text("")
+    assert evaluate.main(["--tune", "--scores", str(tmp_path / "s.jsonl"), "--gold", str(tmp_path / "g.jsonl"),
+                          "--model", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"error: {said}\n"
 
 
 def test_tuning_never_writes_a_non_finite_threshold(tmp_path):
@@ -475,6 +484,10 @@ def test_windows_record_doc_start_and_inference_carries_it():
 def test_evaluate_tune_names_a_qa_config_without_its_settings(content, tmp_path, capsys):
     path = tmp_path / "qa_config.json"
     path.write_text(content)
-    assert evaluate.main(["--tune", "--scores", "s.jsonl", "--gold", "g.jsonl", "--model", str(tmp_path)]) == 2
+    for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
+        (tmp_path / name).write_text("")
+    assert evaluate.main(["--tune", "--scores", str(tmp_path / "s.jsonl"), "--gold", str(tmp_path / "g.jsonl"),
+                          "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {path}: postprocess: expected a mapping of settings") and err.count("\n") == 1, err
+    said = "expected a JSON object, found list" if content.startswith("[") else "postprocess: expected a mapping of settings"
+    assert err.startswith(f"error: {path}: {said}") and err.count("\n") == 1, err
