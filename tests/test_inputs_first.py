@@ -83,6 +83,9 @@ def test_a_hub_id_the_hub_cannot_give_is_one_line_at_once(tmp_path, capsys, data
         def no_address(*args, **kwargs):
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
+        # Online, as far as the hub client knows: a test process that imported submission.predict first has
+        # HF_HUB_OFFLINE set (predict sets it before the hub client reads it).
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
         monkeypatch.setattr(socket, "getaddrinfo", no_address)
     t0 = time.monotonic()
     err = train_error(capsys, tmp_path, data, "--model_name_or_path", "no-such-org/no-such-model")
