@@ -294,7 +294,7 @@ def test_a_signal_during_featurisation_stops_with_one_line_and_128_plus_its_numb
     default action); the unfinished feature cache is removed."""
     cache = tmp_path / "cache"
     cmd = [sys.executable, "tests/faulty_train.py", "slow-features-1", "--config", "configs/train/tiny.yaml",
-           "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--cache_dir", str(cache),
+           "--train_file", str(corpus / "simplified-nq-train.jsonl"), "--dev_file", "null", "--cache_dir", str(cache),
            "--num_proc", str(num_proc), "--output_dir", str(tmp_path / "run"), "--disable_tqdm", "true"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
