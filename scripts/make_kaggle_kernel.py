@@ -58,10 +58,10 @@ CODE = ["solution/__init__.py",
         "solution/common/__init__.py", "solution/common/cli.py", "solution/common/fsutil.py",
         "solution/common/jsonio.py", "solution/common/values.py", "solution/common/precision.py",
         "solution/data/__init__.py", "solution/data/nq.py", "solution/data/words.py",
-        "solution/windows/__init__.py", "solution/windows/featurizer.py",
+        "solution/windows/__init__.py", "solution/windows/featurizer.py", "solution/windows/first_pass.py",
         "solution/answers/__init__.py", "solution/answers/postprocess.py", "solution/answers/inference.py",
         "solution/answers/ensemble.py", "solution/answers/nq_format.py",
-        "solution/model/__init__.py", "solution/model/qa_model.py",
+        "solution/model/__init__.py", "solution/model/qa_model.py", "solution/model/sentences.py",
         "submission/__init__.py", "submission/predict.py"]
 FORBIDDEN = ("accelerate", "deepspeed", "datasets")
 # The folders the kernel's code is copied from: an --out there would replace the code being packed.

@@ -34,28 +34,9 @@ from collections import Counter
 from pathlib import Path
 
 from solution.data.nq import is_text_token, read_examples
-from solution.data.words import STOP_WORDS, content_words, page_title, stem
+from solution.data.words import CELL_TAGS, SEGMENT_ENDS, STOP_WORDS, content_words, page_title, segments, stem  # noqa: F401
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
-SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
-CELL_TAGS = frozenset({"<Td>", "</Td>", "<Th>", "</Th>"})
-
-
-def segments(tokens: list, start: int, end: int):
-    """Token index lists of the sentences, items and rows between `start` and `end` (text tokens only)."""
-    seg = []
-    for i in range(start, end):
-        tok = tokens[i]
-        if tok in CELL_TAGS:
-            continue  # a table row is one segment: its label cell names what its value cell states
-        if tok in SEGMENT_ENDS or (not is_text_token(tok) and tok.startswith("</")):
-            if seg:
-                yield seg
-            seg = []
-        elif is_text_token(tok):
-            seg.append(i)
-    if seg:
-        yield seg
 
 
 def value_run(tokens: list, seg: list, question: frozenset) -> tuple:

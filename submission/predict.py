@@ -44,6 +44,7 @@ from solution.common.fsutil import atomic_output, check_paths_apart, claim_outpu
 from solution.common.precision import resolve_precision  # noqa: E402
 from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_examples  # noqa: E402
 from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
+from solution.model.sentences import first_pass_embed  # noqa: E402
 from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
 
 # torch takes any positive count; past a machine's cores threads only contend (and 100,000 crash at exit).
@@ -248,6 +249,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
     post = apply_overrides(post, post_sets)
     for group in groups:  # which windows run is a window setting: each group's featurizer holds it
         group.featurizer.config = apply_overrides(group.featurizer.config, window_sets)
+        group.featurizer.embed = first_pass_embed(group.featurizer.config)  # sentence vectors, if its first pass ranks by them
     stats = ReadStats()
     t0 = time.perf_counter()
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream

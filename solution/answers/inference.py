@@ -25,6 +25,7 @@ from solution.answers.postprocess import (
 )
 from solution.data.nq import Example, candidate_array
 from solution.windows.featurizer import Featurizer, WindowConfig, top_windows, windows_with_candidates
+from solution.windows.first_pass import SENTENCE_METHODS
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
@@ -102,6 +103,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
     yields a blank prediction.
     """
     answer = answer or _answer
+    check_first_pass(featurizer)
     pad_id = featurizer.tokenizer.pad_token_id or 0
     docs_done = windows_done = 0
     chunk: list = []  # (example, windows) or (example, the exception that stopped it)
@@ -138,7 +140,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
                 yield from flush()
             raise
         if not isinstance(ws, Exception):
-            ws = select_windows(ex, ws, cfg, featurizer.config)
+            ws = select_windows(ex, ws, cfg, featurizer.config, featurizer.embed)
         chunk.append((ex, ws))
         if len(chunk) >= docs_per_chunk:
             yield from flush()
@@ -146,7 +148,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         yield from flush()
 
 
-WINDOW_OVERRIDES = ("max_windows_per_document",)
+WINDOW_OVERRIDES = ("max_windows_per_document", "first_pass", "first_pass_model")
 """Window settings a prediction may change with --set: which windows run, never how they are cut (the
 model was trained on that)."""
 
@@ -165,15 +167,26 @@ def with_overrides(window: WindowConfig, post: PostprocessConfig, overrides) -> 
     return apply_overrides(window, window_sets), apply_overrides(post, post_sets)
 
 
-def select_windows(example: Example, windows: list, cfg: PostprocessConfig, window: WindowConfig) -> list:
+def select_windows(example: Example, windows: list, cfg: PostprocessConfig, window: WindowConfig,
+                   embed: Optional[Callable] = None) -> list:
     """The windows of a document that the model runs on, in document order: those holding a candidate
-    (`skip_windows_without_candidates`), then at most the window settings' `max_windows_per_document`."""
+    (`skip_windows_without_candidates`), then at most the window settings' `max_windows_per_document`,
+    ranked by their `first_pass` (`embed`: the sentence vectors of the `meaning` and `fused` ones)."""
     if cfg.skip_windows_without_candidates:
         windows = windows_with_candidates(example, windows)
     cap = window.max_windows_per_document
     if cap and len(windows) > cap:
-        windows = top_windows(example, windows, cap)
+        windows = top_windows(example, windows, cap, window.first_pass, embed)
     return windows
+
+
+def check_first_pass(featurizer: Featurizer) -> None:
+    """A first pass by sentence vectors needs the featurizer's `embed`: said before any document is read."""
+    window = featurizer.config
+    if window.max_windows_per_document and window.first_pass in SENTENCE_METHODS and featurizer.embed is None:
+        raise ValueError(f"window setting first_pass is {window.first_pass!r}, which ranks windows by sentence "
+                         "vectors, and the Featurizer has no embed callable: build it with "
+                         "embed=solution.model.sentences.first_pass_embed(window)")
 
 
 def _blank(example: Example, error: Exception) -> DocumentPrediction:

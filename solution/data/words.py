@@ -1,10 +1,13 @@
-"""Words of questions and pages: the stop words that carry no content, a text's content words, and the
-share of a question's words a window covers (the first pass's ranking and the word-matching reference).
+"""Words of questions and pages: the stop words that carry no content, a text's content words, the
+share of a question's words a window covers (the first pass's ranking and the word-matching reference),
+a page's sentences, items and rows (`segments`), and its subject masked (`mask_subject`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from solution.data.nq import is_text_token
 
 # Words that carry no content in a question: matching them says nothing about a passage.
 STOP_WORDS = frozenset("""a an and are as at be been by did do does for from had has have how in into is it its
@@ -44,3 +47,44 @@ establishment), as the question-answer overlap figures and the BM25 reference co
 
 def stem(word: str) -> str:
     return word.lower()[:STEM_LETTERS]
+
+
+SEGMENT_ENDS = frozenset({".", "</Tr>", "</Li>", "</P>", "<Tr>", "<Li>"})
+CELL_TAGS = frozenset({"<Td>", "</Td>", "<Th>", "</Th>"})
+
+
+def segments(tokens: list, start: int, end: int):
+    """Token index lists of the sentences, items and rows between `start` and `end` (text tokens only)."""
+    seg = []
+    for i in range(start, end):
+        tok = tokens[i]
+        if tok in CELL_TAGS:
+            continue  # a table row is one segment: its label cell names what its value cell states
+        if tok in SEGMENT_ENDS or (not is_text_token(tok) and tok.startswith("</")):
+            if seg:
+                yield seg
+            seg = []
+        elif is_text_token(tok):
+            seg.append(i)
+    if seg:
+        yield seg
+
+
+NEUTRAL_SUBJECT = "the subject"
+
+
+def mask_subject(words: list, subject: frozenset, neutral: str = NEUTRAL_SUBJECT) -> str:
+    """`words` joined with each run of the subject's words (compared lower-cased) replaced by `neutral`.
+
+    A question about an invented page names that page's subject, and so does every sentence on it; in
+    sentence vectors the subject's name then dominates both, so it is masked in question and sentences alike."""
+    out, in_run = [], False
+    for w in words:
+        if w.lower() in subject:
+            if not in_run:
+                out.append(neutral)
+            in_run = True
+        else:
+            out.append(w)
+            in_run = False
+    return " ".join(out)

