@@ -186,7 +186,7 @@ def test_standard_input_and_pipes_are_said_to_be_unsupported_and_batch_size_0_re
     os.mkfifo(fifo)
     out = tmp_path / "submission.csv"
     for source, said in (("-", "-: reading standard input is not supported"),
-                         (str(fifo), f"{fifo}: a pipe or a device (standard input?), not a regular file")):
+                         (str(fifo), f"{fifo}: a pipe (FIFO), not a regular file")):
         # The model directory does not exist: the input is checked first, before anything loads.
         assert predict.main(["--model", str(tmp_path / "no-model"), "--input", source, "--output", str(out)]) == 2
         err = capsys.readouterr().err

@@ -277,7 +277,7 @@ def test_split_calls_a_fifo_input_a_pipe(fifo, tmp_path, capsys, like):
     with pytest.raises(SystemExit) as e:
         main(["--input", str(fifo), "--out", str(tmp_path / "out"), *like])
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and err.startswith(f"error: --input {fifo}: a pipe or a device"), err
+    assert e.value.code == 2 and err.startswith(f"error: --input {fifo}: a pipe (FIFO), not a regular file"), err
     assert "\n" not in err
 
 
@@ -286,5 +286,5 @@ def test_hard_negatives_calls_a_fifo_train_file_a_pipe(fifo, tmp_path, capsys):
 
     assert main(["--model", str(tmp_path / "model"), "--train_file", str(fifo), "--out", str(tmp_path / "s.jsonl")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: --train_file {fifo}: a pipe or a device"), err
+    assert err.startswith(f"error: --train_file {fifo}: a pipe (FIFO), not a regular file"), err
     assert "\n" not in err

@@ -63,7 +63,9 @@ def test_tune_refuses_a_pipe_device_or_folder_before_reading(tmp_path, gold, cap
     with at_most(5):
         code = evaluate.main(["--tune", "--scores", paths["--scores"], "--gold", paths["--gold"]])
     err = one_error_line(capsys)
-    assert code == 2 and f"{option} {bad}" in err and "not a regular file" in err, err
+    said = {"fifo": "a pipe (FIFO), not a regular file", "folder": "a folder, not a file",
+            "device": "a device or a socket, not a regular file"}[kind]
+    assert code == 2 and f"{option} {bad}: {said}" in err, err
 
 
 @pytest.mark.parametrize("argv", [["--submission", "{bad}", "--gold", "{gold}"],

@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple, Union
 
+from solution.common.inputs import input_problem
+
 MAX_INT_DIGITS = 300  # a double holds about 1.8e308; an integer of more digits is no count or score of ours
 
 
@@ -80,14 +82,10 @@ def loads(text: Union[str, bytes], where: str, unique_keys: bool = False, bounde
 
 
 def _readable_file(path: Union[str, "os.PathLike[str]"]) -> Path:
-    p = Path(path)
-    if p.is_dir():
-        raise JsonError(f"{path}: is a folder, expected a JSON file")
-    if not p.exists():
-        raise JsonError(f"{path}: no such file")
-    if not p.is_file():  # a FIFO or a device: reading it could block forever
-        raise JsonError(f"{path}: not a regular file (a pipe or a device); give a file")
-    return p
+    problem = input_problem(path)
+    if problem:
+        raise JsonError(f"{path}: {problem}")
+    return Path(path)
 
 
 def read_json(path: Union[str, "os.PathLike[str]"], unique_keys: bool = False) -> Any:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+from solution.common.inputs import input_problem
 from solution.common.jsonio import JsonError, loads
 
 YES_NO_VALUES = ("NONE", "YES", "NO")
@@ -243,17 +244,13 @@ def _gzip_lines(raw) -> Iterator[bytes]:
 
 
 def check_input_file(path) -> None:
-    """A regular file to read: standard input (`-`, `/dev/stdin`) or another pipe or device is a ValueError
-    saying so (a file is read by name, and some commands read it twice); a missing one FileNotFoundError."""
-    p = Path(path)
-    if str(path) == "-":
-        raise ValueError("-: reading standard input is not supported; save it to a file and give its path")
-    if p.exists() and not p.is_file():
-        kind = "a folder" if p.is_dir() else "a pipe or a device (standard input?)"
-        raise ValueError(f"{path}: {kind}, not a regular file; reading it is not supported: save the input to a "
-                         "file and give its path")
-    if not p.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    """A regular file to read (`fsutil.input_problem`): standard input (`-`, `/dev/stdin`), another pipe, a
+    device or a folder is a ValueError saying so (a file is read by name, and some commands read it twice);
+    a missing one FileNotFoundError."""
+    problem = input_problem(path)
+    if problem:
+        error = FileNotFoundError if problem.startswith("no such") else ValueError
+        raise error(f"{path}: {problem}")
 
 
 def iter_lines(path, bad_bytes: str = "raise") -> Iterator[tuple]:

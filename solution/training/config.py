@@ -24,7 +24,6 @@ import json
 import math
 import os
 import socket
-import stat
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ import yaml
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.common import cli
+from solution.common.inputs import input_problem
 from solution.common.settings import read_settings_file
 from solution.common.values import coerce, move_settings
 from solution.windows.featurizer import MOVED_SETTINGS, WindowConfig
@@ -493,34 +493,9 @@ def check_inputs(cfg: TrainConfig) -> None:
 
 def _check_input_path(setting: str, path: str, folder: bool = False) -> None:
     """`path` is a readable regular file (or folder): else one line saying what stands there instead."""
-    want = "folder" if folder else "file"
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ValueError(f"{setting} {path}: no such {want}{_close_name(Path(path))}") from None
-    except OSError as e:
-        raise ValueError(f"{setting} {path}: cannot be read ({e.strerror})") from None
-    if stat.S_ISDIR(mode) and not folder:
-        raise ValueError(f"{setting} {path}: a folder, not a file; give the file's path")
-    if stat.S_ISFIFO(mode) or (not folder and not stat.S_ISREG(mode)):
-        kind = "a pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or a socket"
-        # Training reads its files by name, some of them more than once (a pipe gives its lines only once).
-        raise ValueError(f"{setting} {path}: {kind}, not a regular {want}; save the input to a file and give "
-                         "its path")
-    if folder and not stat.S_ISDIR(mode):
-        raise ValueError(f"{setting} {path}: a file, not a folder; give the folder's path")
-    if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
-        raise ValueError(f"{setting} {path}: not readable (permission denied)")
-
-
-def _close_name(path: Path) -> str:
-    """' (did you mean ...?)' naming a neighbour of a missing path's name, or ''."""
-    try:
-        names = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
-    except OSError:
-        names = []
-    close = difflib.get_close_matches(path.name, names, n=1)
-    return f" (did you mean {path.parent / close[0]}?)" if close else ""
+    problem = input_problem(path, folder)
+    if problem:
+        raise ValueError(f"{setting} {path}: {problem}")
 
 
 def _check_model_path(name: str) -> None:
