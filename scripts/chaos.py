@@ -40,7 +40,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from solution.common.fsutil import check_writable, claim_output, write_record  # noqa: E402
+from solution.common import cli  # noqa: E402
+from solution.common.fsutil import check_writable, write_record  # noqa: E402
 from solution.distributed.ports import free_port  # noqa: E402
 
 SCRIPT = "scripts/chaos.py"  # whose report it may write over
@@ -332,9 +333,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args, kinds = parse_args(argv)
-    try:  # before the runs, not after ten minutes of them
-        if args.json:
-            claim_output(args.json, "--json", command=SCRIPT, overwrite=args.overwrite)
+    cli.claim_records(SCRIPT, args.overwrite, json=args.json)  # before the runs, not after ten minutes of them
+    try:
         work = check_writable(args.work_dir or tempfile.mkdtemp(prefix="chaos-"), "--work-dir", create_dir=True)
         held = sorted(p.name for p in work.iterdir())
         if held:  # an earlier run's checkpoints would be resumed, and its faults never injected

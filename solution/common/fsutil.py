@@ -379,9 +379,7 @@ def check_paths_apart(outputs: list, inputs: list) -> None:
     with the CSV, or one output with the other. `outputs`, `inputs`: (what, path) pairs, both named."""
     outs = [(what, path) for what, path in outputs if path]
     for i, (what, path) in enumerate(outs):
-        for other, other_path in [*outs[:i], *inputs]:
-            if _same_file(path, other_path):
-                raise ValueError(f"{what} {path} is the same file as {other} {other_path}; write it elsewhere")
+        _check_not_input(Path(path), what, False, [*outs[:i], *inputs])  # claim_output's own check
 
 
 def mark_name(command: str) -> str:
