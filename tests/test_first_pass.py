@@ -138,3 +138,63 @@ def test_the_cache_key_changes_only_where_training_s_windows_do():
     assert window_key(replace(words, first_pass="stems"), keep) != window_key(words, keep)  # negatives ranked anew
     stems = {window_key(replace(words, first_pass=m), keep)["top_window_ranking"] for m in ("stems", "meaning", "fused")}
     assert stems == {"stems"}  # each ranks training's negatives by stems: one cache
+
+
+FOUNDER_PAGE = "T - wikipedia <H1> T </H1> <P> T a b c d </P> <P> e founder g h i </P>"
+
+
+def test_corpus_stats_scores_each_named_first_pass(tmp_path):
+    """One hand-cut window a paragraph: `words` ranks the title's paragraph first, `stems` the founder's."""
+    from conftest import write_jsonl
+
+    from solution import corpus_stats
+    from solution.data.nq import is_html_token, read_examples
+    from solution.windows.featurizer import DocumentEncoding, Window
+
+    ex = next(read_examples(write_jsonl(tmp_path / "fp.jsonl", [
+        nq_line("1", question="who founded t", document=FOUNDER_PAGE, long=1)])))
+    text = np.array([i for i, t in enumerate(ex.tokens) if not is_html_token(t)], dtype=np.int32)
+    doc = DocumentEncoding(np.zeros(len(text), dtype=np.int32), text)  # pieces: 0-3 title, 4-8, 9-13
+    windows = []
+    for k, s in enumerate((4, 9)):
+        nq_idx = np.concatenate([[-1, -1], text[s:s + 5], [-1]]).astype(np.int32)
+        types = np.array([0, 0] + [1] * 6, dtype=np.int8)
+        windows.append(Window("1", k, np.zeros(len(nq_idx), np.int32), types, nq_idx, doc_start=s))
+    assert corpus_stats.first_pass_hits(ex, doc, windows, ns=(1,)) == {1: False}
+    assert corpus_stats.first_pass_hits(ex, doc, windows, ns=(1,), method="stems") == {1: True}
+
+
+def test_corpus_stats_first_pass_names_and_a_bad_one(tmp_path, capsys):
+    from conftest import write_jsonl
+
+    from solution import corpus_stats
+
+    path = write_jsonl(tmp_path / "fp.jsonl", [nq_line("1", question="who founded t", document=FOUNDER_PAGE, long=1)])
+    assert corpus_stats.main([str(path), "--json", "--first-pass", "words", "stems"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["first_pass_recall_at_8"] == figures["first_pass_stems_recall_at_8"] == 1.0  # one window
+    assert figures["first_pass_stems_cpu_seconds_per_document"] >= 0 and figures["first_pass_documents"] == 1
+    assert corpus_stats.main([str(path), "--first-pass", "stems"]) == 0
+    out = capsys.readouterr().out
+    assert "| first pass (stems) recall: a window holding the gold long answer among the 8 kept | 1.00 |" in out
+    assert "among the 8 kept | 1.00 |" in out and "| first pass recall:" not in out  # words not named
+    assert corpus_stats.main([str(path), "--first-pass", "bm25"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --first-pass: unknown first pass 'bm25'") and err.count("\n") == 1
+
+
+def test_keep_first_keeps_the_page_s_first_windows_and_ranks_the_rest():
+    ex, windows = page()
+    assert first_pass.top_window_indices(ex, windows, 1, "stems", keep_first=1) == [0]
+    assert first_pass.top_window_indices(ex, windows, 2, "stems", keep_first=1) == [0, 1]
+    assert first_pass.ranked_window_indices(ex, windows, "stems", keep_first=1) == [0, 1, 2]
+    # Every window among the first: no ranking, no sentence vectors needed.
+    assert first_pass.top_window_indices(ex, windows, 2, "fused", keep_first=3) == [0, 1]
+    with pytest.raises(ValueError, match="first_pass_keep_first must be an integer >= 0"):
+        WindowConfig(first_pass_keep_first=-1)
+    window, _ = with_overrides(WindowConfig(), PostprocessConfig(), ["first_pass_keep_first=2", "first_pass=stems"])
+    assert (window.first_pass_keep_first, window.first_pass) == (2, "stems")
+    keep = NegativeSampling(top_window_keep=4)
+    assert window_key(replace(WindowConfig(), first_pass_keep_first=2), keep) != window_key(WindowConfig(), keep)
+    assert window_key(replace(WindowConfig(), first_pass_keep_first=2), NegativeSampling()) == \
+        window_key(WindowConfig(), NegativeSampling())

@@ -148,7 +148,7 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
         yield from flush()
 
 
-WINDOW_OVERRIDES = ("max_windows_per_document", "first_pass", "first_pass_model")
+WINDOW_OVERRIDES = ("max_windows_per_document", "first_pass", "first_pass_model", "first_pass_keep_first")
 """Window settings a prediction may change with --set: which windows run, never how they are cut (the
 model was trained on that)."""
 
@@ -171,12 +171,13 @@ def select_windows(example: Example, windows: list, cfg: PostprocessConfig, wind
                    embed: Optional[Callable] = None) -> list:
     """The windows of a document that the model runs on, in document order: those holding a candidate
     (`skip_windows_without_candidates`), then at most the window settings' `max_windows_per_document`,
-    ranked by their `first_pass` (`embed`: the sentence vectors of the `meaning` and `fused` ones)."""
+    ranked by their `first_pass` (`embed`: the sentence vectors of the `meaning` and `fused` ones), the
+    first `first_pass_keep_first` kept whatever their rank."""
     if cfg.skip_windows_without_candidates:
         windows = windows_with_candidates(example, windows)
     cap = window.max_windows_per_document
     if cap and len(windows) > cap:
-        windows = top_windows(example, windows, cap, window.first_pass, embed)
+        windows = top_windows(example, windows, cap, window.first_pass, embed, window.first_pass_keep_first)
     return windows
 
 

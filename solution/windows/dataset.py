@@ -122,9 +122,11 @@ def window_key(window: WindowConfig, sampling: NegativeSampling) -> dict:
     inference runs, except through `top_window_keep`, whose ranking is its word part: that part is named
     when it is not the first ranking, so a cache made before the setting existed keeps its key."""
     out = asdict(window)
-    del out["first_pass"], out["first_pass_model"]
+    del out["first_pass"], out["first_pass_model"], out["first_pass_keep_first"]
     if sampling.top_window_keep and word_method(window.first_pass) != "words":
         out["top_window_ranking"] = word_method(window.first_pass)
+    if sampling.top_window_keep and window.first_pass_keep_first:
+        out["top_window_keep_first"] = window.first_pass_keep_first
     return out
 
 
@@ -292,9 +294,10 @@ PROGRESS_SECONDS = 10.0
 
 
 def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool,
-                 first_pass: str = "words") -> list:
+                 first_pass: str = "words", keep_first: int = 0) -> list:
     """Each window's keep rate if it holds no answer (windows with an answer are always kept). `first_pass`
-    is the window setting: `top_window_keep` ranks by its word part (`first_pass.word_method`)."""
+    and `keep_first` are the window settings: `top_window_keep` ranks by the first pass's word part
+    (`first_pass.word_method`), the first `keep_first` windows kept as inference keeps them."""
     if sampling.question_word_keep_rate is None:
         rates = [sampling.rate(answerable)] * len(windows)
     else:
@@ -302,7 +305,8 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
         rates = [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
                  for w in windows]
     if sampling.top_window_keep:
-        for i in top_window_indices(example, windows, sampling.top_window_keep, word_method(first_pass)):
+        for i in top_window_indices(example, windows, sampling.top_window_keep, word_method(first_pass),
+                                    keep_first=keep_first):
             rates[i] = 1.0
     return rates
 
@@ -340,7 +344,8 @@ def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats:
 def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional[HardNegativeWeights]) -> list:
     """The windows of one document that training keeps, each as many times as its answer type's copies."""
     sampling, seed = job["sampling"], job["seed"]
-    rates = window_rates(sampling, ex, windows, answerable, job["window"].first_pass)
+    rates = window_rates(sampling, ex, windows, answerable, job["window"].first_pass,
+                         job["window"].first_pass_keep_first)
     if hard is None:
         kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
     else:

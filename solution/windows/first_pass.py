@@ -70,23 +70,34 @@ def candidate_window_indices(example: Example, windows: list) -> list:
 
 
 def top_window_indices(example: Example, windows: list, limit: int, method: str = "words",
-                       embed: Optional[Callable] = None, candidates_only: bool = True) -> list:
+                       embed: Optional[Callable] = None, candidates_only: bool = True, keep_first: int = 0) -> list:
     """Indices of the `limit` windows `method` ranks first, in document order, among the windows holding a
-    candidate (`candidates_only`). `embed(texts) -> unit vectors`, one row a text, for the sentence rankings.
-    Training keeps the no-answer windows this picks (`NegativeSampling.top_window_keep`) so that it learns on
-    the windows inference runs on."""
+    candidate (`candidates_only`); the first `keep_first` of them are kept whatever their rank (real NQ's
+    answers sit near the top of the page). `embed(texts) -> unit vectors`, one row a text, for the sentence
+    rankings. Training keeps the no-answer windows this picks (`NegativeSampling.top_window_keep`) so that it
+    learns on the windows inference runs on."""
     pool = candidate_window_indices(example, windows) if candidates_only else list(range(len(windows)))
     if len(pool) <= limit:
         return pool
-    scores = window_scores(example, [windows[i] for i in pool], method, embed)
-    best = sorted(range(len(pool)), key=lambda k: (-scores[k], k))[:limit]
-    return sorted(pool[k] for k in best)
+    return sorted(ranked_window_indices(example, windows, method, embed, pool, keep_first)[:limit])
+
+
+def ranked_window_indices(example: Example, windows: list, method: str, embed: Optional[Callable] = None,
+                          pool: Optional[list] = None, keep_first: int = 0) -> list:
+    """The indices of `pool` (default: the windows holding a candidate) in the order the first pass keeps
+    them: its first `keep_first`, then the rest as `method` ranks them."""
+    pool = candidate_window_indices(example, windows) if pool is None else pool
+    if keep_first >= len(pool):
+        return list(pool)
+    scores = window_scores(example, [windows[i] for i in pool], method, embed)  # IDF over the whole pool
+    order = sorted(range(keep_first, len(pool)), key=lambda k: (-scores[k], k))
+    return pool[:keep_first] + [pool[k] for k in order]
 
 
 def top_windows(example: Example, windows: list, limit: int, method: str = "words",
-                embed: Optional[Callable] = None) -> list:
-    """The `limit` windows `method` ranks first, kept in document order."""
-    return [windows[i] for i in top_window_indices(example, windows, limit, method, embed, candidates_only=False)]
+                embed: Optional[Callable] = None, keep_first: int = 0) -> list:
+    """The `limit` windows `method` ranks first (the first `keep_first` whatever their rank), in document order."""
+    return [windows[i] for i in top_window_indices(example, windows, limit, method, embed, False, keep_first)]
 
 
 def window_scores(example: Example, windows: list, method: str, embed: Optional[Callable] = None) -> np.ndarray:
