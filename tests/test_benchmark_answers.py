@@ -96,6 +96,51 @@ def test_deltas_are_the_row_minus_its_reference_on_the_same_documents():
     assert bench.reference_deltas({"lexical": {}}, row) == {}
 
 
+def test_the_recipe_s_margin_is_also_stated_on_long_answers_against_the_best_reference_there():
+    """A reference that answers long only (the sentence match) can be the best on the long rows while word
+    matching is the best on both rows: each margin is paired against its own best."""
+    base = {"_counts": {"test": [(2, 0, 0), (1, 1, 1), (0, 0, 2), (1, 0, 1)],
+                        "test_long": [(1, 0, 0), (1, 0, 0), (0, 0, 1), (1, 0, 0)]}}
+    lexical = {"_counts": {"test": [(2, 0, 0), (0, 1, 1), (1, 0, 1), (1, 0, 1)],
+                           "test_long": [(1, 0, 0), (0, 1, 1), (1, 0, 0), (0, 1, 1)]}}
+    sentences = {"_counts": {"test": [(1, 0, 1), (1, 0, 1), (0, 1, 2), (1, 0, 1)],
+                             "test_long": [(1, 0, 0), (1, 0, 0), (0, 1, 1), (1, 0, 0)]}}
+    for r in (lexical, sentences):
+        r |= {"test_f1": f1(r["_counts"]["test"]), "test_long_f1": f1(r["_counts"]["test_long"])}
+    refs = bench.reference_deltas({"lexical": lexical, "sentences": sentences, "first_paragraph": {}}, base)
+    assert refs["best_reference"] == "lexical" and refs["best_long_reference"] == "sentences"
+    assert refs["best_long_reference_delta"] == refs["sentences_long_delta"] == pytest.approx(
+        f1(base["_counts"]["test_long"]) - f1(sentences["_counts"]["test_long"]))
+    assert refs["lexical_long_delta"] == pytest.approx(f1(base["_counts"]["test_long"]) - f1(lexical["_counts"]["test_long"]))
+    lo, hi = refs["best_long_reference_delta_ci"]
+    assert lo <= refs["best_long_reference_delta"] <= hi
+    line = bench.table([{"technique": "baseline", "enabled": False, "seed": 0, "test_f1": 0.5} | refs], "t").splitlines()[-1]
+    assert "vs lexical " in line and "; long vs sentences " in line
+
+
+def test_references_only_scores_the_four_no_training_rows_and_trains_nothing(monkeypatch, tmp_path):
+    methods = []
+    monkeypatch.setattr(bench, "lexical_row", lambda corpus, method="words": methods.append(method) or {"test_f1": 0.1})
+    monkeypatch.setattr(bench, "first_paragraph_row", lambda corpus: {"test_f1": 0.0})
+    monkeypatch.setattr(bench, "train", lambda *a, **k: pytest.fail("references-only trains nothing"))
+    rows = bench.benchmark({"dev": "d", "test": "t"}, dict(bench.QUICK), tmp_path, [], references_only=True)
+    assert [r["technique"] for r in rows] == ["lexical", "bm25", "first_paragraph", "sentences"]
+    assert methods == ["words", "bm25", "sentences"] and all(r["seed"] is None for r in rows)
+    assert "sentences" in bench.NO_TECHNIQUE  # never drawn as a technique's bar pair
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--json", "x.json", "--references-only", "--merge", "a.json"])
+
+
+def test_every_row_carries_its_long_rows_f1_with_an_interval(tmp_path):
+    pytest.importorskip("natural_questions")
+    gold = write_jsonl(tmp_path / "dev.jsonl", [five_way(example_id="1", long=0, shorts=[(12, 14)]),
+                                                five_way(example_id="2", long=4), five_way(example_id="3")])
+    row = bench.first_paragraph_row({"dev": str(gold), "test": None})
+    assert row["dev_long_f1"] == pytest.approx(row["dev_untuned"]["long"]["micro_f1"])
+    assert row["dev_long_f1_ci"][0] <= row["dev_long_f1"] <= row["dev_long_f1_ci"][1]
+    assert len(row["_counts"]["dev_long"]) == 3
+
+
 def test_ensemble_members_take_the_next_seeds():
     assert bench.ensemble_seeds([0, 1]) == [0, 1, 2]
     assert bench.ensemble_seeds([0]) == [0, 1, 2]
@@ -168,12 +213,18 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     bm25 = next(x for x in rows if x["technique"] == "bm25")
     assert bm25["short_f1"] == 0.0 and bm25["num_train_documents"] == 0  # long answers only
     assert next(x for x in rows if x["technique"] == "first_paragraph")["thresholds"] is None
+    sentences = next(x for x in rows if x["technique"] == "sentences")  # the backbone's own sentence vectors
+    assert sentences["short_f1"] == 0.0 and sentences["num_train_documents"] == 0  # long answers only
     for x in rows:  # the NQ paper's units: official long and short F1, each inside its interval
         for key in ("dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1"):
             assert x[f"{key}_ci"][0] <= x[key] <= x[f"{key}_ci"][1], (x["technique"], key)
     base = next(x for x in rows if x["technique"] == "baseline" and x["seed"] == 0)
     assert _close(base["lexical_delta"], base["test_f1"] - lexical["test_f1"])
     assert base["lexical_delta_ci"][0] <= base["lexical_delta"] <= base["lexical_delta_ci"][1]
+    assert _close(base["sentences_delta"], base["test_f1"] - sentences["test_f1"])
+    best_long = max((x for x in rows if x["technique"] in bench.REFERENCES), key=lambda x: x["test_long_f1"])
+    assert base["best_long_reference"] == best_long["technique"]
+    assert _close(base["best_long_reference_delta"], base["test_long_f1"] - best_long["test_long_f1"])
     on = {x["technique"]: x for x in rows if x["enabled"] is True and x["technique"] in bench.TECHNIQUES}
     assert set(on) == set(bench.TECHNIQUES)
     for x in on.values():

@@ -235,15 +235,16 @@ def _document_outcomes(eid: str, g: Gold, predictions: dict, source: Optional[st
         yield kind, (0 if pred in valid else 1) if pred else (2 if valid else None)
 
 
-def document_counts(predictions: dict, gold: dict) -> list:
+def document_counts(predictions: dict, gold: dict, kinds: tuple = ("long", "short")) -> list:
     """[(tp, fp, fn)] of each gold document, in the gold's order: what a bootstrap over documents
-    resamples (`solution.scoring.intervals`). Rows are checked as `score` checks them."""
+    resamples (`solution.scoring.intervals`), counting the rows of `kinds` (("long",): long answers alone).
+    Rows are checked as `score` checks them."""
     score(predictions, gold)  # missing, extra or malformed rows: the same error as scoring
     out = []
     for eid, g in gold.items():
         c = [0, 0, 0]
-        for _, outcome in _document_outcomes(eid, g, predictions, None):
-            if outcome is not None:
+        for kind, outcome in _document_outcomes(eid, g, predictions, None):
+            if outcome is not None and kind in kinds:
                 c[outcome] += 1
         out.append(tuple(c))
     return out
