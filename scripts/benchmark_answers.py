@@ -45,7 +45,7 @@ Beside the techniques:
 * `sentences`: `solution.lexical --method sentences` (no training on our pages): the backbone's own
   sentence vectors (all-MiniLM-L6-v2, trained on question-passage pairs including NQ's), the candidate
   holding the sentence nearest the question, title masked, long answers only, its threshold tuned on dev;
-  `sentences_delta` on each baseline row. ~2 CPU seconds a page: the row embeds every dev and test page.
+  `sentences_delta` on each baseline row. ~3 CPU seconds a page: the row embeds every dev and test page.
 * On each baseline row, `best_reference` / `best_reference_delta` (and `_ci`): the no-training row with
   the best test micro-F1, and the baseline minus it, paired; `best_long_reference` /
   `best_long_reference_delta` (and `_ci`): the same on the long rows alone (every row's `test_long_f1`,

@@ -25,9 +25,10 @@ page of ours, not a plain encoder. Every segment of every top-level candidate an
 neutral phrase in question and segments alike (`words.mask_subject`: an invented subject's name would
 otherwise dominate every vector); a candidate scores its best segment's cosine with the question, the best
 candidate (a tie: the earlier) is the long answer and its cosine the record's score.
-No short answer and no YES / NO: it says where the answer is, not what it is. It costs ~2.2 CPU seconds
-a page of the nq profile (~250-400 segments; one thread of a 2-core AMD EPYC), and ~7 s once a process to
-load the encoder (loaded by this method alone, on first use).
+No short answer and no YES / NO: it says where the answer is, not what it is. It costs ~3 CPU seconds a
+page of the nq profile (2,400 s for the benchmark's 800 dev and test pages; 2.2 s on a median page of ~250-400
+segments; one thread of a 2-core AMD EPYC), and ~7 s once a process to load the encoder (loaded by this
+method alone, on first use).
 
 The output is the same score record `submission.predict --scores-out` writes
 (`postprocess.score_record`), so `solution.scoring.tuning` tunes its two thresholds on dev and
