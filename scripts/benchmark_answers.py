@@ -372,6 +372,7 @@ def predict(models: list, cfg, path: str, out_csv: Path, window_sets: list = ())
     from solution.answers.ensemble import weighted_runner
     from solution.answers.inference import predict_documents, submission_rows, with_overrides
     from solution.data.nq import read_examples
+    from solution.model.sentences import first_pass_embed
     from solution.windows.featurizer import Featurizer, WindowConfig
 
     loaded = [RUNNERS.get(m) for m in models]
@@ -382,7 +383,8 @@ def predict(models: list, cfg, path: str, out_csv: Path, window_sets: list = ())
         return averaged(batch)
 
     window, _ = with_overrides(WindowConfig(**loaded[0][2]["window"]), cfg, window_sets)
-    preds = list(predict_documents(counted, Featurizer(loaded[0][1], window), read_examples(path), cfg))
+    preds = list(predict_documents(counted, Featurizer(loaded[0][1], window, embed=first_pass_embed(window)),
+                                 read_examples(path), cfg))
     rows = dict(submission_rows(preds))
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)

@@ -215,6 +215,7 @@ def infer(args) -> dict:
     from solution.answers.postprocess import PostprocessConfig
     from solution.data.nq import read_examples
     from solution.model.qa_model import build_model, load_tokenizer
+    from solution.model.sentences import first_pass_embed
     from solution.training.config import load_config
     from solution.windows.featurizer import Featurizer
 
@@ -247,7 +248,8 @@ def infer(args) -> dict:
 
         tok = load_tokenizer(cfg.model_name_or_path)
         t0 = time.perf_counter()
-        docs = sum(1 for _ in predict_documents(counting, Featurizer(tok, cfg.window), read_examples(args.pages),
+        docs = sum(1 for _ in predict_documents(counting, Featurizer(tok, cfg.window, embed=first_pass_embed(cfg.window)),
+                                                read_examples(args.pages),
                                                 PostprocessConfig(), batch_size=64))
         wall = time.perf_counter() - t0
         out.update(end_to_end_windows_per_s=counted["windows"] / wall, end_to_end_documents=docs,

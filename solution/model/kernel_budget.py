@@ -98,6 +98,7 @@ def measure_windows(models: list, pages, limit: int) -> dict:
     from solution.answers.postprocess import PostprocessConfig
     from solution.data.nq import read_examples
     from solution.model.qa_model import read_tokenizer
+    from solution.model.sentences import first_pass_embed
     from solution.windows.featurizer import Featurizer, WindowConfig
 
     post = PostprocessConfig(**models[0].postprocess)
@@ -110,8 +111,8 @@ def measure_windows(models: list, pages, limit: int) -> dict:
         if key in out:
             continue
         window = WindowConfig(**m.window)
-        featurizer = Featurizer(read_tokenizer(m.model_dir), window)
-        counts = [len(select_windows(ex, ws, post, window))
+        featurizer = Featurizer(read_tokenizer(m.model_dir), window, embed=first_pass_embed(window))
+        counts = [len(select_windows(ex, ws, post, window, featurizer.embed))
                   for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True)
                   if not isinstance(ws, Exception)]
         out[key] = sum(counts) / max(len(counts), 1)
