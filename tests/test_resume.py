@@ -147,7 +147,8 @@ def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path, tmp_
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
-                           "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null", "--output_dir", str(blocker / "run")],
+                           "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null",
+                           "--output_dir", str(blocker / "run")],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     [line] = error_lines(proc)
@@ -163,7 +164,8 @@ def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path, tmp_path_f
 
     with exclusive_lock(tmp_path, "output_dir"):
         proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
-                               "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null", "--output_dir", str(tmp_path)],
+                               "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null",
+                               "--output_dir", str(tmp_path)],
                               cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = error_lines(proc)
