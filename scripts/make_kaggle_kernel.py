@@ -56,7 +56,7 @@ from solution.common.fsutil import replace_dir  # noqa: E402
 # The inference path and nothing else (each of these imports only torch, transformers, numpy, stdlib).
 CODE = ["solution/__init__.py",
         "solution/common/__init__.py", "solution/common/cli.py", "solution/common/fsutil.py",
-        "solution/common/jsonio.py", "solution/common/values.py", "solution/common/precision.py",
+        "solution/common/jsonio.py", "solution/common/inputs.py", "solution/common/values.py", "solution/common/precision.py",
         "solution/data/__init__.py", "solution/data/nq.py", "solution/data/words.py",
         "solution/windows/__init__.py", "solution/windows/featurizer.py", "solution/windows/first_pass.py",
         "solution/answers/__init__.py", "solution/answers/postprocess.py", "solution/answers/inference.py",
