@@ -229,14 +229,7 @@ def make_nq_example(rng: random.Random, answer_type: str, min_words: int, max_wo
     used = sum(_nq_words(n) for n in head)
     body = _nq_body(rng, page, entity, stated, values, topics, asked, max(0, target - used - refs - bottom_nav))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
-    tokens, cands, where = _nq_render(head + body + tail)
-    answer = None
-    if answer_type != "NONE":
-        top, inner, vs, ve = where[asked]
-        nested = inner != top and rng.random() < NQ_NESTED_GOLD
-        answer = {"candidate_index": inner if nested else top, "short": [(vs, ve)] if answer_type == "SHORT" else [],
-                  "yes_no": answer_type if answer_type in ("YES", "NO") else "NONE"}
-    return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}
+    return page_record(rng, head + body + tail, asked, answer_type, question, entity)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,25 +591,12 @@ def make_nq_reading_example(rng: random.Random, answer_type: str, min_words: int
                             held_out: bool = False) -> dict:
     """One page of the `nq` profile (`make_nq_example`'s pages, questions that need reading); `held_out`:
     a dev or test page, whose questions and facts are sometimes put in forms training never shows."""
-    names = _Names(rng)
-    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
-    doc = _Doc(rng, entity, names)
-    target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
-    stated = rng.sample(list(ATTRIBUTES), rng.randint(3, 12))
-    topics = rng.sample(list(TOPICS), rng.randint(2, 8))
-    kind = rng.choice(("country", "kingdom", "island nation", "republic"))
-    reading = _Reading(rng, doc, kind, names.proper(), held_out)
-    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
-    reading.capital = values.get("capital")
+    names, doc, reading, target, stated, topics, values = reading_page_plan(rng, _Doc, _Reading, min_words,
+                                                                              max_words, held_out)
+    entity, kind = doc.entity, reading.kind
     asked, question = _reading_question(rng, names, reading, answer_type, stated, topics, values)
     page = _NQPage(rng, doc)
-    nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
-    head = [("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])]
-    infobox = [("Tr", [('Th_colspan="2"', [([entity], None, 0, 0)])])]
-    for k, v in (("Official name", f"{reading.official} ( {reading.abbreviation} )"), ("Demonym", reading.demonym),
-                 ("Time zone", f"UTC + {rng.randint(1, 5)}"), ("Calling code", f"+ {rng.randint(200, 999)}")):
-        infobox.append(("Tr", [("Th", [(k.split(), None, 0, 0)]), ("Td", [(v.split(), None, 0, 0)])]))
-    head.append(("Table", infobox))
+    head = [title_and_nav(rng, page, kind), ("Table", infobox_rows(rng, entity, reading))]
     top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))
     head.append(page.text(top_nav, "nav"))
     intro = (f"{entity} , officially the {reading.official} ( {reading.abbreviation} ) , is a small {kind} on the "
@@ -625,7 +605,45 @@ def make_nq_reading_example(rng: random.Random, answer_type: str, min_words: int
     used = sum(_nq_words(n) for n in head)
     body = _reading_body(rng, page, reading, stated, values, topics, asked, max(0, target - used - refs - bottom_nav))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
-    tokens, cands, where = _nq_render(head + body + tail)
+    return page_record(rng, head + body + tail, asked, answer_type, question, entity)
+
+
+def reading_page_plan(rng: random.Random, doc_cls, reading_cls, min_words: int, max_words: int, held_out: bool):
+    """What a reading page is about, drawn in this order (a profile's bytes depend on it): (names, doc,
+    reading, target words, stated attributes, topics, {attribute: value})."""
+    names = _Names(rng)
+    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
+    doc = doc_cls(rng, entity, names)
+    target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
+    stated = rng.sample(list(ATTRIBUTES), rng.randint(3, 12))
+    topics = rng.sample(list(TOPICS), rng.randint(2, 8))
+    kind = rng.choice(("country", "kingdom", "island nation", "republic"))
+    reading = reading_cls(rng, doc, kind, names.proper(), held_out)
+    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
+    reading.capital = values.get("capital")
+    return names, doc, reading, target, stated, topics, values
+
+
+def title_and_nav(rng: random.Random, page: _NQPage, kind: str) -> tuple:
+    """The page's opening text: its title as NQ's pages open, and three navigation runs."""
+    entity = page.doc.entity
+    nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
+    return ("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])
+
+
+def infobox_rows(rng: random.Random, entity: str, reading: _Reading) -> list:
+    """The infobox's heading row and its four fixed rows."""
+    rows = [("Tr", [('Th_colspan="2"', [([entity], None, 0, 0)])])]
+    for k, v in (("Official name", f"{reading.official} ( {reading.abbreviation} )"), ("Demonym", reading.demonym),
+                 ("Time zone", f"UTC + {rng.randint(1, 5)}"), ("Calling code", f"+ {rng.randint(200, 999)}")):
+        rows.append(("Tr", [("Th", [(k.split(), None, 0, 0)]), ("Td", [(v.split(), None, 0, 0)])]))
+    return rows
+
+
+def page_record(rng: random.Random, nodes: list, asked: str, answer_type: str, question: str, entity: str) -> dict:
+    """The page rendered, and its answer: the block stating `asked` (its nested item or row as the gold on
+    NQ_NESTED_GOLD of the facts that have one)."""
+    tokens, cands, where = _nq_render(nodes)
     answer = None
     if answer_type != "NONE":
         top, inner, vs, ve = where[asked]

@@ -18,25 +18,23 @@ are the `nq` profile's.
 """
 
 
-import math
 import random
 
 from solution.data.synth.easy import ATTRIBUTES, NONE_ASKS_ATTRIBUTE, TOPICS, _Doc, _Names
 from solution.data.synth.nq_pages import (
-    _NAV,
     NQ_CANDIDATE_TAGS,
     NQ_DISTRACTOR,
     NQ_FACT_HEADING,
-    NQ_MEDIAN_WORDS,
-    NQ_NESTED_GOLD,
-    NQ_SIGMA,
     READING_ATTRIBUTES,
-    _nq_render,
     _nq_sections,
     _nq_words,
     _NQPage,
     _Reading,
     _reading_fact_block,
+    infobox_rows,
+    page_record,
+    reading_page_plan,
+    title_and_nav,
 )
 
 # Where the asked fact is stated, for a question about an attribute: the intro, an infobox row, or the body.
@@ -232,12 +230,8 @@ def _head(rng, page: _NQPage, reading: _Reading, kind: str, values: dict, where:
     """Title and navigation, the infobox (before or after the lead) and the lead paragraph stating the page's
     main facts."""
     entity = page.doc.entity
-    nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
-    title = ("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])
-    rows = [("Tr", [('Th_colspan="2"', [([entity], None, 0, 0)])])]
-    for k, v in (("Official name", f"{reading.official} ( {reading.abbreviation} )"), ("Demonym", reading.demonym),
-                 ("Time zone", f"UTC + {rng.randint(1, 5)}"), ("Calling code", f"+ {rng.randint(200, 999)}")):
-        rows.append(("Tr", [("Th", [(k.split(), None, 0, 0)]), ("Td", [(v.split(), None, 0, 0)])]))
+    title = title_and_nav(rng, page, kind)
+    rows = infobox_rows(rng, entity, reading)
     rows += [_fact_row(reading, k, values[k], k) for k, at in where.items() if at == "infobox"]
     lead = (f"{entity} , officially the {reading.official} ( {reading.abbreviation} ) , is a {rng.choice(_SIZES)} {kind} "
             f"{rng.choice(_LIES)} the {reading.sea} Sea .").split()
@@ -320,16 +314,9 @@ def make_nq_shaped_example(rng: random.Random, answer_type: str, min_words: int,
                            held_out: bool = False) -> dict:
     """One page of the `nq-shaped` profile (the module's docstring says what it changes from `nq`);
     `held_out`: a dev or test page, asked and stated in the `nq` profile's held-out forms at its rates."""
-    names = _Names(rng)
-    entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
-    doc = _ShapedDoc(rng, entity, names)
-    target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
-    stated = rng.sample(list(ATTRIBUTES), rng.randint(3, 12))
-    topics = rng.sample(list(TOPICS), rng.randint(2, 8))
-    kind = rng.choice(("country", "kingdom", "island nation", "republic"))
-    reading = _ShapedReading(rng, doc, kind, names.proper(), held_out)
-    values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
-    reading.capital = values.get("capital")
+    names, doc, reading, target, stated, topics, values = reading_page_plan(rng, _ShapedDoc, _ShapedReading,
+                                                                              min_words, max_words, held_out)
+    entity, kind = doc.entity, reading.kind
     neighbour: dict = {}  # the neighbour's values a NO question names, so its copy is stated on the page
     asked, question = _shaped_question(rng, names, reading, answer_type, stated, topics, values, neighbour)
     where = _where_stated(rng, stated, asked)
@@ -344,11 +331,4 @@ def make_nq_shaped_example(rng: random.Random, answer_type: str, min_words: int,
         cands = sum(n[0].split("_")[0] in NQ_CANDIDATE_TAGS for n in nodes)
         _insert_at_rank(nodes, asked_nodes, _body_rank(rng, cands), len(head))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
-    tokens, cands, where_key = _nq_render(nodes + tail)
-    answer = None
-    if answer_type != "NONE":
-        top, inner, vs, ve = where_key[asked]
-        nested = inner != top and rng.random() < NQ_NESTED_GOLD
-        answer = {"candidate_index": inner if nested else top, "short": [(vs, ve)] if answer_type == "SHORT" else [],
-                  "yes_no": answer_type if answer_type in ("YES", "NO") else "NONE"}
-    return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}
+    return page_record(rng, nodes + tail, asked, answer_type, question, entity)
