@@ -137,11 +137,14 @@ class _NQPage:
             rows.insert(rng.randint(1, len(rows)), r)
         return ("Table", rows)
 
+    # A filler block is a paragraph below the first share of draws, a list below the second, then a table.
+    BLOCK_SHARES = (0.72, 0.87)
+
     def block(self) -> tuple:
         r = self.rng.random()
-        if r < 0.72:
+        if r < self.BLOCK_SHARES[0]:
             return self.paragraph(self._para_words())
-        if r < 0.87:
+        if r < self.BLOCK_SHARES[1]:
             return self.ul()
         if r < 0.95:
             return self.table()

@@ -130,15 +130,7 @@ class _ShapedPage(_NQPage):
     """_NQPage with somewhat more lists and tables among its filler blocks: the lead, the infobox rows and fewer
     blocks of their own for the facts would otherwise leave fewer candidates a page than `nq` has (real: more)."""
 
-    def block(self) -> tuple:
-        r = self.rng.random()
-        if r < 0.64:
-            return self.paragraph(self._para_words())
-        if r < 0.84:
-            return self.ul()
-        if r < 0.95:
-            return self.table()
-        return ("text", self.run("Main article : {E} {W}") if r < 0.97 else self.text(self.rng.randint(20, 120), "nav")[1])
+    BLOCK_SHARES = (0.64, 0.84)
 
 
 class _ShapedReading(_Reading):
