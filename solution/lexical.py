@@ -206,11 +206,11 @@ def sentence_embed(threads: int = 0):
     `bm25` never need it); `threads` > 0 sets torch's intra-op threads first."""
     import torch
 
-    from solution.model.sentences import SentenceEncoder
+    from solution.model.sentences import SENTENCE_BACKBONE, shared_encoder
 
     if threads > 0:
         torch.set_num_threads(threads)
-    return SentenceEncoder().embed
+    return shared_encoder(SENTENCE_BACKBONE).embed  # the first pass's own: one copy of the model a process
 
 
 METHODS = ("words", "bm25", "sentences")

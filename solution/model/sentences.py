@@ -65,9 +65,9 @@ def first_pass_embed(window: WindowConfig) -> Optional[Callable]:
     the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, else None."""
     if window.first_pass not in SENTENCE_METHODS or not window.max_windows_per_document:
         return None
-    return _encoder(window.first_pass_model).embed
+    return shared_encoder(window.first_pass_model).embed
 
 
 @lru_cache(maxsize=2)
-def _encoder(name_or_path: str) -> SentenceEncoder:
+def shared_encoder(name_or_path: str) -> SentenceEncoder:
     return SentenceEncoder(name_or_path)  # once a process: an ensemble's groups share it
