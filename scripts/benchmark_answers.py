@@ -432,7 +432,8 @@ def lexical_row(corpus: dict, method: str = "words") -> dict:
     """A no-training answerer of `solution.lexical` (word matching, or `bm25`): thresholds tuned on dev,
     applied to test."""
     from solution.answers.postprocess import PostprocessConfig
-    from solution.lexical import lexical_records, tuned_on_dev
+    from solution.model.references import lexical_records
+    from solution.scoring.tuning import tuned_on_dev
     from solution.scoring.tuning import predictions_with
 
     dev_records = lexical_records(corpus["dev"], method=method)

@@ -486,7 +486,8 @@ def interval_figures(predictions: dict, gold: dict) -> tuple:
 
 def lexical_figures(dev_path: Path, test_path: Path, dev_gold: dict, test_gold: dict) -> tuple:
     """Word matching (solution.lexical), its thresholds tuned on dev, on test: ({dev_f1_tuned, test...}, counts)."""
-    from solution.lexical import lexical_records, tuned_on_dev
+    from solution.model.references import lexical_records
+    from solution.scoring.tuning import tuned_on_dev
     from solution.scoring.tuning import predictions_with
 
     tuned, best = tuned_on_dev(lexical_records(dev_path), dev_gold)

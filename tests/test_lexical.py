@@ -5,7 +5,7 @@ import json
 from conftest import nq_line, write_jsonl
 
 from solution.data.nq import parse_example, read_examples
-from solution.lexical import answer
+from solution.model.references import answer
 
 PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <P> Drakia is a small country . </P> "
         "<P> The capital of Vemoria is Ostel . Vemoria lies to the north . </P> "
@@ -63,7 +63,7 @@ def test_a_value_keeps_its_capitalised_question_word():
 def test_bm25_picks_the_candidate_closest_to_the_question_and_gives_no_short_answer(tmp_path):
     """The retrieval reference: candidates ranked by BM25 on words stemmed to 6 letters, the page title's
     words aside; the best is the long answer, never a short one."""
-    from solution.lexical import bm25_answer
+    from solution.model.references import bm25_answer
 
     doc = ("Vemoria <H1> Vemoria </H1> <P> The rivers of Vemoria are long and wide . </P> "
            "<P> Vemoria was established by the founders in 1850 . </P> <P> The weather is mild . </P>")

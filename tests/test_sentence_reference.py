@@ -6,7 +6,8 @@ import numpy as np
 from conftest import nq_line, write_jsonl
 
 from solution.data.nq import parse_example
-from solution.lexical import answer, lexical_records, main, sentence_answer, sentence_embed
+from solution.lexical import main
+from solution.model.references import answer, lexical_records, sentence_answer, sentence_embed
 
 # The question's own word ("population") sits in a sentence about a museum; the answer says it in other words.
 PAGE = ("Drakia - wikipedia <H1> Drakia </H1> <P> Drakia is a small country in the north . </P> "

@@ -305,3 +305,10 @@ def write_thresholds(model_dir, long_threshold: float, short_threshold: float, t
     meta["postprocess"].update(written)
     meta["tuned_thresholds"] = tuned_on
     return atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
+
+
+def tuned_on_dev(dev_records: list, dev_gold: dict) -> tuple:
+    """A no-training answerer's two thresholds tuned on dev, as a model's are: (the post-processing config to apply to test,
+    `tuning.tune`'s result with the dev micro-F1 at them)."""
+    best = tune(dev_records, dev_gold, cfg=PostprocessConfig())
+    return dataclasses.replace(PostprocessConfig(), **best["thresholds"]), best
