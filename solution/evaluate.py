@@ -128,8 +128,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
 def tune_config(args: argparse.Namespace):
     """The post-processing settings --tune starts from: --model's, then --set."""
-    from solution.answers.postprocess import PostprocessConfig, apply_overrides  # numpy: only --tune needs it
+    from solution.answers.postprocess import PostprocessConfig  # numpy: only --tune needs it
     from solution.common.jsonio import JsonError, read_json_object
+    from solution.common.settings import apply_overrides
 
     cfg = PostprocessConfig()
     if args.model:

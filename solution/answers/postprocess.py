@@ -63,13 +63,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from solution.common.values import coerce
+# Importable from here until its callers import it from common.settings, where it lives now.
+from solution.common.settings import apply_overrides  # noqa: F401
 from solution.data.nq import containing_candidate
 from solution.windows.featurizer import ANSWER_TYPES
 
@@ -80,6 +80,8 @@ _YES, _NO = ANSWER_TYPES.index("YES"), ANSWER_TYPES.index("NO")
 @dataclass
 class PostprocessConfig:
     """Saved in the model directory; `submission.predict` reads it from there (`--set KEY=VALUE` overrides)."""
+
+    SETTINGS_NAME = "post-processing"  # what `common.settings.apply_overrides` calls these in its errors
 
     top_k: int = 20
     """Start and end positions considered per window (n-best size)."""
@@ -135,35 +137,6 @@ class PostprocessConfig:
             raise ValueError(f"n_best_size must be >= 1, got {self.n_best_size}")
         if self.score_space not in SCORE_SPACES:
             raise ValueError(f"score_space must be one of {', '.join(SCORE_SPACES)}, got {self.score_space!r}")
-
-
-def apply_overrides(cfg, overrides):
-    """A copy of `cfg` (post-processing's settings, or the window settings a prediction may change) with
-    each "key=value" applied, typed by the field as training's command line types its settings
-    (`common.values.coerce`: the same words for true and false). An unknown key or a value that does not
-    parse is a ValueError naming the key."""
-    what = "post-processing" if isinstance(cfg, PostprocessConfig) else "window"
-    types = typing.get_type_hints(type(cfg))
-    changes = {}
-    for item in overrides:
-        key, sep, text = str(item).partition("=")
-        key, text = key.strip(), text.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        if key not in types:
-            raise ValueError(f"--set {key}: unknown {what} setting (known: {', '.join(sorted(types))})")
-        kind = getattr(types[key], "__name__", str(types[key]))
-        try:
-            value = coerce(text, types[key])
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError("must be a finite number")
-        except ValueError as e:
-            raise ValueError(f"--set {key}={text}: not a valid {kind} ({e})") from None
-        changes[key] = value
-    try:
-        return dataclasses.replace(cfg, **changes)
-    except ValueError as e:
-        raise ValueError(f"--set: {e}") from None
 
 
 @dataclass

@@ -5,11 +5,15 @@ line, and YAML's aliases bounded: a file whose aliases expand past `MAX_YAML_NOD
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from pathlib import Path
 
 import yaml
 
 from solution.common import jsonio
+from solution.common.values import coerce
 
 
 class _DuplicateKey(Exception):
@@ -87,3 +91,32 @@ def read_settings_file(path: str, what: str):
         raise ValueError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({e})") from None
+
+
+def apply_overrides(cfg, overrides, what: str | None = None):
+    """A copy of the settings dataclass `cfg` with each "key=value" applied, typed by the field as training's
+    command line types its settings (`common.values.coerce`: the same words for true and false). An unknown
+    key or a value that does not parse is a ValueError naming the key; `what` names the settings in it
+    (default: the class's `SETTINGS_NAME`, else its name)."""
+    what = what or getattr(cfg, "SETTINGS_NAME", type(cfg).__name__)
+    types = typing.get_type_hints(type(cfg))
+    changes = {}
+    for item in overrides:
+        key, sep, text = str(item).partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        if key not in types:
+            raise ValueError(f"--set {key}: unknown {what} setting (known: {', '.join(sorted(types))})")
+        kind = getattr(types[key], "__name__", str(types[key]))
+        try:
+            value = coerce(text, types[key])
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError("must be a finite number")
+        except ValueError as e:
+            raise ValueError(f"--set {key}={text}: not a valid {kind} ({e})") from None
+        changes[key] = value
+    try:
+        return dataclasses.replace(cfg, **changes)
+    except ValueError as e:
+        raise ValueError(f"--set: {e}") from None
