@@ -10,7 +10,7 @@ windows among those same few as negatives (`sampling.top_window_keep`). Four ran
   "founded" matches "founder"), each matched stem weighed by its inverse document frequency over the page's
   own windows (BM25's form). The title's words are on every window of a page and so say nothing of which
   one; a stem found in few windows says more than one found in all. IDF over the page rather than over the
-  file: a page is ranked alone, as a kernel reads it, and it measured as well (docs/answers.md).
+  file: a page is ranked alone, as a kernel reads it, and it measured as well (docs/answers-first-pass.md).
 - `meaning`: the best cosine between the question and the sentences, list items and table rows the window
   holds (`words.segments`), in the sentence vectors of the `embed` callable the caller hands in (the
   backbone's own, `solution.model.sentences`), the page title's words replaced by a neutral phrase in
