@@ -9,7 +9,7 @@
 # ("The GPU check") says how to make one. Then, as on the GPU machine:
 # 1. the bundle's wheels installed with `pip install --no-index --no-deps --target DIR/site` (no network);
 # 2. the versions against the supported ranges (scripts/gpu_check.py --check-versions);
-# 3. the tiny SGD training of tests/test_strategies.py as one process, and under zero2, zero3 and fsdp as two
+# 3. the tiny SGD training of tests/distributed/test_strategies.py as one process, and under zero2, zero3 and fsdp as two
 #    CPU ranks through torchrun (global batch 8 each way): every step's loss and gradient norm must match the
 #    one process's within 1e-4 relative;
 # 4. `submission.predict` with each of those models on the real NQ dev lines: the same CSV from all four;
@@ -56,7 +56,7 @@ step install "$python" -m pip install --no-index --no-deps --disable-pip-version
 export PYTHONPATH="$out/site:$PWD" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1
 "$python" scripts/gpu_check.py --check-versions --out "$out" || failed+=(versions)
 
-# tests/test_strategies.py's tiny run: plain SGD, fp32, dropout 0, random windows, 6 steps at global batch 8.
+# tests/distributed/test_strategies.py's tiny run: plain SGD, fp32, dropout 0, random windows, 6 steps at global batch 8.
 common=(--config configs/train/tiny.yaml --model_name_or_path "$bundle/minilm" --data_source dummy
         --dummy_num_windows 256 --optim sgd --learning_rate 0.3 --max_grad_norm 0 --max_steps 6 --logging_steps 1
         --eval_strategy no --disable_tqdm true --long_threshold -1e9 --short_threshold -1e9 --overwrite_output_dir true)

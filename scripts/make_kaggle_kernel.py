@@ -32,7 +32,7 @@ requirements ask transformers>=4.51) and datasets, but never accelerate or
 deepspeed, and a code competition allows no internet to install anything.
 So only modules that import torch, transformers, numpy, tqdm (a dependency
 of transformers) and the standard library are copied, and run.py is tested
-under transformers 4.x as well as the 5.x we pin (tests/test_kaggle_kit.py).
+under transformers 4.x as well as the 5.x we pin (tests/experiments/test_kaggle_kit.py).
 The copied code does not import datasets either: it is not needed, and the
 kernel then runs on any image with torch and transformers.
 """

@@ -169,7 +169,7 @@ def files_of(ckpt: Path) -> list:
 def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strategy, tmp_path, tmp_path_factory):
     """Two ranks, a checkpoint every 2 steps, each write held back 1.5 s (training goes on meanwhile):
     every checkpoint has the synchronous run's files and weights (the uninterrupted run that
-    tests/test_strategies.py resumes killed runs against), the loop ran on during the write, and a run
+    tests/distributed/test_strategies.py resumes killed runs against), the loop ran on during the write, and a run
     resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
     from test_strategies import UNINTERRUPTED, launch, uninterrupted
 

@@ -8,8 +8,8 @@ import shlex
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)\s*$")
 SHELL_BLOCKS = {"", "bash", "sh", "shell", "console"}

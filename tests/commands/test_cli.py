@@ -11,11 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import nq_line, write_jsonl
+from conftest import ROOT, nq_line, write_jsonl
 
 from solution.common import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def commands() -> list:

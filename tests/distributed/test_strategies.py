@@ -197,7 +197,7 @@ def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
 
 # Two ranks, a checkpoint every 2 steps, 24 windows (an epoch is 3 steps), dropout 0.1: the uninterrupted
 # run that a resumed one must equal bit for bit (same shuffle, same dropout draws), also the synchronous
-# run that tests/test_async_save.py compares its background saves with. One per strategy and session.
+# run that tests/checkpoints/test_async_save.py compares its background saves with. One per strategy and session.
 UNINTERRUPTED = ["--save_steps", "2", "--max_steps", "8", "--dummy_num_windows", "24", "--dropout", "0.1"]
 
 

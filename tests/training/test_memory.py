@@ -4,14 +4,12 @@ the optimizer's state. And the CPU heap setting (`cpu_retain_freed_memory`): it 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 
 from solution.training.memory import PROBE_STEP, probe_memory
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_probe_reads_at_its_step_and_counts_adam_state():

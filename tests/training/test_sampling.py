@@ -9,11 +9,10 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import nq_line, write_jsonl
+from conftest import ROOT, nq_line, write_jsonl
 
 from solution.data.nq import NQFormatError, read_examples
 from solution.model.qa_model import load_tokenizer
@@ -23,7 +22,6 @@ from solution.windows.featurizer import TYPE_ID, Featurizer, WindowConfig
 from solution.windows.sampling import NegativeSampling
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
-ROOT = Path(__file__).resolve().parents[1]
 NEVER = 1e-9  # a keep rate that keeps nothing here (the config refuses 0)
 
 

@@ -11,9 +11,9 @@ import gzip
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from solution.scoring.intervals import polarity_gap
 from solution.scoring.metric import (
@@ -26,7 +26,7 @@ from solution.scoring.metric import (
     yes_no_polarity,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 DEV_SAMPLE = REPO / ".." / "shared" / "data" / "nq-real" / "simplified-nq-dev-sample.jsonl"
 
 # A 50-token document with five top-level candidates of 10 tokens each.

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_save.py", "benchmark_scale.py", "gpu_check.py"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,11 +6,10 @@ import os
 import subprocess
 import sys
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "benchmark_loop.py"
 
 

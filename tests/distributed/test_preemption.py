@@ -5,7 +5,7 @@ that has no save_steps, under DDP and ZeRO-3; SIGUSR1 (SLURM's `--signal` before
 reaches a training started by scripts/launch_slurm.sh, with srun and scontrol faked on PATH, and the
 script requeues the job. Each stopped run writes one checkpoint at the step its ranks agreed on,
 prints one line, and `--resume auto` continues it to the weights of one uninterrupted process at
-the same global batch (tiny BERT, SGD, fp32, dummy data, as tests/test_strategies.py). Every run
+the same global batch (tiny BERT, SGD, fp32, dummy data, as tests/distributed/test_strategies.py). Every run
 here shares max_steps, so the learning-rate schedule is the same one. A signal during a dev evaluation
 stops it at its next batch; the resumed run evaluates that epoch again and matches an uninterrupted run.
 """

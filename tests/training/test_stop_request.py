@@ -1,5 +1,5 @@
 """solution.train.StopRequest on its own, in this process: what SIGTERM/SIGINT/SIGUSR1 do before the loop
-is armed and after. The launches that send real signals are in tests/test_preemption.py."""
+is armed and after. The launches that send real signals are in tests/distributed/test_preemption.py."""
 
 import signal
 
