@@ -1,8 +1,10 @@
 """The docs hold up: every link and anchor resolves, every command shown names a module, script, config
-file or make target that exists, the README stays a front page, and no tracker number stands in for
-an explanation. Pure file reading, no process started."""
+file or make target that exists, the README stays a front page whose results rows read at a glance, the
+answers pages state their benchmark records' figures as the records hold them, and no tracker number
+stands in for an explanation. Pure file reading, no process started."""
 
 import importlib.util
+import json
 import re
 import shlex
 from pathlib import Path
@@ -267,3 +269,61 @@ def test_no_tracker_numbers_in_code_or_docs():
             if TRACKER.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert hits == [], "say what is meant instead of a tracker number:\n" + "\n".join(hits)
+
+
+# --- (e) the README's results and the answers pages' figures -------------------------------------------
+
+README_CELL = 120  # characters: a results row reads at a glance, the detail is on the page it links to
+ANSWERS_RECORDS = ("answers.json", "answers-nq-lexical.json")
+
+
+def results_rows(text: str) -> list:
+    """The cells of each row of the README's results table (the one headed `| what | result | read on |`)."""
+    body = text[text.index("| what | result | read on |"):].split("\n\n")[0].splitlines()[2:]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in body]
+
+
+def test_readme_results_rows_read_at_a_glance():
+    """Each results row: a short figure and a link to the page that explains it."""
+    rows = results_rows((ROOT / "README.md").read_text())
+    assert len(rows) >= 10
+    long = [f"{what}: {len(result)} characters" for what, result, _ in rows if len(result) > README_CELL]
+    assert long == [], f"results cells over {README_CELL} characters; put the detail on the linked page"
+    assert [what for what, _, where in rows if not LINK.search(where)] == [], "every results row links its page"
+
+
+def test_results_rows_check_flags_a_long_cell():
+    text = "| what | result | read on |\n|---|---|---|\n| demo | " + "0.9 " * 40 + "| [b](docs/b.md) |\n"
+    assert len(results_rows(text)[0][1]) > README_CELL
+
+
+def record_figures(record: str) -> tuple:
+    """(the baselines' figures, the paired differences) of a landed answers record, written as the pages
+    write them: each baseline's test micro-F1 with its interval and its difference from word matching;
+    every paired difference of a technique or an ensemble against its baseline or best member."""
+    def paired(row, key):
+        low, high = row[f"{key}_ci"]
+        return f"{row[key]:+.3f} ({low:+.3f} to {high:+.3f})"
+    baselines, differences = [], []
+    for row in json.loads((ROOT / "docs" / "benchmarks" / record).read_text()):
+        if row["technique"] == "baseline":
+            low, high = row["test_f1_ci"]
+            baselines += [f"{row['test_f1']:.3f} ({low:.3f}-{high:.3f})", paired(row, "lexical_delta")]
+        differences += [paired(row, key) for key in ("dev_f1_delta", "test_f1_delta") if row.get(key) is not None]
+    return baselines, differences
+
+
+def page_words(*names: str) -> str:
+    """The pages' text with every run of white space one space, so a figure broken across lines reads whole."""
+    return " ".join(" ".join((ROOT / "docs" / name).read_text().split()) for name in names)
+
+
+@pytest.mark.parametrize("record", ANSWERS_RECORDS)
+def test_the_answers_pages_state_their_records_figures(record):
+    """Every figure of the record is stated as the record holds it, on the record page or the techniques
+    page, and the baselines' also in answers.md's headline table: a figure edited by hand on a page fails."""
+    baselines, differences = record_figures(record)
+    assert len(baselines) >= 4 and len(differences) >= 20
+    stated = page_words("answers-record.md", "answers-techniques.md")
+    assert [f for f in baselines + differences if f not in stated] == []
+    assert [f for f in baselines if f not in page_words("answers.md")] == []
