@@ -18,41 +18,21 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, shared_output
+from conftest import ROOT
+from helpers import COMMON, PORTS, STEPS, TWO_RANKS, UNINTERRUPTED, launch, new_port, read_run, uninterrupted
 from safetensors.torch import load_file
 
-from solution.distributed.lifecycle import SHM_DIR, remove_shm_buffers, shm_buffers
-from solution.distributed.ports import free_port
+from solution.distributed.lifecycle import SHM_DIR, shm_buffers
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
-
-BIN = Path(sys.executable).parent
-STEPS = 6
-COMMON = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "256",
-          "--optim", "sgd", "--weight_decay", "0", "--learning_rate", "0.3", "--max_grad_norm", "0", "--max_steps", str(STEPS),
-          "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true",
-          # Saved with the model: thresholds so low that the submission test's predictions are never blank.
-          "--long_threshold", "-1e9", "--short_threshold", "-1e9"]
-TWO_RANKS = ["--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"]
 
 ENGINES = {"ddp": "DistributedDataParallel", "zero1": "DeepSpeedEngine", "zero2": "DeepSpeedEngine",
            "zero3": "DeepSpeedEngine", "zero3_offload": "DeepSpeedEngine", "fsdp": "FSDPQAModel",
            "fsdp_grad_op": "FSDPQAModel"}
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3, "zero3_offload": 3}
-
-
-PORTS: set = set()  # every rendezvous port this module's launches used
-
-
-def new_port() -> str:
-    """A free port for one launch, remembered for the shared-memory check (no_shared_memory_left_behind)."""
-    port = str(free_port())
-    PORTS.add(port)
-    return port
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -63,42 +43,6 @@ def no_shared_memory_left_behind():
     yield
     left = [p for port in sorted(PORTS) for p in shm_buffers(port) if p not in before]
     assert not left, f"DeepSpeed shared memory left behind: {left}"
-
-
-def launch(strategy: str, launcher: str, out: Path, extra=(), env_extra=None, timeout=300, fault=None, port=None,
-           ranks: int = 2):
-    """`ranks` processes (two by default) of `python -m solution.train` through a real launcher; with
-    `fault`, torchrun runs tests/faulty_train.py, which patches that fault in and then calls solution.train's
-    main. `strategy` names the launch config (accelerate, deepspeed) or is passed as --strategy (torchrun)."""
-    port = port or new_port()
-    entry = ["-m", "solution.train"] if fault is None else ["tests/faulty_train.py", fault]
-    assert fault is None or launcher == "torchrun"
-    batch = TWO_RANKS if ranks == 2 else ["--per_device_train_batch_size", str(8 // ranks)]
-    train = [*entry, *COMMON, *batch, "--output_dir", str(out), *extra]
-    if launcher == "accelerate":
-        cmd = [str(BIN / "accelerate"), "launch", "--config_file", f"configs/accelerate/{strategy}.yaml",
-               "--num_processes", str(ranks), "--main_process_port", port, *train]
-    elif launcher == "deepspeed":
-        cmd = [str(BIN / "deepspeed"), "--num_gpus", str(ranks), "--master_port", port, "--module", *train[1:],
-               "--deepspeed", f"configs/ds/{strategy}.json"]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port", port,
-               *train, "--strategy", strategy]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        remove_shm_buffers(port)  # a killed or failed run had no chance to unlink its DeepSpeed buffers
-        raise AssertionError(f"{strategy} via {launcher} failed ({proc.returncode}):\n"
-                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return read_run(out)
-
-
-def read_run(out: Path) -> dict:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = {r["step"]: r for r in records if "loss" in r and "event" not in r}
-    start = [r for r in records if r.get("event") == "start"][-1]  # a resumed run appends a second one
-    return {"start": start, "steps": steps, "weights": load_file(str(out / "model" / "model.safetensors")),
-            "out": out}
 
 
 def compare(ref: dict, run: dict, rtol: float = 1e-4) -> None:
@@ -193,19 +137,6 @@ def test_a_config_contradicting_the_launcher_is_refused(tmp_path):
     """`--strategy fsdp` under a DeepSpeed launch must stop, not quietly pick one of the two."""
     with pytest.raises(AssertionError, match="drop one of them"):
         launch("zero2", "deepspeed", tmp_path / "x", extra=["--strategy", "fsdp"])
-
-
-# Two ranks, a checkpoint every 2 steps, 24 windows (an epoch is 3 steps), dropout 0.1: the uninterrupted
-# run that a resumed one must equal bit for bit (same shuffle, same dropout draws), also the synchronous
-# run that tests/checkpoints/test_async_save.py compares its background saves with. One per strategy and session.
-UNINTERRUPTED = ["--save_steps", "2", "--max_steps", "8", "--dummy_num_windows", "24", "--dropout", "0.1"]
-
-
-def uninterrupted(strategy: str, tmp_path_factory) -> dict:
-    def build(out: Path) -> None:
-        launch(strategy, "torchrun", out, extra=UNINTERRUPTED, timeout=900)
-
-    return read_run(shared_output(tmp_path_factory, f"uninterrupted-{strategy}", build))
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero2", "zero3", "fsdp"])
