@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import FINGERPRINT, FakeAccelerator, FakeScheduler
 from safetensors.torch import load_file, save_file
-from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler
 
 from solution.checkpoints.checkpointer import Checkpointer
 from solution.checkpoints.layout import verify_manifest
@@ -171,7 +171,7 @@ def test_two_ranks_save_in_the_background_what_a_synchronous_save_writes(strateg
     every checkpoint has the synchronous run's files and weights (the uninterrupted run that
     tests/distributed/test_strategies.py resumes killed runs against), the loop ran on during the write, and a run
     resumed from the asynchronous checkpoint-2 logs the synchronous run's losses to the end."""
-    from test_strategies import UNINTERRUPTED, launch, uninterrupted
+    from helpers import UNINTERRUPTED, launch, uninterrupted
 
     from solution.checkpoints.layout import full_state_dict
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import FINGERPRINT, FakeAccelerator, FakeScheduler, checkpointer
 from safetensors.torch import save_file
 
 from solution.checkpoints.checkpointer import Checkpointer
@@ -22,45 +23,6 @@ from solution.checkpoints.state import (
     find_checkpoint,
     numbered_checkpoints,
 )
-
-
-class FakeAccelerator:
-    is_main_process, num_processes, process_index = True, 1, 0
-
-    def __init__(self, fail_with=None):
-        self.fail_with, self.loaded = fail_with, None
-
-    def wait_for_everyone(self):
-        pass
-
-    def save_state(self, output_dir):
-        Path(output_dir).mkdir(parents=True)
-        (Path(output_dir) / "random_states_0.pkl").write_bytes(b"")  # the RNG file load() requires
-        if self.fail_with:
-            raise OSError(self.fail_with, "No space left on device", output_dir)
-
-    def load_state(self, path):
-        self.loaded = path
-
-
-class FakeScheduler:
-    def __init__(self, value=0):
-        self.value = value
-
-    def state_dict(self):
-        return {"value": self.value}
-
-    def load_state_dict(self, state):
-        self.value = state["value"]
-
-
-FINGERPRINT = {"strategy": "ddp", "world_size": 1, "per_device_train_batch_size": 4}
-
-
-def checkpointer(out, every=2, limit=None, acc=None, scheduler=None):
-    return Checkpointer(acc or FakeAccelerator(), out, scheduler or FakeScheduler(7), FINGERPRINT,
-                        save_due=lambda step, epoch_end: not epoch_end and step % every == 0,
-                        save_total_limit=limit, log=lambda msg: None)
 
 
 def test_names_the_checkpoint_by_step_and_moves_the_pointer_after_it(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler, checkpointer
+from helpers import FINGERPRINT, FakeAccelerator, FakeScheduler, checkpointer
 
 from solution.checkpoints.checkpointer import Checkpointer
 from solution.checkpoints.layout import DS_TAG, verify_manifest, write_manifest

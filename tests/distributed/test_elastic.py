@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, train_one_process
-from test_preemption import kill_tree, records, weights
-from test_strategies import COMMON
+from helpers import COMMON, kill_tree, records, weights
 
 from solution.distributed.ports import free_port
 

@@ -12,7 +12,6 @@ stops it at its next batch; the resumed run evaluates that epoch again and match
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,8 +23,7 @@ import psutil
 import pytest
 import torch
 from conftest import ROOT, synth_corpus, train_one_process
-from safetensors.torch import load_file
-from test_strategies import COMMON, TWO_RANKS, launch
+from helpers import COMMON, TWO_RANKS, kill_tree, launch, records, weights
 
 from solution.distributed.ports import free_port
 
@@ -52,14 +50,6 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def records(out: Path) -> list:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def weights(out: Path) -> dict:
-    return load_file(str(out / "model" / "model.safetensors"))
-
-
 def assert_same_weights(got: dict, ref: dict) -> None:
     assert got.keys() == ref.keys()
     for name, w in ref.items():
@@ -81,20 +71,6 @@ def signal_after_first_step(proc: subprocess.Popen, out: Path, send, wait: bool 
     except subprocess.TimeoutExpired:  # leave no training behind: the launcher, its workers, their children
         kill_tree(proc.pid)
         raise
-
-
-def kill_tree(pid: int, sig=signal.SIGKILL) -> None:
-    """`sig` to a process and all its descendants (those that are still there)."""
-    try:
-        top = psutil.Process(pid)
-        family = [top, *top.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in family:
-        try:
-            p.send_signal(sig)
-        except psutil.NoSuchProcess:
-            pass
 
 
 def assert_stopped_at_one_checkpoint(out: Path, stderr: str, sig: str) -> int:

