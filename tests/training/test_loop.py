@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
+from helpers import error_lines, steps, train
 from safetensors.torch import load_file
-from test_resume import error_lines, steps, train
 
 pytestmark = pytest.mark.slow  # full trainings
 

@@ -19,30 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
+from helpers import RESUME_RUN, TRAIN_ENV, error_lines, steps, train
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow  # full trainings and multi-process launches: make test, not make test-fast
 
-RUN = ["--config", "configs/train/tiny.yaml", "--data_source", "dummy", "--dummy_num_windows", "16",
-       "--per_device_train_batch_size", "8", "--optim", "sgd", "--weight_decay", "0",
-       "--learning_rate", "0.3", "--dropout", "0.1",
-       "--logging_steps", "1", "--eval_strategy", "no", "--disable_tqdm", "true"]
 CONSTANT = ("--lr_scheduler_type", "constant")  # its rates do not depend on max_steps, which a resume then may change
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-
-
-def train(out: Path, *extra, entry=("-m", "solution.train")) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *entry, *RUN, "--output_dir", str(out), *extra], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
-
-
-def steps(out: Path) -> dict:
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in records if "loss" in r and "event" not in r}
-
-
-def error_lines(proc) -> list:
-    return [line for line in proc.stderr.splitlines() if line.startswith(("error:", "stopped by"))]
 
 
 def test_resume_in_the_third_epoch_with_dropout_is_bitwise(tmp_path):
@@ -149,7 +131,7 @@ def test_an_unwritable_output_dir_is_refused_before_featurisation(tmp_path, tmp_
     proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
                            "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null",
                            "--output_dir", str(blocker / "run")],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=TRAIN_ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     [line] = error_lines(proc)
     assert f"output_dir {blocker / 'run'}: cannot" in line and "never-read.jsonl" not in line, line
@@ -166,7 +148,7 @@ def test_an_output_dir_another_run_holds_is_refused_at_once(tmp_path, tmp_path_f
         proc = subprocess.run([sys.executable, "-m", "solution.train", "--config", "configs/train/tiny.yaml",
                                "--train_file", str(a_train_file(tmp_path_factory)), "--dev_file", "null",
                                "--output_dir", str(tmp_path)],
-                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+                              cwd=ROOT, env=TRAIN_ENV, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     [line] = error_lines(proc)
     assert line.startswith(f"error: output_dir {tmp_path}: in use by another run (pid {os.getpid()} on "
@@ -229,8 +211,8 @@ def wait_for_first_step(proc, out: Path, timeout: float = 120) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_a_checkpoint_and_resumes(sig, tmp_path):
-    cmd = [sys.executable, "-m", "solution.train", *RUN, "--max_steps", "100000", *CONSTANT, "--output_dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "solution.train", *RESUME_RUN, "--max_steps", "100000", *CONSTANT, "--output_dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=TRAIN_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_first_step(proc, tmp_path)
     os.kill(proc.pid, sig)
     _, stderr = proc.communicate(timeout=120)
@@ -322,12 +304,13 @@ def test_a_resume_with_another_weight_decay_or_epsilon_is_refused_naming_them(tm
 
 
 def test_sgd_with_weight_decay_is_refused():
-    from solution.training.config import TrainConfig
+    from solution.training.config import load_config
+    from solution.training.optimizer import OptimizerConfig
 
-    with pytest.raises(ValueError, match=r"^config: weight_decay must be 0 with optim sgd \(plain SGD has no "
-                                         r"weight decay\), got 0.01$"):
-        TrainConfig(optim="sgd", weight_decay=0.01)
-    assert TrainConfig(optim="sgd", weight_decay=0).weight_decay == 0
+    with pytest.raises(ValueError, match=r"^config: optimizer.weight_decay must be 0 with optim sgd \(plain SGD has "
+                                         r"no weight decay\), got 0.01$"):
+        load_config(None, ["--optim", "sgd", "--weight_decay", "0.01"])
+    assert OptimizerConfig(optim="sgd", weight_decay=0).weight_decay == 0
 
 
 def test_a_resume_on_another_train_file_with_as_many_windows_is_refused(tmp_path):
