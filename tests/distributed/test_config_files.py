@@ -110,15 +110,20 @@ def cfg(*overrides):
     return load_config("configs/train/tiny.yaml", list(overrides))  # 4 per device, accumulation 1, fp32
 
 
+def plan_of(c):
+    """The plan for a training config: its `distributed:` section and the training facts the engine is told."""
+    return plan_strategy(c.distributed, c.training_facts())
+
+
 def test_a_conflicting_accumulation_is_refused_naming_the_field(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     path = ds_file(tmp_path, gradient_accumulation_steps=4)
     with pytest.raises(ValueError) as e:
-        plan_strategy(cfg("--deepspeed", path))
+        plan_of(cfg("--deepspeed", path))
     assert str(e.value).startswith(f"{path}: field 'gradient_accumulation_steps': 4 contradicts the training "
                                    "config (gradient_accumulation_steps gives 1)")
     # The same number in both is no contradiction.
-    assert plan_strategy(cfg("--deepspeed", path, "--gradient_accumulation_steps", "4")).name == "zero2"
+    assert plan_of(cfg("--deepspeed", path, "--gradient_accumulation_steps", "4")).name == "zero2"
 
 
 def test_a_global_batch_that_does_not_multiply_out_is_refused(tmp_path, monkeypatch):
@@ -127,9 +132,9 @@ def test_a_global_batch_that_does_not_multiply_out_is_refused(tmp_path, monkeypa
     with pytest.raises(ValueError, match=r"ds.json: field 'train_batch_size': 64 contradicts the training config "
                                          r"\(per_device_train_batch_size 4 x world size 2 x "
                                          r"gradient_accumulation_steps 1 gives 8\)"):
-        plan_strategy(cfg("--deepspeed", path))
+        plan_of(cfg("--deepspeed", path))
     path = ds_file(tmp_path, train_batch_size=8, train_micro_batch_size_per_gpu=4)
-    assert plan_strategy(cfg("--deepspeed", path)).name == "zero2"
+    assert plan_of(cfg("--deepspeed", path)).name == "zero2"
 
 
 @pytest.mark.parametrize("fields,overrides,field", [
@@ -144,7 +149,7 @@ def test_each_contradicting_number_is_named(fields, overrides, field, tmp_path, 
     monkeypatch.setenv("WORLD_SIZE", "2")
     path = ds_file(tmp_path, **fields)
     with pytest.raises(ValueError, match=rf"ds.json: field '{field}': .* contradicts the training config"):
-        plan_strategy(cfg("--deepspeed", path, *overrides))
+        plan_of(cfg("--deepspeed", path, *overrides))
 
 
 def test_the_accelerate_launch_json_is_checked_too(tmp_path, monkeypatch):
@@ -152,7 +157,7 @@ def test_the_accelerate_launch_json_is_checked_too(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", ds_file(tmp_path, gradient_accumulation_steps=2))
     with pytest.raises(ValueError, match=r"ds.json: field 'gradient_accumulation_steps'"):
-        plan_strategy(cfg())
+        plan_of(cfg())
 
 
 def test_numbers_in_an_accelerate_yaml_without_json_are_checked_too(monkeypatch):
@@ -162,18 +167,18 @@ def test_numbers_in_an_accelerate_yaml_without_json_are_checked_too(monkeypatch)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_GRADIENT_CLIPPING", "1.0")
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "1")
-    assert plan_strategy(cfg()).name == "zero2"
+    assert plan_of(cfg()).name == "zero2"
     monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
     with pytest.raises(ValueError, match=r"accelerate launch config \(deepspeed_config\): field "
                                          r"'gradient_accumulation_steps': 4 contradicts"):
-        plan_strategy(cfg())
+        plan_of(cfg())
 
 
 @pytest.mark.parametrize("path", SHIPPED_DS, ids=lambda p: p.name)
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_the_shipped_files_say_auto_and_pass(path, precision, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    plan = plan_strategy(cfg("--deepspeed", str(path), "--mixed_precision", precision,
+    plan = plan_of(cfg("--deepspeed", str(path), "--mixed_precision", precision,
                              "--gradient_accumulation_steps", "3", "--max_grad_norm", "0"))
     assert plan.is_deepspeed and plan.ds_path == str(path)
 

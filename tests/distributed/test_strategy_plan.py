@@ -27,10 +27,15 @@ def cfg(*overrides):
     return load_config("configs/train/tiny.yaml", list(overrides))
 
 
+def plan_of(c):
+    """The plan for a training config: its `distributed:` section and the training facts the engine is told."""
+    return plan_strategy(c.distributed, c.training_facts())
+
+
 def test_world_size_alone_picks_single_or_ddp(monkeypatch):
-    assert plan_strategy(cfg()).name == "single"
+    assert plan_of(cfg()).name == "single"
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert plan_strategy(cfg()).name == "ddp"
+    assert plan_of(cfg()).name == "ddp"
 
 
 @pytest.fixture
@@ -75,7 +80,7 @@ def test_engine_check_accepts_ddp_over_one_rank_for_single_and_names_it(one_rank
 @pytest.mark.parametrize("name,stage", [("zero1", 1), ("zero2", 2), ("zero3", 3), ("zero3_offload", 3)])
 def test_deepspeed_file_names_the_stage(name, stage, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    plan = plan_strategy(cfg("--deepspeed", f"configs/ds/{name}.json"))
+    plan = plan_of(cfg("--deepspeed", f"configs/ds/{name}.json"))
     assert (plan.name, plan.zero_stage, plan.is_deepspeed) == (name, stage, True)
     assert plan.shards_parameters == (stage == 3)
 
@@ -84,14 +89,14 @@ def test_accelerate_launch_environment(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", "configs/ds/zero3.json")
-    assert plan_strategy(cfg()).name == "zero3"
+    assert plan_of(cfg()).name == "zero3"
     monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")
     monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "false")
-    assert plan_strategy(cfg()).name == "fsdp_grad_op"
+    assert plan_of(cfg()).name == "fsdp_grad_op"
     monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "true")
-    assert plan_strategy(cfg()).name == "fsdp"
+    assert plan_of(cfg()).name == "fsdp"
 
 
 @pytest.mark.parametrize("env,overrides,message", [
@@ -108,7 +113,7 @@ def test_contradictions_are_refused(env, overrides, message, monkeypatch):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(ValueError, match=message):
-        plan_strategy(cfg(*overrides))
+        plan_of(cfg(*overrides))
 
 
 def test_unknown_strategy_name_is_a_config_error():
@@ -128,13 +133,13 @@ def test_bad_deepspeed_json_names_the_file_and_field(content, message, tmp_path,
     path = tmp_path / "ds.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(ValueError, match=message) as e:
-        plan_strategy(cfg("--deepspeed", str(path)))
+        plan_of(cfg("--deepspeed", str(path)))
     assert str(path) in str(e.value)
 
 
 def test_missing_deepspeed_file():
     with pytest.raises(ValueError, match="no such DeepSpeed config file"):
-        plan_strategy(cfg("--deepspeed", "configs/ds/nope.json"))
+        plan_of(cfg("--deepspeed", "configs/ds/nope.json"))
 
 
 def test_fsdp_cpu_offload_without_a_gpu_fails_at_start_up(monkeypatch):
@@ -146,7 +151,8 @@ def test_fsdp_cpu_offload_without_a_gpu_fails_at_start_up(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: FSDP2 cpu_offload is valid here")
     with pytest.raises(ValueError, match="cpu_offload needs a GPU"):
-        Strategy(cfg("--strategy", "fsdp", "--cpu_offload", "true"))
+        c = cfg("--strategy", "fsdp", "--cpu_offload", "true")
+        Strategy(c.distributed, c.training_facts())
 
 
 @pytest.mark.parametrize("overrides,env,offload", [
@@ -162,7 +168,7 @@ def test_offload_is_one_plan_property(overrides, env, offload, monkeypatch):
     """Whatever expressed it (the JSON, `cpu_offload`, the launch YAML), `Plan.cpu_offload` says it."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    plan = plan_strategy(cfg(*overrides))
+    plan = plan_of(cfg(*overrides))
     assert plan.cpu_offload is offload
     assert plan.name.endswith("_offload") == (offload and plan.is_deepspeed)
 
@@ -173,7 +179,7 @@ def test_a_zero2_offload_file_is_named_and_offloaded(tmp_path, monkeypatch):
     ds["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     path = tmp_path / "zero2_offload.json"
     path.write_text(json.dumps(ds))
-    plan = plan_strategy(cfg("--deepspeed", str(path)))
+    plan = plan_of(cfg("--deepspeed", str(path)))
     assert (plan.name, plan.cpu_offload, plan.shards_parameters) == ("zero2_offload", True, False)
 
 
@@ -215,21 +221,19 @@ def test_adamw_torch_fused_is_the_default_and_the_same_update_as_adamw_torch():
     """transformers' default since torch 2.8: one fused kernel per group. Same AdamW (weights within float
     rounding after three steps), and its state has the same keys and shapes, so either resumes the other."""
     from dataclasses import replace
-    from types import SimpleNamespace
 
     import torch
 
-    from solution.distributed.strategy import Strategy
+    from solution.training.optimizer import build_optimizer
 
     cfg = load_config("configs/train/tiny.yaml")
-    assert cfg.optim == "adamw_torch_fused"
-    stub = SimpleNamespace(plan=SimpleNamespace(is_deepspeed=False, cpu_offload=False))
+    assert cfg.optimizer.optim == "adamw_torch_fused"
     runs = {}
     for optim in ("adamw_torch_fused", "adamw_torch"):
         torch.manual_seed(0)
         model = torch.nn.Linear(16, 8)
-        opt = Strategy.make_optimizer(stub, [{"params": list(model.parameters()), "weight_decay": 0.01}],
-                                      replace(cfg, optim=optim))
+        opt = build_optimizer([{"params": list(model.parameters()), "weight_decay": 0.01}],
+                              replace(cfg.optimizer, optim=optim))
         assert bool(opt.defaults["fused"]) == (optim == "adamw_torch_fused")
         for _ in range(3):
             model(torch.ones(4, 16)).square().sum().backward()
@@ -249,6 +253,22 @@ def test_bf16_on_a_cpu_that_only_emulates_it_is_named(native, monkeypatch, capsy
 
     monkeypatch.setattr(strategy, "cpu_native_bf16", lambda: native)
     c = cfg("--mixed_precision", "bf16")
-    strategy._check_machine(c, plan_strategy(c), cuda=False)
+    strategy._check_machine(c.training_facts(), plan_of(c), cuda=False)
     warned = "CPU without native bf16" in capsys.readouterr().err
     assert warned is not native
+
+
+def test_the_strategy_returns_the_accumulation_and_writes_nothing_into_the_config(tmp_path):
+    """global_batch_size: the strategy derives the accumulation for the world size and hands it back
+    (`Strategy.accumulation`); the config it was given is left as it was (the trainer applies it)."""
+    from solution.distributed import strategy
+
+    c = cfg("--global_batch_size", "8", "--per_device_train_batch_size", "2", "--output_dir", str(tmp_path))
+    try:
+        built = strategy.Strategy(c.distributed, c.training_facts())
+        assert (built.accumulation, built.accounting) == (
+            4, "global_batch_size 8 at world size 1: 2 per device x 4 accumulation steps")
+        assert built.accelerator.gradient_accumulation_steps == 4
+    finally:
+        strategy.shutdown()
+    assert c.gradient_accumulation_steps == 1

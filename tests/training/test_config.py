@@ -10,7 +10,6 @@ import time
 import pytest
 from conftest import ROOT
 
-from solution.training import config as config_module
 from solution.training.config import (
     SECTIONS,
     TrainConfig,
@@ -115,12 +114,12 @@ def test_command_line_spellings():
 
 
 def test_warmup_steps_and_its_alias():
-    assert load_config(None, ["--warmup_steps", "2"]).num_warmup_steps(100) == 2
-    assert load_config(None, ["--warmup_steps", "0.25"]).num_warmup_steps(100) == 25
-    assert load_config(None, ["--warmup_ratio", "0.3"]).num_warmup_steps(100) == 30
-    assert load_config(None).num_warmup_steps(100) == 10  # today's default: 10%
+    assert load_config(None, ["--warmup_steps", "2"]).optimizer.num_warmup_steps(100) == 2
+    assert load_config(None, ["--warmup_steps", "0.25"]).optimizer.num_warmup_steps(100) == 25
+    assert load_config(None, ["--warmup_ratio", "0.3"]).optimizer.num_warmup_steps(100) == 30
+    assert load_config(None).optimizer.num_warmup_steps(100) == 10  # today's default: 10%
     # The command line's spelling replaces the file's (tiny.yaml sets warmup_ratio)...
-    assert load_config("configs/train/tiny.yaml", ["--warmup_steps", "3"]).num_warmup_steps(8) == 3
+    assert load_config("configs/train/tiny.yaml", ["--warmup_steps", "3"]).optimizer.num_warmup_steps(8) == 3
     # ... but one source giving both is a contradiction naming both.
     with pytest.raises(ValueError, match="warmup_steps .* warmup_ratio .* both set"):
         load_config(None, ["--warmup_steps", "3", "--warmup_ratio", "0.1"])
@@ -159,7 +158,9 @@ def test_report_to_save_strategy_and_scheduler_names():
     assert probe(6, epoch_end=False) and not probe(1, epoch_end=False) and probe(10, epoch_end=False)
     from transformers import SchedulerType
 
-    assert set(config_module.LR_SCHEDULERS) <= {t.value for t in SchedulerType}
+    from solution.training.optimizer import LR_SCHEDULERS
+
+    assert set(LR_SCHEDULERS) <= {t.value for t in SchedulerType}
     with pytest.raises(ValueError, match="lr_scheduler_type must be one of"):
         load_config(None, ["--lr_scheduler_type", "cosine_annealing"])
 
@@ -275,13 +276,16 @@ def test_a_tracker_whose_package_is_missing_is_refused_at_start(tracker, package
 
 
 def test_warmup_that_lasts_the_whole_run_is_warned_about():
-    from solution.training.trainer import warmup_warning
+    from solution.training.optimizer import warmup_warning
 
-    assert warmup_warning(load_config(None, ["--warmup_steps", "5"]), 6) is None
-    assert warmup_warning(load_config(None, ["--warmup_steps", "0.99"]), 6) is None  # a ratio never covers the run
-    assert warmup_warning(load_config(None, ["--warmup_steps", "6", "--lr_scheduler_type", "constant"]), 6) is None
+    def optimizer(*overrides):
+        return load_config(None, list(overrides)).optimizer
+
+    assert warmup_warning(optimizer("--warmup_steps", "5"), 6) is None
+    assert warmup_warning(optimizer("--warmup_steps", "0.99"), 6) is None  # a ratio never covers the run
+    assert warmup_warning(optimizer("--warmup_steps", "6", "--lr_scheduler_type", "constant"), 6) is None
     for steps in ("6", "100"):
-        line = warmup_warning(load_config(None, ["--warmup_steps", steps, "--learning_rate", "3e-5"]), 6)
+        line = warmup_warning(optimizer("--warmup_steps", steps, "--learning_rate", "3e-5"), 6)
         assert line == (f"WARNING: warmup_steps {steps} >= the run's 6 optimizer steps: the learning rate never "
                         "reaches learning_rate 3e-05; lower warmup_steps or give a ratio below 1")
 
@@ -309,20 +313,22 @@ def test_resolved_config_reloads(tmp_path):
 
 def test_global_batch_size_derives_the_accumulation_for_each_world_size():
     """An elastic run keeps its global batch (what a step and a checkpoint mean) at whatever world size a
-    restart gives it: the accumulation is recomputed, as DeepSpeed's elasticity config does."""
-    for world, accumulation in ((1, 4), (2, 2), (4, 1)):
-        cfg = load_config(None, ["--per_device_train_batch_size", "2", "--global_batch_size", "8"])
-        line = cfg.derive_accumulation(world)
-        assert cfg.gradient_accumulation_steps == accumulation
-        assert line == f"global_batch_size 8 at world size {world}: 2 per device x {accumulation} accumulation steps"
+    restart gives it: the accumulation is recomputed, as DeepSpeed's elasticity config does. The strategy
+    derives it (`derive_accumulation`) and writes nothing into the config."""
+    from solution.distributed.plan import derive_accumulation
+
     cfg = load_config(None, ["--per_device_train_batch_size", "2", "--global_batch_size", "8"])
+    for world, accumulation in ((1, 4), (2, 2), (4, 1)):
+        steps, line = derive_accumulation(cfg.training_facts(), world)
+        assert steps == accumulation and cfg.gradient_accumulation_steps == 1
+        assert line == f"global_batch_size 8 at world size {world}: 2 per device x {accumulation} accumulation steps"
     with pytest.raises(ValueError, match=r"global_batch_size 8 is not a multiple of per_device_train_batch_size 2 "
                                          r"x world size 3 \(6\)"):
-        cfg.derive_accumulation(3)
+        derive_accumulation(cfg.training_facts(), 3)
     with pytest.raises(ValueError, match="global_batch_size .8. and gradient_accumulation_steps .2. are both set"):
         load_config(None, ["--global_batch_size", "8", "--gradient_accumulation_steps", "2"])
     plain = load_config(None, ["--gradient_accumulation_steps", "2"])
-    assert plain.derive_accumulation(4) is None and plain.gradient_accumulation_steps == 2
+    assert derive_accumulation(plain.training_facts(), 4) == (2, None)
 
 
 def test_overrun_labels_need_overrun_scoring():
@@ -383,9 +389,9 @@ def test_settings_that_differ_between_ranks_are_named_with_each_group_of_ranks()
     assert settings_disagreement([base, dict(base)]) is None
     other = compared_settings(load_config("configs/train/tiny.yaml", ["--learning_rate", "0.05", "--doc_stride", "16"]))
     assert settings_disagreement([base, base, other, other]) == (
-        "the ranks do not run the same settings: learning_rate is 0.001 on ranks 0-1 and 0.05 on ranks 2-3; "
-        "window.doc_stride is 32 on ranks 0-1 and 16 on ranks 2-3; start every node with the same config and "
-        "arguments")
+        "the ranks do not run the same settings: window.doc_stride is 32 on ranks 0-1 and 16 on ranks 2-3; "
+        "optimizer.learning_rate is 0.001 on ranks 0-1 and 0.05 on ranks 2-3; start every node with the same "
+        "config and arguments")
     # Sized to each machine, never compared: featurising processes and loader workers.
     sized = compared_settings(load_config("configs/train/tiny.yaml", ["--num_proc", "4", "--dataloader_num_workers", "2"]))
     assert settings_disagreement([base, sized]) is None
@@ -429,6 +435,29 @@ def test_nodes_started_with_different_settings_stop_before_training_naming_them(
     for proc, text in zip(procs, texts):
         assert proc.returncode != 0 and "exitcode  : 2" in text, text[-3000:]
     lines = [x for text in texts for x in text.splitlines() if x.startswith("error:")]
-    assert lines == ["error: the ranks do not run the same settings: learning_rate is 0.3 on rank 0 and 0.05 on "
-                     "rank 1; start every node with the same config and arguments"], texts[0][-3000:]
+    assert lines == ["error: the ranks do not run the same settings: optimizer.learning_rate is 0.3 on rank 0 and "
+                     "0.05 on rank 1; start every node with the same config and arguments"], texts[0][-3000:]
     assert not (out / "config.yaml").exists() and not (out / "metrics.jsonl").exists()
+
+
+def test_optimizer_and_distributed_settings_load_flat_or_in_their_sections(tmp_path):
+    """A config written before the `optimizer:` and `distributed:` sections existed (a run's config.yaml, a
+    user's YAML) loads to the same config as one written with them; the old attribute names still read."""
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("learning_rate: 3.0e-5\noptim: sgd\nweight_decay: 0\nwarmup_ratio: 0.2\nstrategy: single\n"
+                    "hang_timeout: 30\n")
+    sections = tmp_path / "sections.yaml"
+    sections.write_text("optimizer:\n  learning_rate: 3.0e-5\n  optim: sgd\n  weight_decay: 0\n  warmup_ratio: 0.2\n"
+                        "distributed:\n  strategy: single\n  hang_timeout: 30\n")
+    cfg = load_config(str(flat))
+    assert cfg == load_config(str(sections))
+    assert (cfg.optimizer.learning_rate, cfg.optimizer.optim, cfg.distributed.strategy,
+            cfg.distributed.hang_timeout) == (3e-5, "sgd", "single", 30.0)
+    assert (cfg.learning_rate, cfg.strategy) == (3e-5, "single")
+    # The command line's spelling of the warm-up replaces the file's other spelling, in its section too.
+    assert load_config(str(sections), ["--warmup_steps", "4"]).optimizer.num_warmup_steps(100) == 4
+    both = tmp_path / "both.yaml"
+    both.write_text("learning_rate: 1.0e-4\noptimizer:\n  learning_rate: 3.0e-5\n")
+    with pytest.raises(ValueError, match="'learning_rate' is set both as a top-level key and in the 'optimizer:' "
+                                         "section"):
+        load_config(str(both))
