@@ -56,23 +56,6 @@ def write(tmp_path, name):
     return path, field, blank_id
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny model directory (random weights): the submission only has to run, not to be right."""
-    from dataclasses import asdict
-
-    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
-    from solution.training.config import TrainConfig
-
-    cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
-                                                               "num_attention_heads": 2, "intermediate_size": 64})
-    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
-    out = tmp_path_factory.mktemp("model") / "model"
-    return save_model_dir(out, model.state_dict(), model.config, load_tokenizer(cfg.model_name_or_path),
-                          {"window": {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32,
-                                      "max_question_length": 24}, "postprocess": asdict(cfg.postprocess)})
-
-
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_training_names_file_line_and_field(name, tmp_path, capsys):
     from solution import train

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, nq_line, write_jsonl
-from test_model_dir import plain_checkpoint, write_model_dir
+from helpers import plain_checkpoint, write_model_dir
 
 from solution import consolidate, synth
 from solution.common import fsutil
@@ -208,11 +208,6 @@ def test_train_refuses_a_finished_runs_output_dir_in_one_line(tmp_path):
 # -- predict: files of its own kind, links, descriptors -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    return write_model_dir(tmp_path_factory.mktemp("tiny") / "model")
-
-
 @pytest.fixture
 def test_file(tmp_path):
     return write_jsonl(tmp_path / "test.jsonl", [nq_line(example_id=str(i)) for i in range(2)])
@@ -224,23 +219,23 @@ def predict(*args):
     return p.main([*map(str, args), "--device", "cpu", "--quiet"])
 
 
-def test_predict_keeps_a_file_that_is_not_a_submission(tiny_model, test_file, tmp_path, capsys):
+def test_predict_keeps_a_file_that_is_not_a_submission(model_dir, test_file, tmp_path, capsys):
     notes = tmp_path / "notes.csv"
     notes.write_text("my,own\n")
-    line = one_line_error(capsys, predict("--model", tiny_model, "--input", test_file, "--output", notes))
+    line = one_line_error(capsys, predict("--model", model_dir, "--input", test_file, "--output", notes))
     assert "exists and is not an output of this command" in line, line
     assert notes.read_text() == "my,own\n"
-    assert predict("--model", tiny_model, "--input", test_file, "--output", notes, "--overwrite") == 0
-    assert predict("--model", tiny_model, "--input", test_file, "--output", notes) == 0  # now a submission
+    assert predict("--model", model_dir, "--input", test_file, "--output", notes, "--overwrite") == 0
+    assert predict("--model", model_dir, "--input", test_file, "--output", notes) == 0  # now a submission
 
 
-def test_predict_through_a_link_to_standard_output(tiny_model, test_file, tmp_path):
+def test_predict_through_a_link_to_standard_output(model_dir, test_file, tmp_path):
     """A link to /proc/self/fd/1 with the output redirected to a file: the CSV reaches the file, the link stays."""
     link = tmp_path / "out.csv"
     link.symlink_to("/proc/self/fd/1")
     log = tmp_path / "log.txt"
     with open(log, "w") as f:
-        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(tiny_model), "--input",
+        proc = subprocess.run([sys.executable, "-m", "submission.predict", "--model", str(model_dir), "--input",
                                str(test_file), "--output", str(link), "--device", "cpu", "--quiet"], cwd=ROOT,
                               stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -345,13 +340,13 @@ def test_replace_dir_keeps_what_it_is_told_to_keep(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, run_folder, tiny_model):
+def inputs(tmp_path_factory, run_folder, model_dir):
     """What the commands read: a checkpoint, a training file with answers, a test file, a model directory."""
     d = tmp_path_factory.mktemp("inputs")
     lines = [nq_line(example_id=str(i), long=0 if i % 2 else None) for i in range(20)]
     return {"checkpoint": run_folder / "checkpoint-1", "train": write_jsonl(d / "train.jsonl", lines),
             "test": write_jsonl(d / "test.jsonl", [nq_line(example_id=str(i), annotations=False) for i in range(2)]),
-            "model": tiny_model}
+            "model": model_dir}
 
 
 def _split(argv):

@@ -10,7 +10,6 @@ import multiprocessing
 import os
 import time
 import traceback
-from dataclasses import asdict
 
 import pytest
 from conftest import nq_line, write_jsonl
@@ -142,21 +141,6 @@ def test_a_fifo_or_a_character_device_is_written_through_never_replaced(tmp_path
 
 
 # --- submission.predict --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny model directory (random weights): the submission only has to be written, not to be right."""
-    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
-    from solution.training.config import TrainConfig
-
-    cfg = TrainConfig(pretrained=False, model_config_overrides={"hidden_size": 32, "num_hidden_layers": 1,
-                                                               "num_attention_heads": 2, "intermediate_size": 64})
-    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
-    return save_model_dir(tmp_path_factory.mktemp("model") / "model", model.state_dict(), model.config,
-                          load_tokenizer(cfg.model_name_or_path),
-                          {"window": {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32,
-                                      "max_question_length": 24}, "postprocess": asdict(cfg.postprocess)})
 
 
 def test_predict_writes_both_files_through_temporary_names(model_dir, tmp_path, capsys):

