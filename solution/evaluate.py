@@ -127,26 +127,13 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def tune_config(args: argparse.Namespace):
-    """The post-processing settings --tune starts from: --model's, then --set."""
+    """The post-processing settings --tune starts from: --model's, read as prediction reads them (a directory
+    of an earlier release too), then --set."""
     from solution.answers.postprocess import PostprocessConfig  # numpy: only --tune needs it
-    from solution.common.jsonio import JsonError, read_json_object
     from solution.common.settings import apply_overrides
+    from solution.model.qa_config import read_postprocess
 
-    cfg = PostprocessConfig()
-    if args.model:
-        path = Path(args.model) / "qa_config.json"
-        if not path.is_file():
-            raise ValueError(f"{args.model}: not a model directory (no qa_config.json)")
-        try:
-            section = read_json_object(path).get("postprocess")
-            if not isinstance(section, dict):
-                raise ValueError(f"expected a mapping of settings, got {type(section).__name__}")
-            cfg = PostprocessConfig(**section)
-        except JsonError:  # names the file already
-            raise
-        except (TypeError, ValueError) as e:  # ValueError: a bad value, NaN included; TypeError: an unknown field
-            raise ValueError(f"{path}: postprocess: {e}") from None
-    return apply_overrides(cfg, args.overrides)
+    return apply_overrides(read_postprocess(args.model) if args.model else PostprocessConfig(), args.overrides)
 
 
 def _thresholds_text(values: dict) -> str:
@@ -160,7 +147,8 @@ def _scores_text(result: dict, metric: str) -> str:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from solution.scoring.tuning import objective, predictions_with, read_scores, tune, write_thresholds
+    from solution.model.qa_config import write_thresholds
+    from solution.scoring.tuning import objective, predictions_with, read_scores, tune
 
     cfg = tune_config(args)  # first: a bad --set needs no files read
     records = read_scores(args.scores)
@@ -198,8 +186,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:
     """--tune --metric nq: the thresholds maximising the mean of the package's long and short F1."""
+    from solution.model.qa_config import write_thresholds
     from solution.scoring import nq_official
-    from solution.scoring.tuning import write_thresholds
 
     gold = nq_official.load_gold(args.gold)
     before = nq_official.score_records(nq_official.scored(records, gold), gold, cfg)

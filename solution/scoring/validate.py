@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 
 from solution.data.nq import read_examples
-from solution.scoring.metric import _SPAN, read_submission
+from solution.scoring.metric import SPAN_PATTERN, read_submission
 
 MAX_LISTED = 50
 
@@ -62,5 +62,5 @@ def _padded_ids(csv_path: str) -> list:
 
 def _span(text: str):
     """(start, end) of a `start:end` prediction (the metric's own pattern), None if it is not one."""
-    m = _SPAN.fullmatch(text)
+    m = SPAN_PATTERN.fullmatch(text)
     return (int(m.group(1)), int(m.group(2))) if m else None

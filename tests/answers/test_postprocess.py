@@ -12,7 +12,6 @@ import pytest
 from solution import evaluate
 from solution.answers.postprocess import (
     PostprocessConfig,
-    apply_overrides,
     decide,
     max_context_mask,
     postprocess_document,
@@ -20,8 +19,10 @@ from solution.answers.postprocess import (
     score_record,
     threshold_rows,
 )
+from solution.common.settings import apply_overrides
+from solution.model.qa_config import MODEL_DIR_FORMAT, read_qa_config, write_thresholds
 from solution.scoring.metric import Gold, score
-from solution.scoring.tuning import _grid, predictions_with, tune, write_thresholds
+from solution.scoring.tuning import predictions_with, threshold_grid, tune
 
 SHORT, LONG, YES = 3, 4, 1  # type-head rows (ANSWER_TYPES: UNKNOWN, YES, NO, SHORT, LONG)
 
@@ -217,7 +218,7 @@ def test_tuning_finds_the_best_four_thresholds(seed):
     cfg = PostprocessConfig(separate_thresholds=True)
     best = tune(records, gold, cfg=cfg)
     assert set(best["thresholds"]) == {"long_threshold", "short_threshold", "yes_threshold", "no_threshold"}
-    grid = {k: _grid(np.array([r[f] for r in records if kind is None or r["answer_type"] == kind]), 300)
+    grid = {k: threshold_grid(np.array([r[f] for r in records if kind is None or r["answer_type"] == kind]), 300)
             for k, f, kind in (("long_threshold", "score", None), ("short_threshold", "short_score", "SHORT"),
                                ("yes_threshold", "yes_score", "YES"), ("no_threshold", "no_score", "NO"))}
     brute = 0.0
@@ -244,8 +245,7 @@ def test_tuning_separate_thresholds_needs_the_type_scores():
 
 def test_tune_writes_four_thresholds_and_the_set_settings(tmp_path, monkeypatch, capsys):
     records, gold = _scored_set(1)
-    (tmp_path / "qa_config.json").write_text(json.dumps({"postprocess": {"long_threshold": 0.0,
-                                                                         "short_threshold": 0.0}}))
+    qa_config_with(tmp_path)
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
     monkeypatch.setattr(evaluate, "load_gold", lambda path, **kw: gold)
@@ -400,7 +400,6 @@ def test_predict_takes_repeated_set(capsys):
 
 def qa_config_with(tmp_path, **postprocess):
     """A whole qa_config.json (as a model directory holds) with some post-processing values replaced."""
-    from solution.model.qa_model import MODEL_DIR_FORMAT
     from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
 
     path = tmp_path / "qa_config.json"
@@ -422,8 +421,6 @@ def test_predict_refuses_a_non_finite_set_before_loading_the_model(capsys):
 @pytest.mark.parametrize("field, value", [("long_threshold", float("nan")), ("short_threshold", float("inf")),
                                           ("yes_threshold", float("-inf"))])
 def test_a_non_finite_threshold_in_qa_config_is_refused_naming_file_and_field(field, value, tmp_path, capsys):
-    from solution.model.qa_model import read_qa_config
-
     path = qa_config_with(tmp_path, **{field: value})
     # The JSON reader refuses the number itself, as JSON writes it (NaN, Infinity), naming the file.
     said = f"{path}: {json.dumps(value)} is not a number a file of ours holds"
@@ -480,8 +477,12 @@ def test_windows_record_doc_start_and_inference_carries_it():
         assert pred.short == f"{a}:{a + 2}"
 
 
-@pytest.mark.parametrize("content", ['{"format": 2}', "[1, 2]", '{"postprocess": 3}'])
-def test_evaluate_tune_names_a_qa_config_without_its_settings(content, tmp_path, capsys):
+@pytest.mark.parametrize("content, said", [
+    ('{"format": 2}', "format 2, expected one of"),
+    ("[1, 2]", "must hold a JSON object, got list"),
+    ('{"postprocess": 3}', "format None, expected one of"),
+])
+def test_evaluate_tune_checks_the_model_settings_as_prediction_does(content, said, tmp_path, capsys):
     path = tmp_path / "qa_config.json"
     path.write_text(content)
     for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
@@ -489,5 +490,6 @@ def test_evaluate_tune_names_a_qa_config_without_its_settings(content, tmp_path,
     assert evaluate.main(["--tune", "--scores", str(tmp_path / "s.jsonl"), "--gold", str(tmp_path / "g.jsonl"),
                           "--model", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    said = "expected a JSON object, found list" if content.startswith("[") else "postprocess: expected a mapping of settings"
     assert err.startswith(f"error: {path}: {said}") and err.count("\n") == 1, err
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {said}")):
+        read_qa_config(path)  # the one reader, as submission.predict reads it

@@ -14,7 +14,7 @@ from conftest import ROOT, nq_line, write_jsonl
 
 from solution.answers.postprocess import PostprocessConfig
 from solution.checkpoints.state import TrainerState
-from solution.model import qa_model
+from solution.model import qa_config, qa_model
 from solution.training.config import TrainConfig, load_config
 from solution.windows.featurizer import WindowConfig
 
@@ -208,7 +208,7 @@ def test_format_1_directory_loads_and_predicts_as_before(good_dir, nq_input, tmp
         assert k1 == k2 and torch.equal(v1, v2), k1
     # Every field a format-1 directory lacks gets the value that keeps today's behaviour.
     for section, cls in (("window", WindowConfig), ("postprocess", PostprocessConfig)):
-        for name, value in qa_model.FORMAT_1_VALUES[section].items():
+        for name, value in qa_config.FORMAT_1_VALUES[section].items():
             if name in cls.__dataclass_fields__:
                 assert meta_old[section][name] == value, name
         cls(**meta_old[section])

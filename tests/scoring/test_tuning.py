@@ -1,12 +1,13 @@
 """Threshold tuning finds the grid's best pair (checked by brute force with the metric itself)."""
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 
 from solution.scoring.metric import Gold, score
-from solution.scoring.tuning import _grid, objective, predictions_at, tune
+from solution.scoring.tuning import objective, predictions_at, threshold_grid, tune
 
 
 def make(n=60, seed=0):
@@ -32,8 +33,8 @@ def test_tuned_thresholds_are_the_best_pair_on_the_grid():
     records, gold = make()
     best = tune(records, gold)
     brute = max(score(predictions_at(records, lt, st), gold)["micro_f1"]
-                for lt, st in itertools.product(_grid(np.array([r["score"] for r in records]), 300),
-                                                _grid(np.array([r["short_score"] for r in records]), 300)))
+                for lt, st in itertools.product(threshold_grid(np.array([r["score"] for r in records]), 300),
+                                                threshold_grid(np.array([r["short_score"] for r in records]), 300)))
     assert best["micro_f1"] == pytest.approx(brute)
     untuned = score(predictions_at(records, 0.0, 0.0), gold)["micro_f1"]
     assert best["micro_f1"] >= untuned
@@ -58,7 +59,7 @@ def _mlebench_at(records, gold, lt, st):
 def test_mlebench_tuning_is_the_best_pair_for_that_grader(seed):
     records, gold = make(80, seed)
     best = tune(records, gold, metric="mlebench")
-    grids = [_grid(np.array([r[k] for r in records]), 300) for k in ("score", "short_score")]
+    grids = [threshold_grid(np.array([r[k] for r in records]), 300) for k in ("score", "short_score")]
     brute = max(_mlebench_at(records, gold, lt, st) for lt, st in itertools.product(*grids))
     assert best["objective"] == pytest.approx(brute) == best["result"]["mlebench_score"]
     kaggle = tune(records, gold)
@@ -88,7 +89,7 @@ def test_separate_thresholds_tuned_for_mlebench_beat_every_other_choice():
     best = tune(records, gold, cfg=cfg, metric="mlebench")
     names = ("long_threshold", "short_threshold", "yes_threshold", "no_threshold")
     keys = ("score", "short_score", "yes_score", "no_score")
-    grids = [_grid(np.array([r[k] for r in records]), 300) for k in keys]
+    grids = [threshold_grid(np.array([r[k] for r in records]), 300) for k in keys]
     for _ in range(300):
         pick = PostprocessConfig(separate_thresholds=True, **{n: float(rng.choice(g)) for n, g in zip(names, grids)})
         assert objective(score(predictions_with(records, pick), gold), "mlebench") <= best["objective"] + 1e-12
@@ -113,8 +114,10 @@ def test_tune_cli_for_mlebench_records_the_metric_and_matches_the_grader(tmp_pat
     from conftest import ROOT, nq_line, write_jsonl
 
     from solution.answers.postprocess import PostprocessConfig
+    from solution.model.qa_config import write_qa_config
     from solution.scoring import mlebench
     from solution.scoring.tuning import predictions_with
+    from solution.windows.featurizer import WindowConfig
 
     records, gold = make(120, 2)
     doc = " ".join(f"w{i}" for i in range(60))
@@ -131,7 +134,8 @@ def test_tune_cli_for_mlebench_records_the_metric_and_matches_the_grader(tmp_pat
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
     model = tmp_path / "model"
     model.mkdir()
-    (model / "qa_config.json").write_text(json.dumps({"postprocess": {}}))
+    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
+                            "postprocess": dataclasses.asdict(PostprocessConfig())}, tokenizer_size=30522)
     answers = mlebench.read_answers(gold_path)
     graded = {}
     for metric in ("kaggle", "mlebench"):
