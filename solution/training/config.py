@@ -140,7 +140,7 @@ class TrainConfig:
     dataloader_num_workers: int = 0
     """Worker processes loading training batches (0: the training process itself)."""
 
-    # --- distributed strategy and checkpoints -----------------------------------
+    # --- checkpoints, memory and profiling (the strategy: the `distributed` section) ---
     save_strategy: str = "steps"
     """When to write a resumable, strategy-native checkpoint: `steps` (every save_steps), `epoch`
     (at each epoch end) or `no`."""
