@@ -166,7 +166,7 @@ _VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ei", "ou")
 _CODAS = ("", "", "", "", "", "n", "r", "l", "s", "k")
 
 
-class _Names:
+class Names:
     """Made-up words from syllables, never repeated within one document, so every value is unambiguous."""
 
     def __init__(self, rng: random.Random):
@@ -212,17 +212,17 @@ class _Names:
         return self.proper()  # city, deity
 
 
-def _sentence(template: str, entity: str, key=None, value: str = ""):
+def make_sentence(template: str, entity: str, key=None, value: str = ""):
     """A sentence as (tokens, key, value_start, value_end); the value span is where {V} stood."""
     head, _, tail = template.format(E=entity, V="\0").partition("\0")
     head, tail, vals = head.split(), tail.split(), value.split()
     return (head + vals + tail, key, len(head), len(head) + len(vals))
 
 
-class _Doc:
+class Doc:
     """One article's entity, cities and neighbour; makes its filler sentences and paragraphs."""
 
-    def __init__(self, rng: random.Random, entity: str, names: _Names):
+    def __init__(self, rng: random.Random, entity: str, names: Names):
         self.rng, self.entity, self.names = rng, entity, names
         self.cities = [names.proper() for _ in range(rng.randint(3, 6))]
         self.neighbour = names.proper() + rng.choice(("ia", "and", "ora"))
@@ -315,7 +315,7 @@ def _render(sections):
     return tokens, cands, where
 
 
-def _question(rng: random.Random, names: _Names, entity: str, answer_type: str, stated: list, topics: list):
+def make_question(rng: random.Random, names: Names, entity: str, answer_type: str, stated: list, topics: list):
     """The values of the stated attributes, the asked key (`capital`, `topic:climate`) and the question."""
     values = {a: names.value(ATTRIBUTES[a][0]) for a in stated}
     if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
@@ -332,7 +332,7 @@ def _question(rng: random.Random, names: _Names, entity: str, answer_type: str, 
     return values, asked, ATTRIBUTES[asked][4].format(e=entity.lower(), v=v.lower())
 
 
-def _plan(rng: random.Random, doc: _Doc, stated: list, values: dict, topics: list, target: int) -> list:
+def _plan(rng: random.Random, doc: Doc, stated: list, values: dict, topics: list, target: int) -> list:
     """Sections of blocks: [head, infobox, intro], then topic and generic sections in random order."""
     entity, names = doc.entity, doc.names
     infobox, listed, blocks = [], [], []
@@ -342,7 +342,7 @@ def _plan(rng: random.Random, doc: _Doc, stated: list, values: dict, topics: lis
             value = values[a].split()
             infobox.append([("Th", (ATTRIBUTES[a][1].split(), None, 0, 0)), ("Td", (value, a, 0, len(value)))])
         else:
-            fact = _sentence(rng.choice(ATTRIBUTES[a][2]), entity, a, values[a])
+            fact = make_sentence(rng.choice(ATTRIBUTES[a][2]), entity, a, values[a])
             listed.append(fact) if r < 0.3 else blocks.append(doc.paragraph([fact]))
     if listed:
         items = listed + [doc.filler() for _ in range(rng.randint(1, 3))]
@@ -365,11 +365,11 @@ def _plan(rng: random.Random, doc: _Doc, stated: list, values: dict, topics: lis
         rng.shuffle(infobox)
         head.append(("Table", [[('Th_colspan="2"', ([entity], None, 0, 0))]] + infobox))
     kind = rng.choice(("country", "kingdom", "island nation", "republic"))
-    intro = _sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
+    intro = make_sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
     body = []
     for t in topics:
         heading, openings, _, about = TOPICS[t]
-        sents = [_sentence(rng.choice(openings), entity, "topic:" + t)]
+        sents = [make_sentence(rng.choice(openings), entity, "topic:" + t)]
         sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, len(about)))]
         body.append([("H2", [heading]), ("P", sents)])
     body += [[("H2", h.split())] for h in rng.sample(GENERIC_HEADINGS, rng.randint(1, 1 + min(6, target // 500)))]
@@ -387,7 +387,7 @@ def _place(rng: random.Random, sections: list, block, section=None) -> None:
     s.insert(rng.randint(keep, len(s)), block)
 
 
-def _fit(rng: random.Random, doc: _Doc, sections: list, asked: str, target: int) -> None:
+def _fit(rng: random.Random, doc: Doc, sections: list, asked: str, target: int) -> None:
     """Make the document exactly `target` words: drop blocks that hold no answer, or add filler paragraphs."""
     used = sum(_block_len(b) for s in sections for b in s)
     droppable = [(s, b) for s in sections for b in s[1:] if b[0] != "H2" and asked not in _keys(b)]
@@ -418,14 +418,14 @@ def _fit(rng: random.Random, doc: _Doc, sections: list, asked: str, target: int)
 
 def make_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
     """One document, its question and true answer: {question, tokens, candidates, answer, entity}."""
-    names = _Names(rng)
+    names = Names(rng)
     entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
-    doc = _Doc(rng, entity, names)
+    doc = Doc(rng, entity, names)
     # Log-uniform length; longer documents state more attributes and topics, as longer articles do.
     target = round(math.exp(rng.uniform(math.log(min_words), math.log(max_words))))
     stated = rng.sample(list(ATTRIBUTES), rng.randint(2, max(2, min(18, target // 110))))
     topics = rng.sample(list(TOPICS), rng.randint(1, max(1, min(10, target // 300))))
-    values, asked, question = _question(rng, names, entity, answer_type, stated, topics)
+    values, asked, question = make_question(rng, names, entity, answer_type, stated, topics)
     sections = _plan(rng, doc, stated, values, topics, target)
     _fit(rng, doc, sections, asked, target)
     tokens, cands, where = _render(sections)

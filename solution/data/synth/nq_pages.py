@@ -8,7 +8,17 @@ other names, phrasings held out of training).
 import math
 import random
 
-from solution.data.synth.easy import ATTRIBUTES, GENERIC_HEADINGS, NONE_ASKS_ATTRIBUTE, TOPICS, _Doc, _Names, _question, _sentence
+from solution.data.synth.easy import (
+    ATTRIBUTES,
+    GENERIC_HEADINGS,
+    NONE_ASKS_ATTRIBUTE,
+    TOPICS,
+    Doc,
+    Names,
+    make_question,
+    make_sentence,
+)
+from solution.data.synth.nq_render import nq_words, page_record
 
 # ---------------------------------------------------------------------------------------------
 # The `nq-lexical` profile (the `nq` profile's first form): pages shaped like real NQ, to measure the
@@ -21,66 +31,17 @@ from solution.data.synth.easy import ATTRIBUTES, GENERIC_HEADINGS, NONE_ASKS_ATT
 NQ_MEDIAN_WORDS = 4000  # real sample: median 4,587 non-HTML words, 90th percentile 13,939
 # Log-normal spread: the real 90th percentile is 3.04x the median (exp(1.28 sigma), sigma 0.87); page assembly narrows it.
 NQ_SIGMA = 0.95
-NQ_NESTED_GOLD = 0.3  # of facts in a list item or table row, the share whose gold long answer is that Li/Tr
 NQ_DISTRACTOR = 0.6  # chance a stated attribute or topic is also stated about the neighbour
-NQ_CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
 _MONTHS = ("January", "March", "April", "June", "July", "September", "October", "December")
 _NAV = ("Jump to : navigation , search", "From Wikipedia , the free encyclopedia",
         "This article is about the {kind} . For other uses , see {E} ( disambiguation ) .",
         "Coordinates : {K} ° N {K} ° E", "Part of a series on the History of {E}")
 
 
-def _nq_words(node) -> int:
-    """Non-HTML words of a node, a sentence or a plain-text run."""
-    if isinstance(node[0], list):  # a sentence (tokens, key, start, end)
-        return len(node[0])
-    tag, body = node
-    if tag in ("text", "H2"):
-        return len(body)
-    return sum(_nq_words(k) for k in body)
-
-
-def _nq_render(nodes):
-    """Tokens, candidates, {key: (top-level index, innermost index, value start, value end)}.
-
-    A node is ("text", tokens), ("H2", tokens) or (tag, children); a child is a node or a sentence.
-    """
-    tokens, cands, where, stack = [], [], {}, []
-
-    def rec(node):
-        if isinstance(node[0], list):
-            toks, key, vs, ve = node
-            if key is not None:
-                where[key] = (stack[0], stack[-1], len(tokens) + vs, len(tokens) + ve)
-            tokens.extend(toks)
-            return
-        tag, body = node
-        if tag == "text":
-            tokens.extend(body)
-            return
-        if tag == "H2":
-            tokens.extend(["<H2>", *body, "</H2>"])
-            return
-        name = tag.split("_")[0]
-        if name in NQ_CANDIDATE_TAGS:
-            stack.append(len(cands))
-            cands.append({"start_token": len(tokens), "top_level": len(stack) == 1, "end_token": -1})
-        tokens.append(f"<{tag}>")
-        for k in body:
-            rec(k)
-        tokens.append(f"</{name}>")
-        if name in NQ_CANDIDATE_TAGS:
-            cands[stack.pop()]["end_token"] = len(tokens)
-
-    for n in nodes:
-        rec(n)
-    return tokens, cands, where
-
-
-class _NQPage:
+class NQPage:
     """Builds one nq-profile page: plain-text runs, long paragraphs, nested lists and tables."""
 
-    def __init__(self, rng: random.Random, doc: _Doc):
+    def __init__(self, rng: random.Random, doc: Doc):
         self.rng, self.doc, self.names = rng, doc, doc.names
 
     def run(self, pattern: str) -> list:
@@ -143,35 +104,35 @@ class _NQPage:
     def block(self) -> tuple:
         r = self.rng.random()
         if r < self.BLOCK_SHARES[0]:
-            return self.paragraph(self._para_words())
+            return self.paragraph(self.para_words())
         if r < self.BLOCK_SHARES[1]:
             return self.ul()
         if r < 0.95:
             return self.table()
         return ("text", self.run("Main article : {E} {W}") if r < 0.97 else self.text(self.rng.randint(20, 120), "nav")[1])
 
-    def _para_words(self) -> int:
+    def para_words(self) -> int:
         return round(math.exp(self.rng.uniform(math.log(45), math.log(280))))
 
 
-def _nq_fact_block(page: _NQPage, entity: str, key: str, value: str, where_r: float):
+def _nq_fact_block(page: NQPage, entity: str, key: str, value: str, where_r: float):
     """The block stating `key`: a long paragraph mostly, else a list item or a table row."""
     rng = page.rng
     if key.startswith("topic:"):
         heading, openings, _, about = TOPICS[key[6:]]
-        sents = [_sentence(rng.choice(openings), entity, key)]
+        sents = [make_sentence(rng.choice(openings), entity, key)]
         sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, len(about)))]
-        return page.paragraph(page._para_words(), sents, first=True)  # a section opens with its topic
-    fact = _sentence(rng.choice(ATTRIBUTES[key][2]), entity, key, value)
+        return page.paragraph(page.para_words(), sents, first=True)  # a section opens with its topic
+    fact = make_sentence(rng.choice(ATTRIBUTES[key][2]), entity, key, value)
     if where_r < 0.7:
-        return page.paragraph(page._para_words(), [fact])
+        return page.paragraph(page.para_words(), [fact])
     if where_r < 0.85:
         return page.ul(0, [fact])
     label, vals = ATTRIBUTES[key][1].split(), value.split()
     return page.table([("Tr", [("Th", [(label, None, 0, 0)]), ("Td", [(vals, key, 0, len(vals))])])])
 
 
-def _nq_body(rng, page: _NQPage, entity: str, stated: list, values: dict, topics: list, asked: str, words: int):
+def _nq_body(rng, page: NQPage, entity: str, stated: list, values: dict, topics: list, asked: str, words: int):
     """Sections (H2 + blocks) of about `words` words, the facts, topics and neighbour distractors placed in them."""
     doc, names = page.doc, page.names
     specials = [_nq_fact_block(page, entity, k, values[k], rng.random()) for k in stated]
@@ -181,24 +142,24 @@ def _nq_body(rng, page: _NQPage, entity: str, stated: list, values: dict, topics
     # Lists, not sets: a set of strings iterates in per-process hash order, which would change the draws.
     for k in stated + ([asked] if asked in ATTRIBUTES and asked not in stated else []):
         if rng.random() < (0.8 if k == asked else NQ_DISTRACTOR):
-            toks = _sentence(rng.choice(ATTRIBUTES[k][2]), doc.neighbour, None, names.value(ATTRIBUTES[k][0]))[0]
-            specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)]))
+            toks = make_sentence(rng.choice(ATTRIBUTES[k][2]), doc.neighbour, None, names.value(ATTRIBUTES[k][0]))[0]
+            specials.append(page.paragraph(page.para_words(), [(toks, None, 0, 0)]))
     for t in topics + ([asked[6:]] if asked.startswith("topic:") and asked[6:] not in topics else []):
         if rng.random() < (0.8 if "topic:" + t == asked else NQ_DISTRACTOR):
             toks = rng.choice(TOPICS[t][1]).format(E=doc.neighbour).split()
-            specials.append(page.paragraph(page._para_words(), [(toks, None, 0, 0)], first=True))
-    return _nq_sections(rng, page, specials, topics, words)
+            specials.append(page.paragraph(page.para_words(), [(toks, None, 0, 0)], first=True))
+    return nq_sections(rng, page, specials, topics, words)
 
 
-def _nq_sections(rng, page: _NQPage, specials: list, topics: list, words: int) -> list:
+def nq_sections(rng, page: NQPage, specials: list, topics: list, words: int) -> list:
     """Sections (H2 + filler blocks) of about `words` words with the `specials` blocks placed among them."""
     names = page.names
-    sections, used = [], sum(_nq_words(b) for b in specials)
+    sections, used = [], sum(nq_words(b) for b in specials)
     headings = [TOPICS[t][0] for t in topics] + list(GENERIC_HEADINGS)
     while used < words or not sections:
         h = headings.pop(0) if headings else names.proper()
         blocks = [page.block() for _ in range(rng.randint(1, 6))]
-        used += sum(_nq_words(b) for b in blocks) + 1
+        used += sum(nq_words(b) for b in blocks) + 1
         sections.append([("H2", h.split())] + blocks)
     for b in specials:
         s = rng.choice(sections)
@@ -208,14 +169,14 @@ def _nq_sections(rng, page: _NQPage, specials: list, topics: list, words: int) -
 
 def make_nq_example(rng: random.Random, answer_type: str, min_words: int, max_words: int) -> dict:
     """One nq-profile document, its question and true answer (the easy profile's `make_example` dict)."""
-    names = _Names(rng)
+    names = Names(rng)
     entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
-    doc = _Doc(rng, entity, names)
+    doc = Doc(rng, entity, names)
     target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
     stated = rng.sample(list(ATTRIBUTES), rng.randint(3, 12))
     topics = rng.sample(list(TOPICS), rng.randint(2, 8))
-    values, asked, question = _question(rng, names, entity, answer_type, stated, topics)
-    page = _NQPage(rng, doc)
+    values, asked, question = make_question(rng, names, entity, answer_type, stated, topics)
+    page = NQPage(rng, doc)
     kind = rng.choice(("country", "kingdom", "island nation", "republic"))
     nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
     head = [("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])]
@@ -227,9 +188,9 @@ def make_nq_example(rng: random.Random, answer_type: str, min_words: int, max_wo
     # Plain runs: navigation at the top, references and navigation boxes at the bottom (outside every candidate).
     top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))
     head.append(page.text(top_nav, "nav"))
-    intro = _sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
-    head.append(page.paragraph(page._para_words(), [intro]))
-    used = sum(_nq_words(n) for n in head)
+    intro = make_sentence(f"{{E}} is a small {kind} on the {names.proper()} Sea .", entity)
+    head.append(page.paragraph(page.para_words(), [intro]))
+    used = sum(nq_words(n) for n in head)
     body = _nq_body(rng, page, entity, stated, values, topics, asked, max(0, target - used - refs - bottom_nav))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
     return page_record(rng, head + body + tail, asked, answer_type, question, entity)
@@ -411,10 +372,10 @@ def _demonym(entity: str) -> str:
     return entity + "an"
 
 
-class _Reading:
+class Reading:
     """One page's subject under its names, and how its facts are stated and asked (`held_out`: dev and test)."""
 
-    def __init__(self, rng: random.Random, doc: _Doc, kind: str, sea: str, held_out: bool):
+    def __init__(self, rng: random.Random, doc: Doc, kind: str, sea: str, held_out: bool):
         # kind: what the subject is ("republic"); sea: the made-up sea it lies on, which the intro names.
         self.rng, self.doc, self.kind, self.sea, self.held_out = rng, doc, kind, sea, held_out
         entity = doc.entity
@@ -525,9 +486,9 @@ class _Reading:
         return text.replace("{e}", subject).replace("{v}", value.lower())
 
 
-def _reading_question(rng: random.Random, names: _Names, reading: _Reading, answer_type: str, stated: list,
+def _reading_question(rng: random.Random, names: Names, reading: Reading, answer_type: str, stated: list,
                       topics: list, values: dict):
-    """The asked key and the question (`_question`'s choices, asked as `reading` asks)."""
+    """The asked key and the question (`make_question`'s choices, asked as `reading` asks)."""
     if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
         pool = topics if answer_type == "LONG" else [t for t in TOPICS if t not in topics]
         t = rng.choice(pool)
@@ -541,23 +502,23 @@ def _reading_question(rng: random.Random, names: _Names, reading: _Reading, answ
     return asked, reading.ask_yes_no(asked, v)
 
 
-def _reading_fact_block(page: _NQPage, reading: _Reading, key: str, value: str, where_r: float):
+def reading_fact_block(page: NQPage, reading: Reading, key: str, value: str, where_r: float):
     """The block stating `key` of the page's subject: a long paragraph mostly, else a list item or a table row."""
     rng, entity = page.rng, page.doc.entity
     if key.startswith("topic:"):
         about = TOPICS[key[6:]][3]
         sents = [reading.topic(key[6:], entity, key)]
         sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, len(about)))]
-        return page.paragraph(page._para_words(), sents, first=True)  # a section opens with its topic
+        return page.paragraph(page.para_words(), sents, first=True)  # a section opens with its topic
     if where_r < 0.85:
         fact = reading.fact(key, entity, value, key)
-        return page.paragraph(page._para_words(), [fact]) if where_r < 0.7 else page.ul(0, [fact])
+        return page.paragraph(page.para_words(), [fact]) if where_r < 0.7 else page.ul(0, [fact])
     label = rng.choice((ATTRIBUTES[key][1], READING_ATTRIBUTES[key][1][-1].capitalize())).split()
     vals = value.split()
     return page.table([("Tr", [("Th", [(label, None, 0, 0)]), ("Td", [(vals, key, 0, len(vals))])])])
 
 
-def _reading_body(rng, page: _NQPage, reading: _Reading, stated: list, values: dict, topics: list, asked: str,
+def _reading_body(rng, page: NQPage, reading: Reading, stated: list, values: dict, topics: list, asked: str,
                   words: int):
     """`_nq_body` with the facts, topics and the neighbour's copies stated as `reading` states them."""
     doc, names = page.doc, page.names
@@ -566,23 +527,23 @@ def _reading_body(rng, page: _NQPage, reading: _Reading, stated: list, values: d
     # the first pass) where to look, not what the answer says.
     own = []
     for k in stated:
-        block = _reading_fact_block(page, reading, k, values[k], rng.random())
+        block = reading_fact_block(page, reading, k, values[k], rng.random())
         if rng.random() < NQ_FACT_HEADING:
             own.append([("H2", reading.noun(READING_ATTRIBUTES[k][1]).capitalize().split()), block])
         else:
             own.append([block])
-    own += [[("H2", TOPICS[t][0].split()), _reading_fact_block(page, reading, "topic:" + t, "", 0.0)] for t in topics]
+    own += [[("H2", TOPICS[t][0].split()), reading_fact_block(page, reading, "topic:" + t, "", 0.0)] for t in topics]
     specials = [ns[0] for ns in own if len(ns) == 1]
     headed = [ns for ns in own if len(ns) == 2]
     # The neighbour's copy of a fact, stated in the same forms: reading whose fact it is tells them apart.
     for k in stated + ([asked] if asked in ATTRIBUTES and asked not in stated else []):
         if rng.random() < (0.8 if k == asked else NQ_DISTRACTOR):
             fact = reading.fact(k, doc.neighbour, names.value(ATTRIBUTES[k][0]))
-            specials.append(page.paragraph(page._para_words(), [fact]))
+            specials.append(page.paragraph(page.para_words(), [fact]))
     for t in topics + ([asked[6:]] if asked.startswith("topic:") and asked[6:] not in topics else []):
         if rng.random() < (0.8 if "topic:" + t == asked else NQ_DISTRACTOR):
-            specials.append(page.paragraph(page._para_words(), [reading.topic(t, doc.neighbour)], first=True))
-    nodes = _nq_sections(rng, page, specials, [], max(0, words - sum(_nq_words(n) for ns in headed for n in ns)))
+            specials.append(page.paragraph(page.para_words(), [reading.topic(t, doc.neighbour)], first=True))
+    nodes = nq_sections(rng, page, specials, [], max(0, words - sum(nq_words(n) for ns in headed for n in ns)))
     for ns in headed:  # before a random section's heading, or at the end
         starts = [i for i, n in enumerate(nodes) if n[0] == "H2"] + [len(nodes)]
         at = rng.choice(starts)
@@ -594,18 +555,18 @@ def make_nq_reading_example(rng: random.Random, answer_type: str, min_words: int
                             held_out: bool = False) -> dict:
     """One page of the `nq` profile (`make_nq_example`'s pages, questions that need reading); `held_out`:
     a dev or test page, whose questions and facts are sometimes put in forms training never shows."""
-    names, doc, reading, target, stated, topics, values = reading_page_plan(rng, _Doc, _Reading, min_words,
+    names, doc, reading, target, stated, topics, values = reading_page_plan(rng, Doc, Reading, min_words,
                                                                               max_words, held_out)
     entity, kind = doc.entity, reading.kind
     asked, question = _reading_question(rng, names, reading, answer_type, stated, topics, values)
-    page = _NQPage(rng, doc)
+    page = NQPage(rng, doc)
     head = [title_and_nav(rng, page, kind), ("Table", infobox_rows(rng, entity, reading))]
     top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))
     head.append(page.text(top_nav, "nav"))
     intro = (f"{entity} , officially the {reading.official} ( {reading.abbreviation} ) , is a small {kind} on the "
              f"{reading.sea} Sea .").split()
-    head.append(page.paragraph(page._para_words(), [(intro, None, 0, 0)], first=True))
-    used = sum(_nq_words(n) for n in head)
+    head.append(page.paragraph(page.para_words(), [(intro, None, 0, 0)], first=True))
+    used = sum(nq_words(n) for n in head)
     body = _reading_body(rng, page, reading, stated, values, topics, asked, max(0, target - used - refs - bottom_nav))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
     return page_record(rng, head + body + tail, asked, answer_type, question, entity)
@@ -614,7 +575,7 @@ def make_nq_reading_example(rng: random.Random, answer_type: str, min_words: int
 def reading_page_plan(rng: random.Random, doc_cls, reading_cls, min_words: int, max_words: int, held_out: bool):
     """What a reading page is about, drawn in this order (a profile's bytes depend on it): (names, doc,
     reading, target words, stated attributes, topics, {attribute: value})."""
-    names = _Names(rng)
+    names = Names(rng)
     entity = names.proper() + rng.choice(("ia", "and", "ora", "en", "ar"))
     doc = doc_cls(rng, entity, names)
     target = min(max_words, max(min_words, round(rng.lognormvariate(math.log(NQ_MEDIAN_WORDS), NQ_SIGMA))))
@@ -627,30 +588,17 @@ def reading_page_plan(rng: random.Random, doc_cls, reading_cls, min_words: int, 
     return names, doc, reading, target, stated, topics, values
 
 
-def title_and_nav(rng: random.Random, page: _NQPage, kind: str) -> tuple:
+def title_and_nav(rng: random.Random, page: NQPage, kind: str) -> tuple:
     """The page's opening text: its title as NQ's pages open, and three navigation runs."""
     entity = page.doc.entity
     nav = [page.run(p.replace("{kind}", kind)) for p in rng.sample(_NAV, 3)]
     return ("text", [entity, "-", "wikipedia", "<H1>", entity, "</H1>"] + [w for n in nav for w in n])
 
 
-def infobox_rows(rng: random.Random, entity: str, reading: _Reading) -> list:
+def infobox_rows(rng: random.Random, entity: str, reading: Reading) -> list:
     """The infobox's heading row and its four fixed rows."""
     rows = [("Tr", [('Th_colspan="2"', [([entity], None, 0, 0)])])]
     for k, v in (("Official name", f"{reading.official} ( {reading.abbreviation} )"), ("Demonym", reading.demonym),
                  ("Time zone", f"UTC + {rng.randint(1, 5)}"), ("Calling code", f"+ {rng.randint(200, 999)}")):
         rows.append(("Tr", [("Th", [(k.split(), None, 0, 0)]), ("Td", [(v.split(), None, 0, 0)])]))
     return rows
-
-
-def page_record(rng: random.Random, nodes: list, asked: str, answer_type: str, question: str, entity: str) -> dict:
-    """The page rendered, and its answer: the block stating `asked` (its nested item or row as the gold on
-    NQ_NESTED_GOLD of the facts that have one)."""
-    tokens, cands, where = _nq_render(nodes)
-    answer = None
-    if answer_type != "NONE":
-        top, inner, vs, ve = where[asked]
-        nested = inner != top and rng.random() < NQ_NESTED_GOLD
-        answer = {"candidate_index": inner if nested else top, "short": [(vs, ve)] if answer_type == "SHORT" else [],
-                  "yes_no": answer_type if answer_type in ("YES", "NO") else "NONE"}
-    return {"question": question, "tokens": tokens, "candidates": cands, "answer": answer, "entity": entity}

@@ -20,22 +20,20 @@ are the `nq` profile's.
 
 import random
 
-from solution.data.synth.easy import ATTRIBUTES, NONE_ASKS_ATTRIBUTE, TOPICS, _Doc, _Names
+from solution.data.synth.easy import ATTRIBUTES, NONE_ASKS_ATTRIBUTE, TOPICS, Doc, Names
 from solution.data.synth.nq_pages import (
-    NQ_CANDIDATE_TAGS,
     NQ_DISTRACTOR,
     NQ_FACT_HEADING,
     READING_ATTRIBUTES,
-    _nq_sections,
-    _nq_words,
-    _NQPage,
-    _Reading,
-    _reading_fact_block,
+    NQPage,
+    Reading,
     infobox_rows,
-    page_record,
+    nq_sections,
+    reading_fact_block,
     reading_page_plan,
     title_and_nav,
 )
+from solution.data.synth.nq_render import NQ_CANDIDATE_TAGS, nq_words, page_record
 
 # Where the asked fact is stated, for a question about an attribute: the intro, an infobox row, or the body.
 # Real NQ (49 training + 10 dev lines): the first top-level <P> is the gold on 0.33 of answerable pages, the
@@ -55,7 +53,7 @@ SHAPED_TOPIC_SENTENCES = 1  # at most this many of a topic's fixed sentences in 
 SHAPED_NO_VALUE_ON_PAGE = 0.5  # NO questions whose (wrong) value is stated elsewhere on the page
 
 # The composed filler's parts. Words that questions ask with (capital, river, language, founded ...) stay out,
-# so filler neither answers nor matches a question; {C} {P} {Y} {N} {G} {D} are _Doc's slots.
+# so filler neither answers nor matches a question; {C} {P} {Y} {N} {G} {D} are Doc's slots.
 _OPENERS = ("In {Y} ,", "After {Y} ,", "Before {Y} ,", "By {Y} ,", "Later ,", "For many years ,", "At first ,",
             "According to {P} ,", "Under {P} ,", "In the {D} ,", "Around {Y} ,", "Even then ,", "Soon afterwards ,",
             "During the {EVENT} ,", "Until {Y} ,", "Each {SEASON} ,", "In those years ,", "Since {Y} ,")
@@ -99,7 +97,7 @@ _PARTS = {"GROUP": _GROUPS, "PLACE": _PLACES, "TERRAIN": _TERRAIN, "EVENT": _EVE
 
 def compose_filler(rng: random.Random, slot) -> list:
     """A filler sentence composed from an opener, a subject, a predicate and a clause (each part optional
-    but the subject and predicate); `slot(letter)` draws _Doc's slots ({C} a city, {P} a person, ...)."""
+    but the subject and predicate); `slot(letter)` draws Doc's slots ({C} a city, {P} a person, ...)."""
     parts = []
     if rng.random() < 0.2:  # openers and clauses this often: sentences as long as FILLER's (11 words)
         parts.append(rng.choice(_OPENERS))
@@ -119,22 +117,22 @@ def compose_filler(rng: random.Random, slot) -> list:
     return out + ["."]
 
 
-class _ShapedDoc(_Doc):
-    """_Doc whose filler sentences are composed (`compose_filler`), not drawn from FILLER's 46."""
+class _ShapedDoc(Doc):
+    """Doc whose filler sentences are composed (`compose_filler`), not drawn from FILLER's 46."""
 
     def filler(self):
         return (compose_filler(self.rng, self._slot), None, 0, 0)
 
 
-class _ShapedPage(_NQPage):
-    """_NQPage with somewhat more lists and tables among its filler blocks: the lead, the infobox rows and fewer
+class _ShapedPage(NQPage):
+    """NQPage with somewhat more lists and tables among its filler blocks: the lead, the infobox rows and fewer
     blocks of their own for the facts would otherwise leave fewer candidates a page than `nq` has (real: more)."""
 
     BLOCK_SHARES = (0.64, 0.84)
 
 
-class _ShapedReading(_Reading):
-    """_Reading whose questions name the subject as a search query does: by its name, mostly."""
+class _ShapedReading(Reading):
+    """Reading whose questions name the subject as a search query does: by its name, mostly."""
 
     def fact(self, key: str, entity: str, value: str, answer_key=None):
         return self._unechoed(super().fact, key, entity, value, answer_key)
@@ -156,7 +154,7 @@ class _ShapedReading(_Reading):
         rng, entity = self.rng, self.doc.entity.lower()
         if rng.random() < SHAPED_NAMES_SUBJECT:
             return f"the {self.kind} of {entity}" if rng.random() < SHAPED_NAMES_KIND else entity
-        r = rng.random()  # the rest: _Reading's other names for it, in its proportions
+        r = rng.random()  # the rest: Reading's other names for it, in its proportions
         if r < 0.4:
             return f"the {self.kind}"
         if r < 0.65 or self.capital is None or key == "capital":
@@ -171,7 +169,7 @@ def _same_kind_values(key: str, values: dict, neighbour: dict) -> list:
     return own + ([neighbour[key]] if key in neighbour else [])
 
 
-def _shaped_question(rng, names: _Names, reading: _ShapedReading, answer_type: str, stated: list, topics: list,
+def _shaped_question(rng, names: Names, reading: _ShapedReading, answer_type: str, stated: list, topics: list,
                      values: dict, neighbour: dict):
     """The asked key and the question (nq_pages._reading_question's choices); a NO question names a value
     stated elsewhere on the page (SHAPED_NO_VALUE_ON_PAGE), forcing the neighbour's copy onto the page if
@@ -211,14 +209,14 @@ def _where_stated(rng, stated: list, asked: str) -> dict:
     return out
 
 
-def _fact_row(reading: _Reading, key: str, value: str, answer_key):
+def _fact_row(reading: Reading, key: str, value: str, answer_key):
     """An infobox row stating `key`: its label (the infobox's, or one of its noun phrases) and its value."""
     label = reading.rng.choice((ATTRIBUTES[key][1], READING_ATTRIBUTES[key][1][0].capitalize())).split()
     vals = value.split()
     return ("Tr", [("Th", [(label, None, 0, 0)]), ("Td", [(vals, answer_key, 0, len(vals))])])
 
 
-def _head(rng, page: _NQPage, reading: _Reading, kind: str, values: dict, where: dict, top_nav: int) -> list:
+def _head(rng, page: NQPage, reading: Reading, kind: str, values: dict, where: dict, top_nav: int) -> list:
     """Title and navigation, the infobox (before or after the lead) and the lead paragraph stating the page's
     main facts."""
     entity = page.doc.entity
@@ -228,25 +226,25 @@ def _head(rng, page: _NQPage, reading: _Reading, kind: str, values: dict, where:
     lead = (f"{entity} , officially the {reading.official} ( {reading.abbreviation} ) , is a {rng.choice(_SIZES)} {kind} "
             f"{rng.choice(_LIES)} the {reading.sea} Sea .").split()
     core = [(lead, None, 0, 0)] + [reading.fact(k, entity, values[k], k) for k, at in where.items() if at == "intro"]
-    intro = page.paragraph(page._para_words(), core, first=True)
+    intro = page.paragraph(page.para_words(), core, first=True)
     if rng.random() < SHAPED_INFOBOX_FIRST:
         return [title, ("Table", rows), page.text(top_nav, "nav"), intro]
     return [title, page.text(top_nav, "nav"), intro, ("Table", rows)]
 
 
-def _fact_block(page: _NQPage, reading: _Reading, key: str, value: str):
-    """nq_pages._reading_fact_block, a topic's paragraph holding at most SHAPED_TOPIC_SENTENCES of its fixed
+def _fact_block(page: NQPage, reading: Reading, key: str, value: str):
+    """nq_pages.reading_fact_block, a topic's paragraph holding at most SHAPED_TOPIC_SENTENCES of its fixed
     sentences (the rest of it composed filler)."""
     rng = page.rng
     if not key.startswith("topic:"):
-        return _reading_fact_block(page, reading, key, value, rng.random())
+        return reading_fact_block(page, reading, key, value, rng.random())
     about = TOPICS[key[6:]][3]
     sents = [reading.topic(key[6:], page.doc.entity, key)]
     sents += [(x.split(), None, 0, 0) for x in rng.sample(about, rng.randint(1, min(SHAPED_TOPIC_SENTENCES, len(about))))]
-    return page.paragraph(page._para_words(), sents, first=True)  # a section opens with its topic
+    return page.paragraph(page.para_words(), sents, first=True)  # a section opens with its topic
 
 
-def _shaped_body(rng, page: _NQPage, reading: _Reading, body_keys: list, values: dict, topics: list, asked: str,
+def _shaped_body(rng, page: NQPage, reading: Reading, body_keys: list, values: dict, topics: list, asked: str,
                  neighbour: dict, words: int):
     """Sections of about `words` words with the body's facts, topics and the neighbour's copies (as
     nq_pages._reading_body places them), and apart from them the asked fact's nodes (a heading and its
@@ -270,12 +268,12 @@ def _shaped_body(rng, page: _NQPage, reading: _Reading, body_keys: list, values:
     for k in list(values) + ([asked] if asked in ATTRIBUTES and asked not in values else []):
         if k in neighbour or rng.random() < (0.8 if k == asked else NQ_DISTRACTOR):
             fact = reading.fact(k, doc.neighbour, neighbour.get(k) or page.names.value(ATTRIBUTES[k][0]))
-            specials.append(page.paragraph(page._para_words(), [fact]))
+            specials.append(page.paragraph(page.para_words(), [fact]))
     for t in topics + ([asked[6:]] if asked.startswith("topic:") and asked[6:] not in topics else []):
         if rng.random() < (0.8 if "topic:" + t == asked else NQ_DISTRACTOR):
-            specials.append(page.paragraph(page._para_words(), [reading.topic(t, doc.neighbour)], first=True))
-    used = sum(_nq_words(n) for ns in headed + [asked_nodes] for n in ns)
-    nodes = _nq_sections(rng, page, specials, [], max(0, words - used))
+            specials.append(page.paragraph(page.para_words(), [reading.topic(t, doc.neighbour)], first=True))
+    used = sum(nq_words(n) for ns in headed + [asked_nodes] for n in ns)
+    nodes = nq_sections(rng, page, specials, [], max(0, words - used))
     for ns in headed:  # before a random section's heading, or at the end
         starts = [i for i, n in enumerate(nodes) if n[0] == "H2"] + [len(nodes)]
         at = rng.choice(starts)
@@ -315,7 +313,7 @@ def make_nq_shaped_example(rng: random.Random, answer_type: str, min_words: int,
     page = _ShapedPage(rng, doc)
     top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))
     head = _head(rng, page, reading, kind, values, where, top_nav)
-    used = sum(_nq_words(n) for n in head)
+    used = sum(nq_words(n) for n in head)
     body, asked_nodes = _shaped_body(rng, page, reading, [k for k in stated if where[k] == "body"], values, topics,
                                      asked, neighbour, max(0, target - used - refs - bottom_nav))
     nodes = head + body
