@@ -219,11 +219,16 @@ def split_like_mlebench(input_path, out_dir, quiet: bool = False, overwrite: boo
     if not counts["lines"]:
         raise ValueError(f"{input_path}: no lines")
     mark_output(out, MADE_BY, [p.name for p in outputs.values()])
+    return {**counts, **_repeats(where), "outputs": {k: str(p) for k, p in outputs.items()}}
+
+
+def _repeats(where: dict) -> dict:
+    """The example ids given on more than one line ({example_id: the parts its lines went to}): how many,
+    those in both train and test, and those twice in test."""
     repeated = {eid: parts for eid, parts in where.items() if len(parts) > 1}
-    return {**counts, "repeated_ids": len(repeated),
+    return {"repeated_ids": len(repeated),
             "in_train_and_test": sorted(eid for eid, parts in repeated.items() if len(set(parts)) == 2),
-            "repeated_in_test": sorted(eid for eid, parts in repeated.items() if parts.count("test") > 1),
-            "outputs": {k: str(p) for k, p in outputs.items()}}
+            "repeated_in_test": sorted(eid for eid, parts in repeated.items() if parts.count("test") > 1)}
 
 
 def _check_input(input_path: Path) -> None:
