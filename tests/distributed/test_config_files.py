@@ -13,16 +13,9 @@ from solution.common.settings import read_settings_file
 from solution.distributed.plan import plan_strategy
 from solution.training.config import load_config
 
-LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP",
-                 "ACCELERATE_DEEPSPEED_CONFIG_FILE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                 "ACCELERATE_GRADIENT_CLIPPING")
+pytestmark = pytest.mark.usefixtures("clean_env")  # no launcher variables from the shell running pytest
+
 SHIPPED_DS = sorted(Path("configs/ds").glob("*.json"))
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in LAUNCHER_VARS:
-        monkeypatch.delenv(name, raising=False)
 
 
 def write(path: Path, text: str) -> str:

@@ -13,14 +13,7 @@ from solution.distributed.plan import Plan, plan_strategy
 from solution.distributed.strategy import Strategy
 from solution.training.config import load_config
 
-LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_RANK", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "FSDP_VERSION",
-                 "FSDP_RESHARD_AFTER_FORWARD", "ACCELERATE_DEEPSPEED_CONFIG_FILE", "FSDP_OFFLOAD_PARAMS")
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in LAUNCHER_VARS:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_env")  # no launcher variables from the shell running pytest
 
 
 def cfg(*overrides):

@@ -1,6 +1,5 @@
 """The benchmark scripts and the GPU check: --help without work, charts from JSON, the no-CUDA path."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from helpers import load_script
 
 SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_save.py", "benchmark_scale.py", "gpu_check.py"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -18,13 +18,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run_script(name: str, *args, env=None, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "scripts" / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

