@@ -6,30 +6,16 @@ import json
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 
 import pytest
 import torch
 from conftest import ROOT, nq_line, write_jsonl
+from helpers import TINY, plain_checkpoint, write_model_dir
 
 from solution.answers.postprocess import PostprocessConfig
-from solution.checkpoints.state import TrainerState
 from solution.model import qa_config, qa_model
-from solution.training.config import TrainConfig, load_config
+from solution.training.config import load_config
 from solution.windows.featurizer import WindowConfig
-
-TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
-
-
-def write_model_dir(out, overrides=TINY, seed=0):
-    cfg = TrainConfig(pretrained=False, model_config_overrides=overrides)
-    torch.manual_seed(seed)
-    model = qa_model.build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
-    window = {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
-    return qa_model.save_model_dir(out, model.state_dict(), model.config,
-                                   qa_model.load_tokenizer(cfg.model_name_or_path),
-                                   {"window": window, "postprocess": asdict(cfg.postprocess),
-                                    "training": {"seed": seed}})
 
 
 @pytest.fixture(scope="module")
@@ -243,14 +229,6 @@ def test_hugging_face_loaders_read_the_trained_weights(good_dir):
     assert torch.equal(hf_qa.start_logits, expected["start_logits"])
     assert torch.equal(hf_qa.end_logits, expected["end_logits"])
     assert json.loads((good_dir / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
-
-
-def plain_checkpoint(ckpt):
-    """checkpoint-N as a single process writes it (model.safetensors), with what consolidation reads."""
-    write_model_dir(ckpt / "model_meta")
-    shutil.copy(ckpt / "model_meta" / "model.safetensors", ckpt / "model.safetensors")
-    (ckpt / "trainer_state.json").write_text(TrainerState(1, 0, 1, {}).to_json())
-    return ckpt
 
 
 def test_consolidate_refuses_a_truncated_checkpoint_file(tmp_path, capsys):
