@@ -4,7 +4,6 @@ import fcntl
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,6 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# Until the helpers that several test modules share all live in tests/helpers.py, a test module may import
-# one in another stage folder: every folder is on the path, after the test's own, whichever runs first.
-for _folder in sorted(Path(__file__).parent.iterdir()):
-    if _folder.is_dir() and _folder.name.isidentifier() and _folder.name not in ("hooks", "__pycache__"):
-        sys.path.append(str(_folder))
 REAL_NQ = ROOT.parent / "shared" / "data" / "nq-real"
 
 
