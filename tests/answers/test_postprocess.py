@@ -265,6 +265,26 @@ def test_tune_writes_four_thresholds_and_the_set_settings(tmp_path, monkeypatch,
     assert (post["long_threshold"], post["short_threshold"]) == (1.5, 2.5)
 
 
+def test_tune_reads_a_model_directory_of_an_earlier_layout_and_keeps_its_layout(tmp_path, monkeypatch):
+    """A qa_config.json written before max_windows_per_document moved from postprocess to window (the previous
+    release's) is read as prediction reads it, and the thresholds go in without moving anything."""
+    records, gold = _scored_set(1)
+    path = qa_config_with(tmp_path, max_windows_per_document=2)
+    old = json.loads(path.read_text())
+    del old["window"]["max_windows_per_document"]
+    path.write_text(json.dumps(old))
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setattr(evaluate, "load_gold", lambda path, **kw: gold)
+    (tmp_path / "gold.jsonl").write_text("")  # read by the stand-in above; evaluate checks that it is a file
+    assert evaluate.main(["--tune", "--scores", str(scores), "--gold", str(tmp_path / "gold.jsonl"),
+                          "--model", str(tmp_path)]) == 0
+    qa = json.loads(path.read_text())
+    assert qa["postprocess"]["max_windows_per_document"] == 2 and "max_windows_per_document" not in qa["window"]
+    assert qa["tuned_thresholds"]["metric"] == "kaggle"
+    assert read_qa_config(path)["window"]["max_windows_per_document"] == 2
+
+
 def test_tune_with_a_bad_set_is_a_user_error(tmp_path, capsys):
     for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
         (tmp_path / name).write_text("")

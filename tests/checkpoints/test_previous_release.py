@@ -3,7 +3,8 @@ directory predicts, with today's code.
 
 The previous release is rebuilt from git (`git archive` of the commit before the move), trains the tiny BERT
 for 4 steps with a checkpoint at 2, and today's code resumes from that checkpoint and predicts with that model
-directory. Nothing a checkpoint or a model directory holds names a module of the package (JSON, safetensors,
+directory, and `evaluate --tune` tunes that directory's thresholds (the file keeps its layout, so the previous
+release still predicts with it). Nothing a checkpoint or a model directory holds names a module of the package (JSON, safetensors,
 torch's tensors and numpy's RNG state only), and this test keeps it so.
 """
 
@@ -54,6 +55,29 @@ def losses(out: Path) -> dict:
     return {r["step"]: r["loss"] for r in records if "loss" in r and "event" not in r}
 
 
+def run(code: Path, *args) -> subprocess.CompletedProcess:
+    """A command of the code in `code` (this checkout's, or the previous release's)."""
+    return subprocess.run([sys.executable, "-m", *map(str, args)], cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
+                          capture_output=True, text=True, timeout=300)
+
+
+def tune_then_predict_with_both(old_code: Path, model: Path, corpus: Path) -> None:
+    """Today's `evaluate --tune` on the previous release's model directory (it wrote settings where they have since
+    moved from: window.max_windows_per_document under postprocess), then both releases predict with the result."""
+    dev, scores = corpus / "simplified-nq-dev.jsonl", corpus / "dev-scores.jsonl"
+    proc = run(ROOT, "submission.predict", "--model", model, "--input", dev, "--output", corpus / "dev.csv",
+               "--scores-out", scores, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "max_windows_per_document" in json.loads((model / "qa_config.json").read_text())["postprocess"]
+    proc = run(ROOT, "solution.evaluate", "--tune", "--scores", scores, "--gold", dev, "--model", model)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    qa = json.loads((model / "qa_config.json").read_text())
+    assert qa["tuned_thresholds"]["metric"] == "kaggle" and "max_windows_per_document" in qa["postprocess"]
+    for code in (ROOT, old_code):
+        proc = run(code, "submission.predict", "--model", model, "--input", dev, "--output", corpus / f"{code.name}.csv")
+        assert proc.returncode == 0 and "thresholds: tuned for kaggle" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+
+
 def test_a_checkpoint_and_a_model_directory_of_the_previous_release_resume_and_predict(tmp_path):
     old_code = previous_release(tmp_path / "release")
     old = tmp_path / "old-run"
@@ -79,3 +103,5 @@ def test_a_checkpoint_and_a_model_directory_of_the_previous_release_resume_and_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = out.read_text().splitlines()
     assert rows[0] == "example_id,PredictionString" and len(rows) == 1 + 2 * 3
+
+    tune_then_predict_with_both(old_code, old / "model", test_file.parent)

@@ -204,6 +204,13 @@ def test_format_1_directory_loads_and_predicts_as_before(good_dir, nq_input, tmp
     assert (tmp_path / "new.csv").read_text() == (tmp_path / "old.csv").read_text()
 
 
+def test_qa_config_is_read_and_written_without_torch():
+    """evaluate --tune and the threshold tuning read and write qa_config.json with no model loaded."""
+    code = "import sys, solution.model.qa_config; sys.exit(sorted({'torch', 'transformers'} & set(sys.modules)) or 0)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_current_format_with_a_field_missing_is_refused_but_format_1_is_completed(good_dir, tmp_path):
     d = tmp_path / "model"
     shutil.copytree(good_dir, d)
