@@ -10,7 +10,8 @@ A model directory (what `submission/` loads) holds:
                       the answer-type head as `answer_type_head.*`
   config.json         the backbone's Hugging Face config, naming the *ForQuestionAnswering class
   tokenizer files     the tokenizer used to cut windows
-  qa_config.json      window and post-processing settings, answer types, provenance
+  qa_config.json      window and post-processing settings, answer types, provenance (read and
+                      written by `qa_config`, which needs no torch)
 
 So `AutoModel.from_pretrained(DIR)` gives the trained encoder and
 `AutoModelForQuestionAnswering.from_pretrained(DIR)` the encoder and span head. Format-1
