@@ -2,7 +2,8 @@
 
 `reference_grade` below is grade.py from github.com/openai/mle-bench
 (mlebench/competitions/tensorflow2-question-answering/grade.py), transcribed line for line with
-only its import of InvalidSubmissionError replaced; it calls scikit-learn's f1_score as there.
+only its import of InvalidSubmissionError replaced and a row's valid answers in a function of their own
+(`reference_valid_answers`, so each function reads at once); it calls scikit-learn's f1_score as there.
 The submission is read as MLE-bench's `utils.read_csv` reads it (pandas, round-trip floats), the
 gold as its `read_jsonl` does, with each example_id made a string as its prepare.py writes it.
 """
@@ -26,6 +27,34 @@ from solution.scoring.metric import SubmissionError
 
 class InvalidSubmissionError(Exception):
     pass
+
+
+def reference_valid_answers(sample_id: str, true_annotations: dict) -> list:  # grade.py's lines, verbatim
+    if sample_id.endswith("_long"):
+        sample_id = sample_id.split("_long")[0]
+        annotation = true_annotations[sample_id]
+        valid_answers = []
+        if annotation["long_answer"]["start_token"] != -1:
+            valid_answers.append(
+                (
+                    int(annotation["long_answer"]["start_token"]),
+                    int(annotation["long_answer"]["end_token"]),
+                ),
+            )
+    elif sample_id.endswith("_short"):
+        sample_id = sample_id.split("_short")[0]
+        annotation = true_annotations[sample_id]
+        valid_answers = [
+            (int(short_answer["start_token"]), int(short_answer["end_token"]))
+            for short_answer in annotation["short_answers"]
+        ]
+        if annotation["yes_no_answer"] != "NONE":
+            valid_answers.append(annotation["yes_no_answer"])
+    else:
+        raise InvalidSubmissionError(
+            f"sample_id {sample_id} does not end with '_long' or '_short'"
+        )
+    return valid_answers
 
 
 def prepare_for_metric(submission: pd.DataFrame, answers: dict):  # grade.py, verbatim but the docstring
@@ -72,30 +101,7 @@ def prepare_for_metric(submission: pd.DataFrame, answers: dict):  # grade.py, ve
         else:
             raise InvalidSubmissionError(f"Invalid submission format: {pred}")
 
-        if sample_id.endswith("_long"):
-            sample_id = sample_id.split("_long")[0]
-            annotation = true_annotations[sample_id]
-            valid_answers = []
-            if annotation["long_answer"]["start_token"] != -1:
-                valid_answers.append(
-                    (
-                        int(annotation["long_answer"]["start_token"]),
-                        int(annotation["long_answer"]["end_token"]),
-                    ),
-                )
-        elif sample_id.endswith("_short"):
-            sample_id = sample_id.split("_short")[0]
-            annotation = true_annotations[sample_id]
-            valid_answers = [
-                (int(short_answer["start_token"]), int(short_answer["end_token"]))
-                for short_answer in annotation["short_answers"]
-            ]
-            if annotation["yes_no_answer"] != "NONE":
-                valid_answers.append(annotation["yes_no_answer"])
-        else:
-            raise InvalidSubmissionError(
-                f"sample_id {sample_id} does not end with '_long' or '_short'"
-            )
+        valid_answers = reference_valid_answers(sample_id, true_annotations)
 
         if pred:
             if pred in valid_answers:
