@@ -43,7 +43,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from solution.common.cli import progress
-from solution.common.fsutil import DiskFullError, check_writable, file_digest
+from solution.common.fsutil import DiskFullError, check_writable
 from solution.common.jsonio import JsonError, loads
 from solution.data.nq import check_input_file
 from solution.windows.sampling import FORMAT, VERSION  # the scores file's header, read back by sampling
@@ -56,18 +56,15 @@ def answer_probability(type_logits: np.ndarray) -> np.ndarray:
     return 1.0 - p[:, 0] / p.sum(axis=-1)
 
 
-def make_header(model_dir: str, train_file: str, window, precision: str, device: str, batch_size: int,
-                docs_per_chunk: int) -> dict:
-    """The scores file's first record. A restart appends only to a file with this same header: every field
-    here changes the scores (batch composition and device change their last bits, and the resumed file
-    must equal an uninterrupted run's byte for byte)."""
-    from solution.model.qa_model import WEIGHTS_FILE
-
-    return {"format": FORMAT, "version": VERSION, "model": os.path.abspath(model_dir),
-            "model_sha256": file_digest(os.path.join(model_dir, WEIGHTS_FILE)),
+def make_header(model, train_file: str, device: str, batch_size: int, docs_per_chunk: int) -> dict:
+    """The scores file's first record, for a `loading.LoadedModel`. A restart appends only to a file with
+    this same header: every field here changes the scores (batch composition and device change their last
+    bits, and the resumed file must equal an uninterrupted run's byte for byte)."""
+    return {"format": FORMAT, "version": VERSION, "model": os.path.abspath(model.path),
+            "model_sha256": model.digest,
             "train_file": os.path.abspath(train_file), "train_file_bytes": os.path.getsize(train_file),
-            "window": asdict(window), "precision": precision, "device": device, "batch_size": batch_size,
-            "docs_per_chunk": docs_per_chunk, "score": "1 - P(UNKNOWN), answer-type head"}
+            "window": asdict(model.window), "precision": model.precision, "device": device,
+            "batch_size": batch_size, "docs_per_chunk": docs_per_chunk, "score": "1 - P(UNKNOWN), answer-type head"}
 
 
 def _encode(record: dict) -> bytes:
@@ -142,22 +139,17 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     """
     import torch
 
-    from solution.answers.inference import model_runner
     from solution.data.nq import ReadStats, read_examples
-    from solution.model.qa_model import load_model_dir
-    from solution.windows.featurizer import Featurizer, WindowConfig
-    from submission.predict import resolve_precision
+    from solution.model.loading import load_model
+    from solution.windows.featurizer import Featurizer
 
     check_writable(out, "--out")  # before the model loads and the scoring runs
     try:
         check_input_file(train_file)  # a FIFO is called a pipe, not a missing file
     except (ValueError, FileNotFoundError) as e:
         raise ValueError(f"--train_file {e}") from None
-    precision = resolve_precision(precision, device)
-    model, tokenizer, meta = load_model_dir(model_dir, device)  # its tokenizer: it may carry added tokens
-    window = WindowConfig(**meta["window"])
-    header = make_header(model_dir, train_file, window, precision, torch.device(device).type, batch_size,
-                         docs_per_chunk)
+    model = load_model(model_dir, device, precision, autocast=True)  # its tokenizer: it may carry added tokens
+    header = make_header(model, train_file, torch.device(device).type, batch_size, docs_per_chunk)
     done, keep_bytes = resume_point(out, header, overwrite)
     if keep_bytes:  # said even with --quiet: the run does less than the command asks
         print(f"resuming: {len(done)} documents already scored in {out}", file=sys.stderr, flush=True)
@@ -165,15 +157,25 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
     examples = read_examples(train_file, on_error=on_error, stats=stats, require_annotations=True,
                              max_lines=max_examples)
     examples = _skip_scored(examples, done, out, train_file)
-    run = model_runner(model, device, torch.bfloat16 if precision == "bf16" else None)
     counts = {"documents": len(done), "resumed": len(done), "windows": 0, "negatives": 0}
-    t0 = time.perf_counter()
     bar = progress(total=max_examples, initial=len(done), desc="hard negatives", unit="doc", disable=quiet)
-    featurized = Featurizer(tokenizer, window).featurize(examples, with_labels=True)
-    scored = (_score_chunk(run, chunk, tokenizer.pad_token_id or 0, batch_size)
+    featurized = Featurizer(model.tokenizer, model.window).featurize(examples, with_labels=True)
+    scored = (_score_chunk(model.run, chunk, model.tokenizer.pad_token_id or 0, batch_size)
               for chunk in _chunks(featurized, docs_per_chunk))
+    t0 = time.perf_counter()
+    with bar:
+        _append(out, keep_bytes, header, scored, counts, bar)
+    counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report(),
+                  precision=model.precision)
+    return counts
+
+
+def _append(out: str, keep_bytes: int, header: dict, scored: Iterator, counts: dict, bar) -> None:
+    """Write the header (a fresh file) or keep the first `keep_bytes` (a resumed one), then each chunk's
+    lines as it is scored, counting into `counts` and moving `bar`."""
+    t0 = time.perf_counter()
     try:
-        with open(out, "r+b" if keep_bytes else "wb") as f, bar:
+        with open(out, "r+b" if keep_bytes else "wb") as f:
             f.truncate(keep_bytes)  # drops a partial chunk and a cut last line
             f.seek(keep_bytes)
             if not keep_bytes:
@@ -192,9 +194,6 @@ def score_file(model_dir: str, train_file: str, out: str, batch_size: int = 64, 
         if e.errno == errno.ENOSPC:
             raise DiskFullError(out) from None
         raise
-    counts.update(seconds=time.perf_counter() - t0, skipped=stats.num_skipped, read_report=stats.report(),
-                  precision=precision)
-    return counts
 
 
 def _chunks(featurized: Iterator, size: int) -> Iterator[list]:
@@ -239,7 +238,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch_size", type=int, default=64, help="windows per forward pass")
     p.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="bf16: bfloat16 autocast (the path docs/answers.md's hard-negative figures were measured "
+                   help="bf16: bfloat16 autocast (the path docs/answers-techniques.md's hard-negative figures were measured "
                         "with); auto (default): bf16 where the CPU or GPU computes it natively, else fp32, as "
                         "submission.predict decides")
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")

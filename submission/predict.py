@@ -27,7 +27,6 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Optional, Sequence, Union
 
 # Before transformers is imported: never reach for a model hub.
@@ -36,16 +35,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner  # noqa: E402
-from solution.answers.inference import NonFiniteLogits, model_runner, split_overrides, submission_rows, with_overrides  # noqa: E402
-from solution.answers.postprocess import PostprocessConfig, apply_overrides, blank_prediction, score_record  # noqa: E402
+from solution.answers.ensemble import parse_weights  # noqa: E402
+from solution.answers.inference import NonFiniteLogits, split_overrides, submission_rows, with_overrides  # noqa: E402
+from solution.answers.postprocess import PostprocessConfig, blank_prediction, score_record  # noqa: E402
 from solution.common import cli  # noqa: E402
-from solution.common.fsutil import atomic_output, check_paths_apart, claim_output, file_digest, starts_with  # noqa: E402
+from solution.common.fsutil import atomic_output, check_paths_apart, claim_output, starts_with  # noqa: E402
 from solution.common.precision import resolve_precision  # noqa: E402
-from solution.data.nq import NQFormatError, ReadStats, check_input_file, read_examples  # noqa: E402
-from solution.model.qa_model import WEIGHTS_FILE, load_model_dir  # noqa: E402
-from solution.model.sentences import first_pass_embed  # noqa: E402
-from solution.windows.featurizer import Featurizer, WindowConfig  # noqa: E402
+from solution.common.settings import apply_overrides  # noqa: E402
+from solution.data.nq import NQFormatError, ReadStats, check_input_file  # noqa: E402
+from solution.model.loading import load_ensemble, model_files, predict_input  # noqa: E402
+from solution.windows.featurizer import WindowConfig  # noqa: E402
 
 # torch takes any positive count; past a machine's cores threads only contend (and 100,000 crash at exit).
 MAX_THREADS = 256
@@ -117,54 +116,6 @@ def stop_on_signals():
             signal.signal(sig, handler)
 
 
-def _model_files(model_dirs: Sequence[str]) -> list:
-    """("the model file", PATH) for every file of the model directories: inputs an output must not replace."""
-    return [("the model file", p) for d in model_dirs if Path(d).is_dir() for p in sorted(Path(d).iterdir())
-            if p.is_file()]
-
-
-def load_ensemble(model_dirs: Sequence[str], weights: Sequence[float], device: str,
-                  precision: str) -> tuple:
-    """(groups, the first weighted model's PostprocessConfig, per-model timing records, the first weighted
-    model's `tuned_thresholds` record or None) for `predict_ensemble`.
-
-    Models are grouped by tokenizer and window settings (a group shares its windows). A directory
-    listed twice, or two directories with byte-identical weights and settings, is loaded and run
-    once with the weights summed: its logits are then exactly that model's.
-    """
-    members: dict = {}  # key -> [weight, model, tokenizer, meta, path]
-    first_post, first_tuned = None, None
-    for path, weight in zip(model_dirs, weights):
-        model, tokenizer, meta = load_model_dir(path, device)  # every directory is checked, weight 0 too
-        if weight == 0:  # not run, and not "first": weights 0,1 are exactly the second model
-            continue
-        if first_post is None:
-            first_post, first_tuned = PostprocessConfig(**meta["postprocess"]), meta.get("tuned_thresholds")
-        group_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
-        key = (group_key, model.config.to_json_string(), file_digest(os.path.join(path, WEIGHTS_FILE)))
-        if key in members:
-            members[key][0] += weight
-            continue
-        if precision == "bf16":
-            # The whole model in bfloat16 rather than autocast: autocast keeps layer norms, softmax and the
-            # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
-            model = model.to(torch.bfloat16)
-        members[key] = [weight, model, tokenizer, meta, path]
-    groups, timings = [], []
-    for group_key in dict.fromkeys(k[0] for k in members):
-        chosen = [m for k, m in members.items() if k[0] == group_key]
-        group_weight = sum(m[0] for m in chosen)
-        runs = []
-        for weight, model, _, _, path in chosen:
-            record = {"model": str(path), "weight": weight, "windows": 0, "seconds": 0.0}
-            timings.append(record)
-            runs.append(_timed(model_runner(model, device), record))
-        run = weighted_runner(runs, [m[0] / group_weight for m in chosen])
-        featurizer = Featurizer(chosen[0][2], WindowConfig(**chosen[0][3]["window"]))
-        groups.append(ModelGroup(featurizer, run, group_weight, len(chosen)))
-    return groups, first_post, timings, first_tuned
-
-
 def thresholds_note(tuned, overrides=()) -> str:
     """Which thresholds a run applies, in one line: what they were tuned for (MLE-bench's grader and
     Kaggle's metric want different ones), the defaults, or --set."""
@@ -177,18 +128,6 @@ def thresholds_note(tuned, overrides=()) -> str:
     metric = tuned.get("metric", "kaggle")  # tuned before the metric was recorded: only Kaggle's existed
     what = {"mlebench": "MLE-bench's grader", "nq": "NQ's official F1"}.get(metric, "Kaggle's micro-F1")
     return f"thresholds: tuned for {metric} ({what}) on {tuned.get('gold', '?')}, {tuned.get('documents', '?')} documents"
-
-
-def _timed(run, record: dict):
-    """`run`, counting the windows it scores and its seconds into `record` (the kernel's per-model projection)."""
-    def timed(batch):
-        t = time.perf_counter()
-        out = run(batch)
-        record["seconds"] += time.perf_counter() - t
-        record["windows"] += int(batch["input_ids"].shape[0])
-        return out
-
-    return timed
 
 
 def _progress_to(bar):
@@ -219,6 +158,47 @@ def _blank_rows_for_skipped(stats: ReadStats, written: set, writer, failed: list
     return rows, unrecoverable
 
 
+def claim_outputs(output_path: str, scores_out: Optional[str], nq_predictions: Optional[str], input_path: str,
+                  model_dirs: Sequence[str], overwrite: bool) -> None:
+    """Refuse an output that is an input or another output, and one that is not this command's own kind
+    (without --overwrite): before the models load, not after every document is scored."""
+    check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
+                      [("--input", input_path), *model_files(model_dirs)])
+    for what, path, owned in (("--output", output_path, starts_with(b"example_id,PredictionString")),
+                              ("--scores-out", scores_out, starts_with(b'{"example_id"')),
+                              ("--nq-predictions", nq_predictions, starts_with(b'{"predictions"'))):
+        if path:
+            claim_output(path, what, owned=owned, overwrite=overwrite)
+
+
+def write_predictions(predictions, writer, scores, nq, on_error: str, input_path: str) -> tuple:
+    """Each document's two rows (and its scores and NQ record, when those files are open), a repeated
+    example_id once. Returns (rows written, example ids written, failed documents, the error that stopped
+    the input or None)."""
+    rows, written, failed = 0, set(), []
+    try:
+        for pred in predictions:
+            if pred.example_id in written:
+                continue
+            written.add(pred.example_id)
+            if scores:
+                scores.write(json.dumps(score_record(pred)) + "\n")
+            if nq:  # the same answers as the CSV's rows, in NQ's format
+                nq.write(pred)
+            if pred.error:
+                if on_error == "raise":
+                    raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
+                failed.append({"example_id": pred.example_id, "error": pred.error})
+            for row in submission_rows([pred]):
+                writer.writerow(row)
+                rows += 1
+    except NQFormatError as e:  # a truncated .gz: nothing after it can be read
+        if on_error == "raise":
+            raise
+        return rows, written, failed, str(e)
+    return rows, written, failed, None
+
+
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
                  scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=(),
@@ -233,29 +213,17 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     check_input_file(input_path)  # a pipe or standard input said so now, not after the models load
     precision = resolve_precision(precision, device)
-    check_paths_apart([("--output", output_path), ("--scores-out", scores_out), ("--nq-predictions", nq_predictions)],
-                      [("--input", input_path), *_model_files(model_dirs)])
-    # Before the models load, not after every document is scored; each replaces only a file of its own kind.
-    for what, path, owned in (("--output", output_path, starts_with(b"example_id,PredictionString")),
-                              ("--scores-out", scores_out, starts_with(b'{"example_id"')),
-                              ("--nq-predictions", nq_predictions, starts_with(b'{"predictions"'))):
-        if path:
-            claim_output(path, what, owned=owned, overwrite=overwrite)
+    claim_outputs(output_path, scores_out, nq_predictions, input_path, model_dirs, overwrite)
     if nq_predictions:  # here, not at the top: the Kaggle kernel copies only the modules a submission needs
         from solution.answers.nq_format import PredictionsWriter
-    groups, post, timings, tuned = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device,
-                                                 precision)
+    ensemble = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
     window_sets, post_sets = split_overrides(overrides)
-    post = apply_overrides(post, post_sets)
-    for group in groups:  # which windows run is a window setting: each group's featurizer holds it
-        group.featurizer.config = apply_overrides(group.featurizer.config, window_sets)
-        group.featurizer.embed = first_pass_embed(group.featurizer.config)  # sentence vectors, if its first pass ranks by them
+    post = apply_overrides(ensemble.post, post_sets)
     stats = ReadStats()
-    t0 = time.perf_counter()
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
     progress_state, progress = _progress_to(bar)
-    examples = read_examples(input_path, on_error=on_error, stats=stats)
-    rows, written, failed, fatal = 0, set(), [], None
+    predictions = predict_input(ensemble, input_path, post, window_sets, batch_size, on_error, stats, progress)
+    t0 = time.perf_counter()
     # Both files go to temporary names and are renamed only when whole: never half a submission
     # under the real name, and a full disk or an error removes the temporary files.
     with bar, atomic_output(output_path, "w", newline="") as f, \
@@ -263,26 +231,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
             (PredictionsWriter(nq_predictions, post) if nq_predictions else contextlib.nullcontext()) as nq:
         writer = csv.writer(f)
         writer.writerow(["example_id", "PredictionString"])
-        try:
-            for pred in predict_ensemble(groups, examples, post, batch_size, progress=progress):
-                if pred.example_id in written:
-                    continue
-                written.add(pred.example_id)
-                if scores:
-                    scores.write(json.dumps(score_record(pred)) + "\n")
-                if nq:  # the same answers as the CSV's rows, in NQ's format
-                    nq.write(pred)
-                if pred.error:
-                    if on_error == "raise":
-                        raise ValueError(f"{input_path}: example_id {pred.example_id}: {pred.error}")
-                    failed.append({"example_id": pred.example_id, "error": pred.error})
-                for row in submission_rows([pred]):
-                    writer.writerow(row)
-                    rows += 1
-        except NQFormatError as e:  # a truncated .gz: nothing after it can be read
-            if on_error == "raise":
-                raise
-            fatal = str(e)
+        rows, written, failed, fatal = write_predictions(predictions, writer, scores, nq, on_error, input_path)
         blank, unrecoverable = _blank_rows_for_skipped(stats, written, writer, failed)
         rows += blank
         for item in failed:
@@ -291,9 +240,9 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         f.flush()  # a full disk shows here, before the scores file is renamed
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
-            "precision": precision, "models": timings, "window_groups": len(groups),
+            "precision": precision, "models": ensemble.timings, "window_groups": len(ensemble.groups),
             "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
-            "lines_without_id": unrecoverable, "fatal": fatal, "thresholds": thresholds_note(tuned, overrides)}
+            "lines_without_id": unrecoverable, "fatal": fatal, "thresholds": thresholds_note(ensemble.tuned, overrides)}
 
 
 def overflow_report(items: list) -> str:
