@@ -46,6 +46,7 @@ class LoadedModel:
     meta: dict  # qa_config.json: window and post-processing settings, tuned thresholds
     run: Callable  # batch -> (start, end, type) float32 numpy logits
     precision: str  # fp32 or bf16, resolved
+    windows_key: tuple = ()  # models with equal keys cut the same windows (`load_ensemble` groups them)
 
     @property
     def window(self) -> WindowConfig:
@@ -81,8 +82,11 @@ def load_model(model_dir, device: str = "cpu", precision: str = "fp32", autocast
         # residual stream in float32 and converts at every op (measured 54 vs 65 windows/s, MiniLM, 2 cores).
         model = model.to(torch.bfloat16)
     run = model_runner(model, device, torch.bfloat16 if precision == "bf16" and autocast else None)
+    # Taken now: tokenizing sets the tokenizer's truncation and padding state, which its text then shows,
+    # so a model that has already predicted would no longer group with a fresh copy of itself.
+    windows_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
     return LoadedModel(str(model_dir), model, tokenizer, meta, LogitCache(run) if cache_logits else run,
-                       precision)
+                       precision, windows_key)
 
 
 def model_files(model_dirs: Sequence) -> list:
@@ -122,13 +126,12 @@ def load_ensemble(models: Sequence[Union[str, os.PathLike, LoadedModel]], weight
             continue
         if first is None:
             first = loaded
-        group_key = (loaded.tokenizer.backend_tokenizer.to_str(), json.dumps(loaded.meta["window"], sort_keys=True))
-        key = (group_key, loaded.model.config.to_json_string(), loaded.digest)
+        key = (loaded.windows_key, loaded.model.config.to_json_string(), loaded.digest)
         if key in members:
             members[key][0] += weight
         else:
             members[key] = [weight, loaded]
-    ensemble = Ensemble([], first.postprocess, first.tuned, precision)
+    ensemble = Ensemble([], first.postprocess, first.tuned, first.precision)
     for group_key in dict.fromkeys(k[0] for k in members):
         chosen = [m for k, m in members.items() if k[0] == group_key]
         group_weight = sum(weight for weight, _ in chosen)
