@@ -26,6 +26,7 @@ def native_bf16(device: str) -> bool:
 
 
 def resolve_precision(precision: str, device: str) -> str:
+    """fp32 or bf16 for --precision auto|fp32|bf16 on `device`: auto takes bf16 only where it is native."""
     if precision not in ("auto", "fp32", "bf16"):
         raise ValueError(f"precision must be auto, fp32 or bf16, got {precision!r}")
     if precision == "auto":
