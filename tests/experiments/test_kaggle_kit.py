@@ -315,3 +315,44 @@ def test_pages_that_is_a_pipe_is_called_one(model_dir, tmp_path, capsys):
     assert kit_main("--model", model_dir, "--out", tmp_path / "kernel", "--pages", fifo) == 2
     line = one_error_line(capsys, f"--pages {fifo}: a pipe", start="error: ")
     assert "no such file" not in line and not (tmp_path / "kernel").exists()
+
+
+# ---------------------------------------------------------------------------
+# The code the kernel carries
+
+
+def imported_files(module: str) -> set:
+    """The files of solution/ and submission/ that `module` imports, at any depth (imports inside functions
+    too: the kernel runs them), its packages' __init__.py included."""
+    import ast
+
+    def path(name: str):
+        for candidate in (ROOT / (name.replace(".", "/") + ".py"), ROOT / name.replace(".", "/") / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        file = path(name)
+        if file is None or file in seen:
+            continue
+        seen.add(file)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                todo += [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return {str(f.relative_to(ROOT)) for f in seen}
+
+
+def test_the_kernel_carries_every_module_submission_predict_imports_and_no_other():
+    """Three modules the inference path had come to import (settings, qa_config, loading) were missing from the
+    kernel, whose run.py then failed at import; the experiments stage is never packed."""
+    from solution.experiments.kit import CODE
+
+    assert sorted(CODE) == sorted(imported_files("submission.predict"))
+    assert not [f for f in CODE if f.startswith("solution/experiments/")]
