@@ -1,5 +1,6 @@
-"""scripts/benchmark_answers.py: its technique table uses the agreed names; the YES/NO split counts right;
-paired deltas, the window cache, and (slow) a --quick run whose rows carry consistent intervals and deltas."""
+"""scripts/benchmark_answers.py and its package solution.experiments.answers: its technique table uses the
+agreed names; the YES/NO split counts right; paired deltas, the window cache, and (slow) a --quick run whose
+rows carry consistent intervals and deltas."""
 
 import importlib.util
 import json
@@ -12,24 +13,28 @@ import pytest
 import torch
 from conftest import ROOT, nq_line, write_jsonl
 
+from solution.experiments.answers import benchmark as phases
+from solution.experiments.answers import charts, figures, record, references, report, runs, techniques
+from solution.experiments.answers import corpus as corpus_files
+from solution.experiments.answers import rows as row_steps
 from solution.scoring.metric import load_gold, read_submission
 
 spec = importlib.util.spec_from_file_location("benchmark_answers", ROOT / "scripts" / "benchmark_answers.py")
-bench = importlib.util.module_from_spec(spec)
+bench = importlib.util.module_from_spec(spec)  # the command: its arguments and main
 spec.loader.exec_module(bench)
 
 
 def test_every_technique_of_the_winning_solutions_is_a_row():
-    assert set(bench.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
+    assert set(techniques.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "max_windows_16",
                                      "yes_no_repeat",
                                      "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32"}
-    sets = {s for _, s_list in bench.TECHNIQUES.values() for s in s_list}
+    sets = {s for _, s_list in techniques.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
                                                "max_windows_per_document"}
     assert {"max_windows_per_document=0", "max_windows_per_document=4", "max_windows_per_document=16"} <= sets
-    assert bench.FULL["config"] == "configs/train/nq-profile.yaml" and bench.FULL["train"] == []
+    assert techniques.FULL["config"] == "configs/train/nq-profile.yaml" and techniques.FULL["train"] == []
 
 
 def test_yes_no_split(tmp_path):
@@ -39,7 +44,7 @@ def test_yes_no_split(tmp_path):
     # YES: right on 1, missed on 2, said wrongly on 3 and 4 -> tp 1, fp 2, fn 1. NO: said YES on 3 -> fn 1.
     sub.write_text("example_id,PredictionString\n" + "".join(
         f"{i}_long,\n{i}_short,{p}\n" for i, p in (("1", "YES"), ("2", ""), ("3", "YES"), ("4", "YES"))))
-    split = bench.yes_no_split(read_submission(sub), load_gold(gold))
+    split = figures.yes_no_split(read_submission(sub), load_gold(gold))
     assert (split["yes"]["tp"], split["yes"]["fp"], split["yes"]["fn"]) == (1, 2, 1)
     assert (split["no"]["tp"], split["no"]["fp"], split["no"]["fn"]) == (0, 0, 1)
     assert split["yes"]["micro_f1"] == 2 / (2 + 2 + 1)
@@ -61,13 +66,13 @@ def test_first_paragraph_row_in_the_nq_papers_units(tmp_path):
     pytest.importorskip("natural_questions")
     gold = write_jsonl(tmp_path / "dev.jsonl", [five_way(example_id="1", long=0, shorts=[(12, 14)]),
                                                 five_way(example_id="2", long=4), five_way(example_id="3")])
-    rows = bench.first_paragraph_rows(str(gold))
+    rows = references.first_paragraph_rows(str(gold))
     assert rows == {"1_long": "6:18", "1_short": "", "2_long": "6:18", "2_short": "", "3_long": "6:18", "3_short": ""}
-    row = bench.first_paragraph_row({"dev": str(gold), "test": None})
+    row = references.first_paragraph_row({"dev": str(gold), "test": None})
     assert row["dev_nq_long_f1"] == pytest.approx(2 * 1 / (3 + 2)) and row["dev_nq_short_f1"] == 0
     assert row["dev_nq_long_f1_ci"][0] <= row["dev_nq_long_f1"] <= row["dev_nq_long_f1_ci"][1]
     assert row["dev_f1_tuned"] == row["dev_f1_untuned"] == pytest.approx(2 * 1 / (2 * 1 + 2 + 1))  # Kaggle: 1 TP, 2 FP, 1 FN
-    line = bench.table([{"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0} | row],
+    line = report.table([{"technique": "first_paragraph", "enabled": None, "seed": None, "num_train_documents": 0} | row],
                        "check").splitlines()[-1]
     assert line.endswith(f"| {row['dev_nq_long_f1']:.3f} [{row['dev_nq_long_f1_ci'][0]:.3f}, "
                          f"{row['dev_nq_long_f1_ci'][1]:.3f}] (dev) | 0.000 [0.000, 0.000] (dev) |"), line
@@ -81,19 +86,19 @@ def f1(counts):
 def test_deltas_are_the_row_minus_its_reference_on_the_same_documents():
     base = {"_counts": {"test": [(1, 0, 0), (0, 1, 1), (0, 0, 2), (2, 0, 0)], "dev": [(1, 0, 0), (0, 0, 1)]}}
     row = {"_counts": {"test": [(1, 0, 0), (1, 0, 1), (0, 1, 1), (2, 0, 0)], "dev": [(1, 0, 0), (1, 0, 0)]}}
-    d = bench.deltas(base, row)
+    d = figures.deltas(base, row)
     assert d["test_f1_delta"] == pytest.approx(f1(row["_counts"]["test"]) - f1(base["_counts"]["test"]))
     assert d["dev_f1_delta"] == pytest.approx(f1(row["_counts"]["dev"]) - f1(base["_counts"]["dev"]))
     assert d["test_f1_delta_ci"][0] <= d["test_f1_delta"] <= d["test_f1_delta_ci"][1]
     weak = {"_counts": {"test": [(0, 1, 1), (0, 1, 1), (0, 0, 2), (0, 1, 2)]}, "test_f1": 0.0}
     lexical = {"_counts": {"test": base["_counts"]["test"]}, "test_f1": f1(base["_counts"]["test"])}
-    refs = bench.reference_deltas({"lexical": lexical, "bm25": weak, "first_paragraph": {}}, row)
+    refs = figures.reference_deltas({"lexical": lexical, "bm25": weak, "first_paragraph": {}}, row)
     assert refs["lexical_delta"] == pytest.approx(d["test_f1_delta"])  # the baseline minus the lexical answerer
     assert refs["bm25_delta"] == pytest.approx(f1(row["_counts"]["test"]))
     assert "first_paragraph_delta" not in refs  # a failed reference row: no delta, no error
     assert refs["best_reference"] == "lexical" and refs["best_reference_delta"] == refs["lexical_delta"]
-    assert bench.deltas(base, {"_counts": {"dev": row["_counts"]["dev"]}}).keys() == {"dev_f1_delta", "dev_f1_delta_ci"}
-    assert bench.reference_deltas({"lexical": {}}, row) == {}
+    assert figures.deltas(base, {"_counts": {"dev": row["_counts"]["dev"]}}).keys() == {"dev_f1_delta", "dev_f1_delta_ci"}
+    assert figures.reference_deltas({"lexical": {}}, row) == {}
 
 
 def test_the_recipe_s_margin_is_also_stated_on_long_answers_against_the_best_reference_there():
@@ -107,26 +112,26 @@ def test_the_recipe_s_margin_is_also_stated_on_long_answers_against_the_best_ref
                              "test_long": [(1, 0, 0), (1, 0, 0), (0, 1, 1), (1, 0, 0)]}}
     for r in (lexical, sentences):
         r |= {"test_f1": f1(r["_counts"]["test"]), "test_long_f1": f1(r["_counts"]["test_long"])}
-    refs = bench.reference_deltas({"lexical": lexical, "sentences": sentences, "first_paragraph": {}}, base)
+    refs = figures.reference_deltas({"lexical": lexical, "sentences": sentences, "first_paragraph": {}}, base)
     assert refs["best_reference"] == "lexical" and refs["best_long_reference"] == "sentences"
     assert refs["best_long_reference_delta"] == refs["sentences_long_delta"] == pytest.approx(
         f1(base["_counts"]["test_long"]) - f1(sentences["_counts"]["test_long"]))
     assert refs["lexical_long_delta"] == pytest.approx(f1(base["_counts"]["test_long"]) - f1(lexical["_counts"]["test_long"]))
     lo, hi = refs["best_long_reference_delta_ci"]
     assert lo <= refs["best_long_reference_delta"] <= hi
-    line = bench.table([{"technique": "baseline", "enabled": False, "seed": 0, "test_f1": 0.5} | refs], "t").splitlines()[-1]
+    line = report.table([{"technique": "baseline", "enabled": False, "seed": 0, "test_f1": 0.5} | refs], "t").splitlines()[-1]
     assert "vs lexical " in line and "; long vs sentences " in line
 
 
 def test_references_only_scores_the_four_no_training_rows_and_trains_nothing(monkeypatch, tmp_path):
     methods = []
-    monkeypatch.setattr(bench, "lexical_row", lambda corpus, method="words": methods.append(method) or {"test_f1": 0.1})
-    monkeypatch.setattr(bench, "first_paragraph_row", lambda corpus: {"test_f1": 0.0})
-    monkeypatch.setattr(bench, "train", lambda *a, **k: pytest.fail("references-only trains nothing"))
-    rows = bench.benchmark({"dev": "d", "test": "t"}, dict(bench.QUICK), tmp_path, [], references_only=True)
+    monkeypatch.setattr(references, "lexical_row", lambda corpus, method="words": methods.append(method) or {"test_f1": 0.1})
+    monkeypatch.setattr(references, "first_paragraph_row", lambda corpus: {"test_f1": 0.0})
+    monkeypatch.setattr(row_steps, "train", lambda *a, **k: pytest.fail("references-only trains nothing"))
+    rows = phases.benchmark({"dev": "d", "test": "t"}, dict(techniques.QUICK), tmp_path, [], references_only=True)
     assert [r["technique"] for r in rows] == ["lexical", "bm25", "first_paragraph", "sentences"]
     assert methods == ["words", "bm25", "sentences"] and all(r["seed"] is None for r in rows)
-    assert "sentences" in bench.NO_TECHNIQUE  # never drawn as a technique's bar pair
+    assert "sentences" in techniques.NO_TECHNIQUE  # never drawn as a technique's bar pair
     with pytest.raises(SystemExit):
         bench.parse_args(["--json", "x.json", "--references-only", "--merge", "a.json"])
 
@@ -135,16 +140,16 @@ def test_every_row_carries_its_long_rows_f1_with_an_interval(tmp_path):
     pytest.importorskip("natural_questions")
     gold = write_jsonl(tmp_path / "dev.jsonl", [five_way(example_id="1", long=0, shorts=[(12, 14)]),
                                                 five_way(example_id="2", long=4), five_way(example_id="3")])
-    row = bench.first_paragraph_row({"dev": str(gold), "test": None})
+    row = references.first_paragraph_row({"dev": str(gold), "test": None})
     assert row["dev_long_f1"] == pytest.approx(row["dev_untuned"]["long"]["micro_f1"])
     assert row["dev_long_f1_ci"][0] <= row["dev_long_f1"] <= row["dev_long_f1_ci"][1]
     assert len(row["_counts"]["dev_long"]) == 3
 
 
 def test_ensemble_members_take_the_next_seeds():
-    assert bench.ensemble_seeds([0, 1]) == [0, 1, 2]
-    assert bench.ensemble_seeds([0]) == [0, 1, 2]
-    assert bench.ensemble_seeds([3, 7, 1, 4]) == [3, 7, 1]
+    assert row_steps.ensemble_seeds([0, 1]) == [0, 1, 2]
+    assert row_steps.ensemble_seeds([0]) == [0, 1, 2]
+    assert row_steps.ensemble_seeds([3, 7, 1, 4]) == [3, 7, 1]
 
 
 def test_the_window_cache_runs_each_window_once_and_returns_its_logits():
@@ -162,15 +167,17 @@ def test_the_window_cache_runs_each_window_once_and_returns_its_logits():
             ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
-    cache = {}
+    from solution.answers.inference import LogitCache  # the cache the benchmark's models load with
+
+    cached = LogitCache(base)
     a, b, c = [101, 7, 8, 9, 102], [101, 5, 102], [101, 6, 6, 102]
-    bench.cached_run(base, cache, batch([a, b]))
-    s, e, t = bench.cached_run(base, cache, batch([c, b, a], width=5))  # b and a known: c alone runs
+    cached(batch([a, b]))
+    s, e, t = cached(batch([c, b, a], width=5))  # b and a known: c alone runs
     assert ran == [2, 1]
     assert s.shape == (3, 5) and t.shape == (3, 5)
     for i, r in enumerate([c, b, a]):
         assert s[i, :len(r)].tolist() == [2.0 * x for x in r] and e[i, :len(r)].tolist() == [3.0 * x for x in r]
-    assert bench.cached_run(base, cache, batch([b])) and ran == [2, 1]
+    assert cached(batch([b])) and ran == [2, 1]
 
 
 def test_bad_sizes_and_seeds_are_refused_by_name(capsys):
@@ -222,11 +229,11 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     assert _close(base["lexical_delta"], base["test_f1"] - lexical["test_f1"])
     assert base["lexical_delta_ci"][0] <= base["lexical_delta"] <= base["lexical_delta_ci"][1]
     assert _close(base["sentences_delta"], base["test_f1"] - sentences["test_f1"])
-    best_long = max((x for x in rows if x["technique"] in bench.REFERENCES), key=lambda x: x["test_long_f1"])
+    best_long = max((x for x in rows if x["technique"] in techniques.REFERENCES), key=lambda x: x["test_long_f1"])
     assert base["best_long_reference"] == best_long["technique"]
     assert _close(base["best_long_reference_delta"], base["test_long_f1"] - best_long["test_long_f1"])
-    on = {x["technique"]: x for x in rows if x["enabled"] is True and x["technique"] in bench.TECHNIQUES}
-    assert set(on) == set(bench.TECHNIQUES)
+    on = {x["technique"]: x for x in rows if x["enabled"] is True and x["technique"] in techniques.TECHNIQUES}
+    assert set(on) == set(techniques.TECHNIQUES)
     for x in on.values():
         _check_delta(x, base)
     # the first pass runs 8 windows a page: all of them are more, 4 are fewer
@@ -277,9 +284,10 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
 @pytest.mark.parametrize("record", ["answers.json", "answers-nq-lexical.json"])
 def test_the_landed_record_holds_what_its_page_reports(record):
     """A landed answers record: each F1 inside its own interval, each difference the gap between the rows
-    it compares (a hand-edited figure fails here), and docs/answers.md's tables drawn from it. The nq
-    profile's record (answers.json) also carries the NQ paper's long and short F1 on every row; the
-    nq-lexical one was measured before those columns existed, its models are gone."""
+    it compares (a hand-edited figure fails here), and docs/answers.md's headline drawn from it (every
+    figure on every answers page: tests/house/test_docs.py). The nq profile's record (answers.json) also
+    carries the NQ paper's long and short F1 on every row; the nq-lexical one was measured before those
+    columns existed, its models are gone."""
     rows = json.loads((ROOT / "docs" / "benchmarks" / record).read_text())
     assert not [x for x in rows if "error" in x]
     base = {x["seed"]: x for x in rows if x["technique"] == "baseline"}
@@ -287,7 +295,7 @@ def test_the_landed_record_holds_what_its_page_reports(record):
     for x in rows:
         assert x["test_f1_ci"][0] <= x["test_f1"] <= x["test_f1_ci"][1], x["technique"]
     for x in rows:
-        if x["technique"] in bench.TECHNIQUES and x["enabled"]:
+        if x["technique"] in techniques.TECHNIQUES and x["enabled"]:
             _check_delta(x, base[x["seed"]])
     for x in base.values():
         assert _close(x["lexical_delta"], x["test_f1"] - lexical["test_f1"])
@@ -313,8 +321,8 @@ def test_every_model_trains_on_every_page_unless_its_row_says_otherwise(monkeypa
     """A technique's model trains on the corpus's pages, as its baseline does, not on the config's own cap;
     the curve on its N; `yes_no_pages` on its own file (the file whose digest names the model)."""
     calls = []
-    monkeypatch.setattr(bench, "warm_start", lambda *a: ([], 0.0))
-    monkeypatch.setattr(bench, "train_run", lambda name, args, config, train_file, out:
+    monkeypatch.setattr(runs, "warm_start", lambda *a: ([], 0.0))
+    monkeypatch.setattr(runs, "train_run", lambda name, args, config, train_file, out:
                         calls.append((args, train_file)) or (tmp_path / name, 1.0))
     corpus = {"train": "t.jsonl", "dev": "d.jsonl", "train_overrides": [], "num_train_documents": 4000,
               "yes_no_train": "ty.jsonl", "yes_no_train_pages": "4800"}
@@ -322,9 +330,9 @@ def test_every_model_trains_on_every_page_unless_its_row_says_otherwise(monkeypa
 
     def pages(args):
         return args[len(args) - 1 - args[::-1].index("--max_train_examples") + 1]
-    bench.train("yes_no_repeat", 0, bench.TECHNIQUES["yes_no_repeat"][0], corpus, plan, tmp_path)
-    bench.train("curve500", 0, [], corpus, plan, tmp_path, 500)
-    bench.train("yes_no_pages", 0, bench.TECHNIQUES["yes_no_pages"][0], corpus, plan, tmp_path)
+    runs.train("yes_no_repeat", 0, techniques.TECHNIQUES["yes_no_repeat"][0], corpus, plan, tmp_path)
+    runs.train("curve500", 0, [], corpus, plan, tmp_path, 500)
+    runs.train("yes_no_pages", 0, techniques.TECHNIQUES["yes_no_pages"][0], corpus, plan, tmp_path)
     assert [pages(a) for a, _ in calls] == ["4000", "500", "4800"]
     assert [f for _, f in calls] == ["t.jsonl", "t.jsonl", "ty.jsonl"]
 
@@ -339,36 +347,36 @@ def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(t
     b = tmp_path / "b.json"
     b.write_text(json.dumps([row("baseline", 1), row("yes_no_repeat", 0, enabled=True, f1=0.6),
                              row("learning_curve", 1, 4000)]))
-    rows = bench.merge_records([a, b])
+    rows = record.merge_records([a, b])
     assert [(r["technique"], r["seed"], r["num_train_documents"]) for r in rows] == [
         ("lexical", None, 0), ("baseline", 0, 4000), ("yes_no_repeat", 0, 4000), ("baseline", 1, 4000),
         ("learning_curve", 0, 500), ("learning_curve", 0, 4000), ("learning_curve", 1, 4000)]
     assert rows[2]["test_f1"] == 0.6
     # the curve is the first seed's: seed 1's baseline is not a point of it
-    assert [(r["seed"], r["num_train_documents"]) for r in bench.curve_points(rows, "test_f1")] == [(0, 500), (0, 4000)]
+    assert [(r["seed"], r["num_train_documents"]) for r in charts.curve_points(rows, "test_f1")] == [(0, 500), (0, 4000)]
     c = tmp_path / "c.json"
     c.write_text(json.dumps([row("baseline", 2, corpus_seed=7)]))
-    with pytest.raises(bench.StepFailed, match="one corpus"):
-        bench.merge_records([a, c])
-    with pytest.raises(bench.StepFailed, match="missing.json: no such file"):
-        bench.merge_records([a, tmp_path / "missing.json"])
+    with pytest.raises(runs.StepFailed, match="one corpus"):
+        record.merge_records([a, c])
+    with pytest.raises(runs.StepFailed, match="missing.json: no such file"):
+        record.merge_records([a, tmp_path / "missing.json"])
 
 
 def test_no_ensembles_trains_the_seeds_asked_for_alone(monkeypatch):
     """--no-ensembles: the techniques of --seeds without the third seed the ensembles would train."""
     trained = []
-    monkeypatch.setattr(bench, "lexical_row", lambda corpus, method="words": {})
-    monkeypatch.setattr(bench, "first_paragraph_row", lambda corpus: {})
-    monkeypatch.setattr(bench, "baseline", lambda seed, *a: trained.append(seed) or
+    monkeypatch.setattr(references, "lexical_row", lambda corpus, method="words": {})
+    monkeypatch.setattr(references, "first_paragraph_row", lambda corpus: {})
+    monkeypatch.setattr(phases, "baseline", lambda seed, *a: trained.append(seed) or
                         {"technique": "baseline", "seed": seed, "_model": "m"})
-    monkeypatch.setattr(bench, "technique_rows", lambda base, names, *a: [])
-    monkeypatch.setattr(bench, "ensemble_rows", lambda *a: [{"technique": "ensemble"}])
-    monkeypatch.setattr(bench, "curve_rows", lambda base, *a: [])
+    monkeypatch.setattr(phases, "technique_rows", lambda base, names, *a: [])
+    monkeypatch.setattr(phases, "ensemble_rows", lambda *a: [{"technique": "ensemble"}])
+    monkeypatch.setattr(phases, "curve_rows", lambda base, *a: [])
     plan = {"seeds": [0, 1]}
-    rows = bench.benchmark({}, plan, Path("x"), ["thresholds"], ensembles_wanted=False)
+    rows = phases.benchmark({}, plan, Path("x"), ["thresholds"], ensembles_wanted=False)
     assert trained == [0, 1] and not [r for r in rows if r["technique"] == "ensemble"]
     trained.clear()
-    rows = bench.benchmark({}, plan, Path("x"), ["thresholds"])
+    rows = phases.benchmark({}, plan, Path("x"), ["thresholds"])
     assert trained == [0, 1, 2] and [r for r in rows if r["technique"] == "ensemble"]
     assert bench.parse_args(["--json", "x.json", "--no-ensembles"]).ensembles is False
 
@@ -381,12 +389,12 @@ def test_the_curve_projection_fits_f1_on_log_pages_and_seconds_on_pages():
         return {"technique": "learning_curve", "num_train_documents": n, "test_f1": f,
                 "test_f1_ci": [f - 0.05, f + 0.05], "train_seconds": t}
     rows = [point(500, 0.2, 450), point(1000, 0.3, 600), point(2000, 0.4, 900), point(4000, 0.5, 1500)]
-    fit = bench.curve_projection(rows)
+    fit = charts.curve_projection(rows)
     assert fit["pages_for_target"] == 32000 and fit["per_doubling"] == pytest.approx(0.1)
     assert fit["train_seconds_for_target"] == pytest.approx(300 + 0.3 * 32000, rel=1e-6)
-    assert bench.curve_projection(rows[:2]) is None
+    assert charts.curve_projection(rows[:2]) is None
     flat = [point(n, 0.3, 100) for n in (500, 1000, 2000)]
-    assert "pages_for_target" not in bench.curve_projection(flat)
+    assert "pages_for_target" not in charts.curve_projection(flat)
 
 
 # ---------------------------------------------------------------------------
@@ -492,14 +500,32 @@ def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_pa
         (model / "qa_config.json").write_text("{}")
         trained.append(args)
         return 12.34
-    monkeypatch.setattr(bench, "run", fake_run)
+    monkeypatch.setattr(runs, "run", fake_run)
     train_file = write_jsonl(tmp_path / "train.jsonl", [nq_line()])
     args = ["--seed", "0"]
-    model, secs = bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path)
+    model, secs = runs.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path)
     assert (secs, len(trained)) == (12.3, 1)
-    assert bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
+    assert runs.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
     assert len(trained) == 1  # the finished model is reused
     marker = model.parent / "benchmark_train.json"
     marker.write_text(marker.read_text()[:10])
-    assert bench.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
+    assert runs.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path) == (model, 12.3)
     assert len(trained) == 2
+
+
+def test_the_real_lines_are_the_folder_the_command_is_given(monkeypatch, tmp_path, capsys):
+    """--corpus real reads the folder --real-lines (or NQ_REAL_LINES) names, never a path outside the checkout
+    it guesses; without one, or with a folder that is not there, one line says so and nothing is trained."""
+    monkeypatch.delenv("NQ_REAL_LINES", raising=False)
+    assert bench.parse_args(["--json", "x.json"]).real_lines is None
+    assert bench.main(["--corpus", "real", "--json", str(tmp_path / "a.json")]) == 2
+    assert "--real-lines" in capsys.readouterr().err
+    assert bench.main(["--corpus", "real", "--real-lines", str(tmp_path / "none"), "--json", str(tmp_path / "a.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'none'} not found") and err.count("\n") == 1, err
+    monkeypatch.setenv("NQ_REAL_LINES", str(tmp_path))
+    args = bench.parse_args(["--json", "x.json", "--corpus", "real"])
+    corpus = corpus_files.real_corpus(Path(args.real_lines), techniques.FULL)
+    assert (corpus["train"], corpus["dev"], corpus["test"]) == (
+        str(tmp_path / "simplified-nq-train-sample.jsonl"), str(tmp_path / "simplified-nq-dev-sample.jsonl"), None)
+    assert not (tmp_path / "a.json").exists()

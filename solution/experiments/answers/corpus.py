@@ -1,0 +1,91 @@
+"""The answers benchmark's corpora: the synthetic pages of a profile (`solution.synth`), the yes/no pages
+added to dev and test or to the training file, stage 1's easy pages, or the real NQ lines of a folder the
+command is given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from solution.experiments.answers.runs import StepFailed, run
+from solution.experiments.answers.techniques import REAL_TRAIN, TECHNIQUES, YES_NO_TRAIN_PAGES
+
+REAL_TRAIN_FILE, REAL_DEV_FILE = "simplified-nq-train-sample.jsonl", "simplified-nq-dev-sample.jsonl"
+
+
+def num_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def real_corpus(real: Path, plan: dict) -> dict:
+    """The real NQ sample in folder `real`: its training lines and dev lines, no test gold."""
+    return {"train": str(real / REAL_TRAIN_FILE), "dev": str(real / REAL_DEV_FILE), "test": None, "test_gold": None,
+            "train_overrides": plan["train"] + REAL_TRAIN}
+
+
+def synthetic_corpus(args, plan: dict, out: Path) -> dict:
+    """`solution.synth --profile` pages under OUT/data (the largest training size, the plan's dev and test),
+    with the yes/no supplement and the yes/no training file where the plan and the techniques need them."""
+    data = out / "data"
+    cmd = ["-m", "solution.synth", "--profile", args.profile, "--out", str(data), "--seed", str(args.corpus_seed),
+           "--num-train", str(max(plan["train_sizes"])), "--num-dev", str(plan["num_dev"]),
+           "--num-test", str(plan["num_test"])]
+    run(cmd + (["--max-words", str(plan["max_words"])] if plan["max_words"] else []))
+    corpus = {"train": str(data / "simplified-nq-train.jsonl"), "dev": str(data / "simplified-nq-dev.jsonl"),
+              "test": str(data / "simplified-nq-test.jsonl"),
+              "test_gold": str(data / "simplified-nq-test-gold.jsonl"), "train_overrides": plan["train"]}
+    if plan.get("yes_no"):
+        corpus["yes_no"] = yes_no_corpus(corpus, plan, out, args)
+    if any("{yes_no_train}" in TECHNIQUES[t][0] for t in args.techniques):
+        corpus |= yes_no_train_corpus(corpus, plan, out, args)
+    return corpus
+
+
+def prepare_corpus(args, plan: dict, out: Path) -> dict:
+    """The corpus's files ({train, dev, test, test_gold, ...}), stage 1's easy pages if the plan warm-starts,
+    the baseline's page count and the curve's sizes (a size past the file is the whole file)."""
+    corpus = real_corpus(Path(args.real_lines), plan) if args.corpus == "real" else synthetic_corpus(args, plan, out)
+    if plan.get("warm_start"):  # stage 1's corpus: easy pages, the profile's own sizes unless the plan gives some
+        easy = out / "data-easy"
+        run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
+        corpus |= {"warm_train": str(easy / "simplified-nq-train.jsonl"), "warm_dev": str(easy / "simplified-nq-dev.jsonl")}
+    n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
+    return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
+
+
+def yes_no_synth(directory: Path, seed: int, sizes: tuple, plan: dict, args) -> None:
+    """`solution.synth` pages of the profile that are all YES or NO (two YES to a NO): (train, dev, test) pages."""
+    run(["-m", "solution.synth", "--profile", args.profile, "--out", str(directory), "--seed", str(seed),
+         "--answer-types", "YES,NO", *[x for flag, n in zip(("--num-train", "--num-dev", "--num-test"), sizes)
+                                       for x in (flag, str(n))],
+         *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
+
+
+def yes_no_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
+    """Dev and test with `plan["yes_no"]` yes/no questions each added (pages of the same profile and the next
+    seed, `solution.synth --answer-types YES,NO`): the files of `corpus` keys, and how many were added."""
+    extra, mixed = out / "data-yes-no", out / "data-with-yes-no"
+    yes_no_synth(extra, args.corpus_seed + 1, (1, plan["yes_no"], plan["yes_no"]), plan, args)
+    mixed.mkdir(parents=True, exist_ok=True)
+    files = {"dev": "simplified-nq-dev.jsonl", "test": "simplified-nq-test.jsonl", "test_gold": "simplified-nq-test-gold.jsonl"}
+    for key, name in files.items():
+        lines = Path(corpus[key]).read_text().splitlines() + (extra / name).read_text().splitlines()
+        ids = [json.loads(line)["example_id"] for line in lines]
+        if len(set(map(str, ids))) != len(ids):  # 64-bit random ids: a clash would be a bug here, not luck
+            raise StepFailed(f"{extra / name}: an example_id of the yes/no pages is also in {corpus[key]}")
+        (mixed / name).write_text("\n".join(lines) + "\n")
+    return {key: str(mixed / name) for key, name in files.items()} | {"added": plan["yes_no"]}
+
+
+def yes_no_train_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
+    """The training file with YES_NO_TRAIN_PAGES yes/no pages appended (`--answer-types YES,NO`, corpus seed + 2:
+    neither the benchmark's pages nor its yes/no supplement's); its path and page count, for `yes_no_pages`."""
+    pages = YES_NO_TRAIN_PAGES if plan["num_dev"] >= 100 else plan["yes_no"]  # --quick: a handful
+    extra, mixed = out / "data-yes-no-train", out / "data-train-with-yes-no"
+    yes_no_synth(extra, args.corpus_seed + 2, (pages, 1, 1), plan, args)
+    lines = Path(corpus["train"]).read_text().splitlines()
+    lines += (extra / "simplified-nq-train.jsonl").read_text().splitlines()
+    mixed.mkdir(parents=True, exist_ok=True)
+    (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
+    return {"yes_no_train": str(mixed / "simplified-nq-train.jsonl"), "yes_no_train_pages": str(len(lines))}

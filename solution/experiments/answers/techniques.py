@@ -1,0 +1,71 @@
+"""The answers benchmark's plan as data: each technique's training and post-processing overrides, the rows
+that are no technique, and the two plans (the full recipe and `--quick`)."""
+
+REAL_NOTE = "10 real dev documents: far too few to decide anything"
+
+# The training file with the yes/no pages added (`yes_no_train_corpus`), every page of it.
+YES_NO_PAGES = ["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"]
+YES_NO_WHOLE = [*YES_NO_PAGES, "--long_overrun_yes_no", "false"]
+# technique -> (training overrides, prediction --set overrides). Names as docs/answers-method.md's tables give them.
+TECHNIQUES = {
+    "top_level": (["--nested_to_top_level", "true"], ["top_level_only=true"]),
+    "no_answer_score": ([], ["subtract_type_null=true", "score_space=probs"]),
+    "thresholds": ([], ["separate_thresholds=true"]),
+    "n_best": ([], ["n_best_aggregation=true"]),
+    "max_context": ([], ["max_context=true"]),
+    "structure_tokens": (["--structure_tokens", "true"], []),
+    # The first pass's cost and benefit: every window of a page (0), half of the recipe's 8, and twice them
+    # (on the nq profile 16 windows hold the gold long answer on ~80% of pages, 8 on ~70%).
+    "max_windows": ([], ["max_windows_per_document=0"]),
+    "max_windows_4": ([], ["max_windows_per_document=4"]),
+    "max_windows_16": ([], ["max_windows_per_document=16"]),
+    # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
+    "yes_no_repeat": (["--yes_no_repeat", "8"], []),
+    # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
+    # answers as real NQ's training set holds for every 300 pages or so, not a repeat of the same 60.
+    "yes_no_pages": (YES_NO_PAGES, []),
+    # `yes_no_pages` with YES and NO labelled only on windows that hold the whole paragraph (LONG's cut
+    # labels as they are): the window holding a long paragraph's start need not hold its statement.
+    "yes_no_whole": (YES_NO_WHOLE, []),
+    # `yes_no_whole` with each NO window twice: the pages' two YES to a NO become one to one.
+    "yes_no_balanced": ([*YES_NO_WHOLE, "--no_repeat", "2"], []),
+    # Four times the batch at twice the learning rate (square-root scaling), a quarter of the steps: on one
+    # H100 the recipe's batch-8 step is launch overhead (24 ms at 8 windows, 21 ms at 32), so a batch of 32
+    # trains ~4.6x the windows a second there, if it learns as well from the same pages.
+    "batch_32": (["--per_device_train_batch_size", "32", "--learning_rate", "2.0e-4"], []),
+}
+# Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
+# beside the baseline's model there (rows named TECHNIQUE_yes_no).
+YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole", "yes_no_balanced")
+# Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
+# that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
+YES_NO_TRAIN_PAGES = 800
+# The no-training rows, in the record's order (`reference_rows`).
+REFERENCES = ("lexical", "bm25", "first_paragraph", "sentences")
+# Rows that are not a TECHNIQUES pair.
+NO_TECHNIQUE = ("baseline", *REFERENCES, "ensemble", "learning_curve")
+# `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
+# --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
+# be measured; the rows are named apart, since their documents are not the other rows'.
+YES_NO_TECHNIQUE = ("thresholds_yes_no", ["separate_thresholds=true"])
+
+# The recipe as it is (no overrides): stage 1 is the demo's training on easy pages (`warm_start`: its
+# config, and the `solution.synth` options of its corpus), stage 2 the nq-profile config from its model.
+# ~62 windows of 192 pieces a page, of which the first pass runs 8: 800 dev and test pages are ~6,400
+# windows a model; max_windows=0 runs the other ~43,000 once per seed.
+FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes": [500, 1000, 2000, 4000],
+        "num_dev": 400, "num_test": 400, "yes_no": 80, "max_words": None, "train": [],
+        "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
+# The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
+# max_windows rows change something, its overrun labels (which `yes_no_whole` needs), and a tiny stage 1
+# so that the warm start runs.
+QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
+         "yes_no": 3, "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
+                                      "--max_windows_per_document", "8", "--long_overrun_labels", "true",
+                                      "--long_overrun", "true"],
+         "warm_start": {"config": "configs/train/tiny.yaml",
+                        "synth": ["--num-train", "12", "--num-dev", "4", "--num-test", "4"]}}
+# The real lines: longer windows and more epochs, every dev line.
+REAL_TRAIN = ["--max_seq_length", "384", "--doc_stride", "128", "--max_question_length", "64",
+              "--num_train_epochs", "6", "--max_dev_examples", "null"]
+NUM_ENSEMBLE_MEMBERS = 3  # ensembles of the first 2 and the first 3 of these seeds

@@ -1,0 +1,52 @@
+"""One variant of the answers benchmark scored (a model, or several averaged, with post-processing --set
+items): predict dev and score it untuned, tune the thresholds on dev, predict test with them and score it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from solution.experiments.answers.figures import figures, gold_of, score_rows, split_f1s
+from solution.experiments.answers.predicting import model_meta, predict
+
+
+def with_test(row: dict, scored: dict, rows: dict, gold_path: str) -> dict:
+    """`row` with the test split's figures: `scored` (the rows as the CLI reads them) scored against the test
+    gold, `rows` (the same predictions) for the intervals, MLE-bench's score and the NQ figures."""
+    test = score_rows(scored, gold_path)
+    test_figures, counts = figures("test", rows, gold_path)
+    row["_counts"] |= counts
+    return row | {"test_f1": test["micro_f1"], **test_figures, "test": test}
+
+
+def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
+    """Dev untuned, dev tuned and test with dev's thresholds for one variant; `models` has 1 or more
+    directories (the first model's post-processing settings, with `sets` over them, as `submission.predict`
+    does)."""
+    from dataclasses import replace
+
+    from solution.answers.inference import split_overrides, with_overrides
+    from solution.answers.postprocess import PostprocessConfig, score_record
+    from solution.scoring.metric import read_submission
+    from solution.scoring.tuning import predictions_with, tune
+    from solution.windows.featurizer import WindowConfig
+
+    d.mkdir(parents=True, exist_ok=True)
+    meta = model_meta(models[0])
+    _, cfg = with_overrides(WindowConfig(**meta["window"]), PostprocessConfig(**meta["postprocess"]), sets)
+    window_sets, _ = split_overrides(sets)
+    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
+    dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
+    records = [score_record(p) for p in dev_preds]
+    best = tune(records, gold_of(corpus["dev"]), cfg=cfg)
+    tuned = replace(cfg, **best["thresholds"])
+    (d / "tune.json").write_text(json.dumps({"thresholds": best["thresholds"], "after": best["result"]}) + "\n")
+    dev_figures, counts = figures("dev", predictions_with(records, tuned), corpus["dev"])
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
+           "dev_untuned": dev, "thresholds": best["thresholds"], "num_dev_windows": dev_windows, "test_f1": None,
+           "_counts": counts}
+    if corpus["test"]:
+        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
+        row = with_test(row, read_submission(d / "test.csv"), test_rows, corpus["test_gold"])
+        row["num_test_windows"] = test_windows
+    return row | split_f1s(row, dev)
