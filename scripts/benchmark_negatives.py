@@ -80,7 +80,7 @@ def variant(name: str, corpus: dict, out: Path, extra: list) -> dict:
                    "--disable_tqdm", "true"] + corpus["overrides"] + extra)
     start = json.loads((d / "metrics.jsonl").read_text().splitlines()[0])
     model = d / "model"
-    pred = ["--precision", "fp32"]  # the figures in docs/answers.md were taken in float32
+    pred = ["--precision", "fp32"]  # the figures in docs/answers-techniques.md were taken in float32
     run(["-m", "submission.predict", "--model", str(model), "--input", corpus["dev"], "--output",
          str(d / "dev.csv"), "--scores-out", str(d / "dev-scores.jsonl"), "--quiet"] + pred)
     with open(d / "tune.json", "w") as f:
@@ -156,12 +156,11 @@ def plot_only(json_path: str, png) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    sys.path.insert(0, str(ROOT))
+def build_parser():
     from solution.common import cli  # both --a-b and --a_b spellings
-    from solution.common.fsutil import mark_written, write_record
+
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--corpus", choices=sorted(CORPORA), default="synth")
     p.add_argument("--out", default=None, help="run directory (default runs/negatives/CORPUS)")
     p.add_argument("--json", default=None, help="write the results here, and the chart next to it (.png)")
@@ -176,18 +175,12 @@ def main(argv=None) -> int:
     p.add_argument("--variants", default="uniform,separate,hard,separate+hard")
     p.add_argument("--seed", type=int, default=None, help="training seed (default: the demo config's)")
     cli.add_overwrite(p)
-    args = p.parse_args(argv)
-    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
-    cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
-    if args.plot_only:
-        return plot_only(args.plot_only, args.png)
-    corpus = CORPORA[args.corpus]
-    if not Path(ROOT, corpus["train"]).is_file():
-        sys.exit(f"benchmark_negatives: {corpus['train']} not found"
-                 + (" (make it with: python -m solution.synth --out data/synth)" if args.corpus == "synth" else ""))
-    out = Path(args.out or f"runs/negatives/{args.corpus}" + (f"-seed{args.seed}" if args.seed is not None else ""))
-    if args.seed is not None:
-        corpus = {**corpus, "overrides": corpus["overrides"] + ["--seed", str(args.seed)]}
+    return p
+
+
+def run_variants(args, corpus: dict, out: Path) -> list:
+    """Train and score each --variants entry; the hard ones first score the training windows with the
+    uniform model (trained here if it is not there yet)."""
     uniform = ["--negative_keep_rate", str(args.uniform_rate)]
     separate = ["--negative_keep_rate", str(args.answerable_rate), "--unanswerable_keep_rate", str(args.unanswerable_rate)]
     scores = out / "hard-negatives.jsonl"
@@ -206,7 +199,27 @@ def main(argv=None) -> int:
         if any(r["variant"] == name for r in results):
             continue
         results.append(variant(name, corpus, out, plan[name]))
+    return results
 
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from solution.common import cli
+    from solution.common.fsutil import mark_written, write_record
+
+    args = build_parser().parse_args(argv)
+    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
+    cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
+    if args.plot_only:
+        return plot_only(args.plot_only, args.png)
+    corpus = CORPORA[args.corpus]
+    if not Path(ROOT, corpus["train"]).is_file():
+        sys.exit(f"benchmark_negatives: {corpus['train']} not found"
+                 + (" (make it with: python -m solution.synth --out data/synth)" if args.corpus == "synth" else ""))
+    out = Path(args.out or f"runs/negatives/{args.corpus}" + (f"-seed{args.seed}" if args.seed is not None else ""))
+    if args.seed is not None:
+        corpus = {**corpus, "overrides": corpus["overrides"] + ["--seed", str(args.seed)]}
+    results = run_variants(args, corpus, out)
     print(f"\n| variant ({args.corpus}) | training windows | negatives kept (answerable / unanswerable docs) "
           "| dev F1 untuned | dev F1 tuned on dev | test F1, dev-tuned |")
     print("|---|---|---|---|---|---|")
