@@ -282,9 +282,6 @@ def f1_figures(tp: int, fp: int, fn: int) -> dict:
             "recall": ratio(tp, tp + fn), "tp": tp, "fp": fp, "fn": fn}
 
 
-_figures = f1_figures  # the old name, until the answers benchmark imports the public one
-
-
 def _some(ids: list) -> str:
     shown = ", ".join(ids[:MAX_IDS_IN_MESSAGE])
     return shown + (f", ... ({len(ids) - MAX_IDS_IN_MESSAGE} more)" if len(ids) > MAX_IDS_IN_MESSAGE else "")
