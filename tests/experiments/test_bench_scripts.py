@@ -11,6 +11,8 @@ import pytest
 from conftest import ROOT
 from helpers import load_script
 
+from solution.experiments.gpu import figures, options, plan, recipe, running
+
 SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_save.py", "benchmark_scale.py", "gpu_check.py"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,7 +68,9 @@ def test_gpu_check_supports_the_gpu_images_versions_and_cis():
     CI installs requirements.txt's newest. Both must lie in what gpu_run.sh accepts."""
     from packaging.specifiers import SpecifierSet
 
-    ranges = load_script("gpu_check.py").supported_ranges()
+    from solution.experiments.gpu.versions import supported_ranges
+
+    ranges = supported_ranges()
     assert set(ranges) == {"torch", "transformers", "accelerate", "deepspeed"}
     for name, versions in {"torch": ["2.11.0", "2.13.0"], "transformers": ["5.17.0", "5.23.0"],
                            "accelerate": ["1.15.0"], "deepspeed": ["0.19.8"]}.items():
@@ -92,7 +96,7 @@ def test_gpu_check_budget_stops_a_part_and_skips_the_rest(tmp_path):
             ("slow", "other", slow, []),
             ("after", "other", [sys.executable, "-c", "pass"], [])]
     result = {"runs": {}, "skipped": []}
-    gpu.run_all(args, runs, result, None, tmp_path, tmp_path / "gpu.json")
+    running.run_all(args, runs, result, None, tmp_path, tmp_path / "gpu.json")
     saved = json.loads((tmp_path / "gpu.json").read_text())
     assert saved["runs"]["quick"]["ok"] and (tmp_path / "quick.log").read_text().strip() == "hi"
     assert saved["runs"]["failing"]["returncode"] == 3 and not saved["runs"]["failing"]["ok"]
@@ -171,7 +175,7 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     # Only the small files in --out: the models stay in --work; the figures' inputs come back in OUT/recipe.
     assert not list(out.rglob("*.safetensors"))
     kept = {p.relative_to(out / "recipe").as_posix() for p in (out / "recipe").rglob("*") if p.is_file()}
-    assert kept == set(load_script("gpu_check.py").RECIPE_FILES)
+    assert kept == set(recipe.RECIPE_FILES)
 
 
 def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path, capsys):
@@ -179,8 +183,8 @@ def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path, capsy
 
     def planned(*argv):
         args = gpu.build_parser().parse_args(["--dry-run", "--out", str(tmp_path), *argv])
-        gpu.sizes(args)
-        return [name for name, *_ in gpu.plan(args, 1, tmp_path)[0]]
+        options.sizes(args)
+        return [name for name, *_ in plan.plan(args, 1, tmp_path)[0]]
 
     assert planned("--parts", "recipe") == ["recipe-synth", "recipe-profile", "recipe-stage1", "recipe-stage2",
                                             "recipe-dev", "recipe-tune", "recipe-test", "recipe-figures"]
@@ -194,29 +198,29 @@ def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path, capsy
 def test_gpu_check_fits_the_recipes_pages_to_the_budget_left():
     gpu = load_script("gpu_check.py")
     args = gpu.build_parser().parse_args(["--recipe-pages", "20000", "--num-proc", "16"])
-    gpu.sizes(args)
+    options.sizes(args)
     # 20,000 pages at 20 ms a step: 35 s fixed, ~95 s of features on 16 processes at the H100 host's 13.1
     # pages/s each, ~190 s of steps; 450 s left, 90 of them kept for prediction, is room enough.
-    assert gpu.stage2_seconds(20000, 0.020, 16) == pytest.approx(35 + 20000 / (13.1 * 16) + 20000 * 3.78 / 8 * 0.020)
-    assert gpu.stage2_pages(args, 0.020, 450.0) == (20000, None)
+    assert recipe.stage2_seconds(20000, 0.020, 16) == pytest.approx(35 + 20000 / (13.1 * 16) + 20000 * 3.78 / 8 * 0.020)
+    assert recipe.stage2_pages(args, 0.020, 450.0) == (20000, None)
     # Steps of 60 ms would take ~700 s: the pages are cut to what 450 - 90 s can train, and it says why.
-    pages, why = gpu.stage2_pages(args, 0.060, 450.0)
-    assert pages < 20000 and gpu.stage2_seconds(pages, 0.060, 16) <= 360.0 < gpu.stage2_seconds(pages + 50, 0.060, 16)
+    pages, why = recipe.stage2_pages(args, 0.060, 450.0)
+    assert pages < 20000 and recipe.stage2_seconds(pages, 0.060, 16) <= 360.0 < recipe.stage2_seconds(pages + 50, 0.060, 16)
     assert "20000 pages project to" in why and "60.0 ms a step" in why
-    assert gpu.stage2_pages(args, 5.0, 200.0)[0] == 1000  # never fewer than 1,000
+    assert recipe.stage2_pages(args, 5.0, 200.0)[0] == 1000  # never fewer than 1,000
     # The H100 run: seed 0's 4,800 pages in one process outlast 16,000 extra on the other 15 (59 s measured);
     # 20,000 pages at its 28 ms steps project to ~395 s of stage 2.
-    projection = gpu.recipe_projection(args)
+    projection = recipe.recipe_projection(args)
     assert projection["synth_s"] == pytest.approx(4800 * 0.0123) and projection["windows"] == pytest.approx(75600)
     assert 380 < projection["stage2_s"] < 410
     # Four times the batch: a quarter of the steps at the same step time, so more pages fit the same room.
     wide = gpu.build_parser().parse_args(["--recipe-pages", "60000", "--num-proc", "16", "--recipe-batch", "32"])
-    gpu.sizes(wide)
-    assert gpu.stage2_pages(wide, 0.060, 450.0)[0] > 2 * pages
-    command = gpu.recipe_stage2(wide, {}, 450.0)
+    options.sizes(wide)
+    assert recipe.stage2_pages(wide, 0.060, 450.0)[0] > 2 * pages
+    command = recipe.recipe_stage2(wide, {}, 450.0)
     assert command[command.index("--per_device_train_batch_size") + 1] == "32"
     assert float(command[command.index("--learning_rate") + 1]) == pytest.approx(2e-4)
-    assert "--per_device_train_batch_size" not in gpu.recipe_stage2(args, {}, 450.0)  # the config's 8
+    assert "--per_device_train_batch_size" not in recipe.recipe_stage2(args, {}, 450.0)  # the config's 8
 
 
 def test_gpu_check_trains_both_recipe_stages_with_the_seed_asked():
@@ -224,8 +228,8 @@ def test_gpu_check_trains_both_recipe_stages_with_the_seed_asked():
     gpu = load_script("gpu_check.py")
     for seed in ("0", "1"):
         args = gpu.build_parser().parse_args(["--recipe-seed", seed])
-        gpu.sizes(args)
-        commands = {name: cmd for name, _, cmd in gpu.recipe_commands(args)}
+        options.sizes(args)
+        commands = {name: cmd for name, _, cmd in recipe.recipe_commands(args)}
         stage2 = commands["recipe-stage2"]({}, 450.0)
         for cmd in (commands["recipe-stage1"], stage2):
             assert cmd[cmd.index("--seed") + 1] == seed
@@ -238,7 +242,7 @@ def test_gpu_check_makes_the_recipes_figures_when_the_budget_is_spent_and_keeps_
     gpu = load_script("gpu_check.py")
     args = gpu.build_parser().parse_args(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"),
                                           "--budget-s", "1", "--min-start-s", "40"])
-    gpu.sizes(args)
+    options.sizes(args)
     (tmp_path / "out").mkdir()
     work = tmp_path / "work" / "recipe"
     (work / "stage2" / "model").mkdir(parents=True)
@@ -247,7 +251,7 @@ def test_gpu_check_makes_the_recipes_figures_when_the_budget_is_spent_and_keeps_
     runs = [("recipe-test", "recipe", [sys.executable, "-c", "pass"], []),
             ("recipe-figures", "figures", [sys.executable, "-c", "print('{\"test_f1\": 0.5}')"], [])]
     result = {"skipped": [], "runs": {}}
-    gpu.run_all(args, runs, result, None, tmp_path, tmp_path / "out" / "gpu_check.json")
+    running.run_all(args, runs, result, None, tmp_path, tmp_path / "out" / "gpu_check.json")
     assert [s["run"] for s in result["skipped"]] == ["recipe-test"]
     assert result["runs"]["recipe-figures"]["figures"] == {"test_f1": 0.5}
     assert result["recipe"]["test_f1"] == 0.5
@@ -272,13 +276,12 @@ def test_gpu_check_runs_the_parts_in_the_order_given():
 
 
 def test_peak_tflops_lookup():
-    gpu = load_script("gpu_check.py")
-    assert gpu.peak_tflops("NVIDIA H100 80GB HBM3", None)[0] == 989.0
-    assert gpu.peak_tflops("NVIDIA H100 PCIe", None)[0] == 756.0
-    assert gpu.peak_tflops("NVIDIA H200", None)[0] == 989.0
-    assert gpu.peak_tflops("NVIDIA A100-SXM4-80GB", None)[0] == 312.0
-    assert gpu.peak_tflops("Tesla T4", None)[0] is None
-    assert gpu.peak_tflops("Tesla T4", 65.0)[0] == 65.0
+    assert running.peak_tflops("NVIDIA H100 80GB HBM3", None)[0] == 989.0
+    assert running.peak_tflops("NVIDIA H100 PCIe", None)[0] == 756.0
+    assert running.peak_tflops("NVIDIA H200", None)[0] == 989.0
+    assert running.peak_tflops("NVIDIA A100-SXM4-80GB", None)[0] == 312.0
+    assert running.peak_tflops("Tesla T4", None)[0] is None
+    assert running.peak_tflops("Tesla T4", 65.0)[0] == 65.0
 
 
 @pytest.mark.parametrize("script,json_name", [("benchmark_inference.py", "inference.json"),
@@ -333,7 +336,7 @@ def test_gpu_check_figures_from_a_training_run(tmp_path):
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [start, *steps, end]) + "\n")
     probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"max_memory_allocated_bytes": 123, "loss_scale": 1024.0}))
-    r = gpu.train_figures("bf16-single", args, probe, 989.0)
+    r = figures.train_figures("bf16-single", args, probe, 989.0)
     assert r["step_time_s"] == 0.5  # the median after the warm-up step, which is left out
     assert r["samples_per_s"] == 32.0 and r["tokens_per_s"] == 32.0 * 512
     assert r["mfu"] == pytest.approx(6 * 110e6 * 32 * 512 / 989e12)
