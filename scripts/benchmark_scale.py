@@ -219,6 +219,23 @@ def report(result: dict) -> None:
           f"{g['full_file_hours_on_machine']:.2f} h, well under a day: {g['under_a_day']}")
 
 
+def run_volumes(volumes: tuple, make_input, args) -> list:
+    """Each volume's input made and featurised in every mode; the runs' figures."""
+    with tempfile.TemporaryDirectory(prefix="benchmark-scale-") as tmp:
+        work = Path(args.work_dir or tmp).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        runs = []
+        for n in volumes:
+            path = make_input(n, work / f"train-{n}.jsonl")
+            for mode in MODES:
+                print(f"featurising {n} documents, {MODES[mode]} ...", flush=True)
+                runs.append(featurize(path, work / f"cache-{mode}-{n}", args, mode))
+                r = runs[-1]
+                print(f"    {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak RSS "
+                      f"{r['peak_rss_bytes'] / 2**20:.0f} MiB, cache {r['cache_bytes'] / 2**20:.1f} MiB", flush=True)
+    return runs
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)  # puts the checkout on sys.path
     from solution.common import cli
@@ -237,18 +254,7 @@ def main(argv=None) -> int:
         return 2
     make_input = real_input if args.source == "real" else synth_input
     volumes = (args.documents, args.documents * args.scale)
-    with tempfile.TemporaryDirectory(prefix="benchmark-scale-") as tmp:
-        work = Path(args.work_dir or tmp).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-        runs = []
-        for n in volumes:
-            path = make_input(n, work / f"train-{n}.jsonl")
-            for mode in MODES:
-                print(f"featurising {n} documents, {MODES[mode]} ...", flush=True)
-                runs.append(featurize(path, work / f"cache-{mode}-{n}", args, mode))
-                r = runs[-1]
-                print(f"    {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak RSS "
-                      f"{r['peak_rss_bytes'] / 2**20:.0f} MiB, cache {r['cache_bytes'] / 2**20:.1f} MiB", flush=True)
+    runs = run_volumes(volumes, make_input, args)
     modes = {mode: per_mode(runs, mode, args.num_proc) for mode in MODES}
     sampled, every = modes["sampled"], modes["all"]
     proj = {"train_documents": TRAIN_DOCUMENTS, "documents": TRAIN_DOCUMENTS,

@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         if args.pages_limit < 1:
             raise ValueError(f"--pages-limit must be >= 1, got {args.pages_limit}")
         model_dirs = check_kit(args.model, Path(args.out), args.weights, args.dataset_id)
-        from solution.model.kernel_budget import format_projection, project
+        from solution.experiments.kernel_budget import format_projection, project
 
         # --pages is read here, before the folder is made: a page that cannot be read leaves nothing behind.
         projection = format_projection(project(args.model, args.pages, args.num_documents, args.pages_limit))

@@ -210,7 +210,7 @@ def test_predict_shows_a_progress_bar_over_documents_and_quiet_hides_it(model_di
 
 
 def test_per_window_costs_reproduce_the_published_throughputs():
-    from solution.model.kernel_budget import PEAK_TFLOPS, seconds_per_window, window_flops
+    from solution.experiments.kernel_budget import PEAK_TFLOPS, seconds_per_window, window_flops
 
     # The calibration: BERT-large and -base at 384 pieces on a T4 run at the published rates.
     assert 1 / seconds_per_window(24, 1024, 4096, 384, "T4", "fp32") == pytest.approx(16.04)
@@ -238,7 +238,7 @@ def test_kernel_prints_the_projection_with_windows_measured_on_the_pages(model_d
 
 
 def test_max_windows_per_document_caps_the_projected_windows(model_dir, test_file, tmp_path):
-    from solution.model.kernel_budget import project
+    from solution.experiments.kernel_budget import project
 
     capped = tmp_path / "capped"
     shutil.copytree(model_dir, capped)
