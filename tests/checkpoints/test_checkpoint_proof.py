@@ -198,7 +198,7 @@ def _qa_config(tmp_path):
 
 
 def _kernel_budget(tmp_path):
-    from solution.model.kernel_budget import read_packed
+    from solution.experiments.kernel_budget import read_packed
 
     (tmp_path / "config.json").write_text(DEEP)
     return tmp_path / "config.json", lambda: read_packed(tmp_path)
