@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -133,6 +134,33 @@ def test_gpu_bundle_replaces_only_its_own_folder(tmp_path):
     (theirs / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="not a bundle this tool made"):
         bundle.refuse_foreign(theirs)
+
+
+def sent_to_the_gpu_machine(dst: Path) -> Path:
+    """A copy of what the device tool sends: the files git would (tracked, and untracked but not ignored)."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           check=True, capture_output=True).stdout.decode().split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / name, dst / name)
+    return dst
+
+
+def test_the_gpu_checks_code_travels_with_the_working_tree(tmp_path):
+    """The GPU machine gets the working tree as git would send it (and the bundle's wheels, data and MiniLM): the
+    GPU check's commands, over solution/experiments/, plan and answer there, with nothing but that copy."""
+    tree = sent_to_the_gpu_machine(tmp_path / "tree")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    listed = subprocess.run([sys.executable, "scripts/gpu_check.py", "--list", "--parts", "bf16,predict,fp16,recipe,speed",
+                             "--backbone", "minilm", "--data", "real"], cwd=tree, capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert "[recipe-figures] python " + str(tree / "scripts" / "gpu_check.py") in listed.stdout
+    assert "[speed-infer] python " + str(tree / "scripts" / "gpu_speed.py") + " --infer" in listed.stdout
+    helped = subprocess.run([sys.executable, "scripts/gpu_speed.py", "--help"], cwd=tree, capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
 
 
 @pytest.mark.slow
