@@ -13,6 +13,7 @@ from conftest import ROOT
 from helpers import load_script
 
 from solution.experiments.gpu import figures, options, plan, recipe, running
+from solution.experiments.gpu.recipe import RECIPE_FILES
 
 SCRIPTS = ["benchmark_inference.py", "benchmark_negatives.py", "benchmark_save.py", "benchmark_scale.py", "gpu_check.py"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -203,7 +204,7 @@ def test_gpu_check_dry_run_runs_every_part_on_cpu(tmp_path):
     # Only the small files in --out: the models stay in --work; the figures' inputs come back in OUT/recipe.
     assert not list(out.rglob("*.safetensors"))
     kept = {p.relative_to(out / "recipe").as_posix() for p in (out / "recipe").rglob("*") if p.is_file()}
-    assert kept == set(recipe.RECIPE_FILES)
+    assert kept == set(RECIPE_FILES)
 
 
 def test_gpu_check_plans_only_the_parts_asked_for_in_their_order(tmp_path, capsys):
