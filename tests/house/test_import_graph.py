@@ -250,6 +250,18 @@ def test_private_names_are_found_imported_or_reached_through_a_module(tmp_path):
     ]
 
 
+def test_the_packages_and_scripts_keep_their_boundaries():
+    graph = import_graph(modules(with_scripts=True))
+    assert graph["scripts.benchmark_answers"], "the parser found none of the answers benchmark's imports"
+    assert boundary_violations(graph) == []
+
+
+def test_no_module_takes_another_modules_private_name():
+    known = modules(with_scripts=True)
+    uses = {name: private_names(name, path, known) for name, path in known.items()}
+    assert private_violations(uses) == []
+
+
 def test_every_stage_imports_only_itself_and_earlier_stages():
     known = modules()
     assert {stage(n) for n in known} - {None} == set(STAGES), "a stage folder is missing or unknown"
