@@ -69,7 +69,6 @@ from typing import Optional
 import numpy as np
 
 # Importable from here until its callers import it from common.settings, where it lives now.
-from solution.common.settings import apply_overrides  # noqa: F401
 from solution.data.nq import containing_candidate
 from solution.windows.featurizer import ANSWER_TYPES
 

@@ -343,7 +343,8 @@ def test_overrun_labels_need_overrun_scoring():
 def test_set_key_value_and_key_value_are_one_parser_with_the_same_boolean_words():
     """`--set KEY=VALUE` (as predict and evaluate take post-processing settings) is `--KEY VALUE`, and both
     read true/false with the same words as post-processing's --set does."""
-    from solution.answers.postprocess import PostprocessConfig, apply_overrides
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.common.settings import apply_overrides
     from solution.training.config import parse_command_line
 
     for word, value in (("on", True), ("off", False), ("yes", True), ("0", False)):
