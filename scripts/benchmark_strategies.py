@@ -153,11 +153,11 @@ def chart(rows: list, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv=None) -> int:
-    sys.path.insert(0, str(ROOT))
+def build_parser():
     from solution.common import cli  # both --a-b and --a_b spellings
+
     p = cli.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--config", default="configs/train/bench_base.yaml")
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--workloads", default="random,real", help="random (no I/O), real (cached windows)")
@@ -172,7 +172,53 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the strategy rows here")
     p.add_argument("--png", default=None, help="chart (default OUT/strategies.png)")
     cli.add_overwrite(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def strategy_rows(args, common: list, workloads: dict, out: Path) -> list:
+    """One training per workload and strategy, on two ranks; a row of figures each, with its step time over
+    DDP's on the same workload."""
+    rows = []
+    for workload in args.workloads.split(","):
+        for strategy in args.strategies.split(","):
+            print(f"[{workload}] {strategy} ...", flush=True)
+            run = run_training(out / workload / strategy, 2, [*common, *workloads[workload], "--strategy", strategy], 1)
+            rows.append(summarise(strategy, workload, run, args.warmup))
+            r = rows[-1]
+            print(f"    {r['engine']}: {r['step_time_s']:.2f} s/step, model states "
+                  f"{r['model_state_bytes_per_rank'] / 2**30:.2f} GiB/rank, peak RSS "
+                  f"{r['peak_rss_bytes_per_rank'] / 2**30:.2f} GiB/rank ({run['wall_s']:.0f} s)", flush=True)
+    for r in rows:
+        ddp = next((d for d in rows if d["workload"] == r["workload"] and d["strategy"] == "ddp"), None)
+        r["step_time_vs_ddp"] = r["step_time_s"] / ddp["step_time_s"] if ddp else float("nan")
+    return rows
+
+
+def epoch_table(args, common: list, out: Path) -> list:
+    """The lines of the 1-vs-2-process table: an epoch of random windows at the same global batch."""
+    epoch_rows = []
+    base = [*common, "--data_source", "dummy", "--dummy_num_windows", str(args.epoch_windows), "--max_steps", "-1",
+            "--num_train_epochs", "1", "--measure_memory", "false"]
+    for nproc in (1, 2):
+        print(f"[epoch] {nproc} process(es) ...", flush=True)
+        per_rank = args.batch_size * 2 // nproc  # the same global batch
+        run = run_training(out / "epoch" / f"p{nproc}", nproc,
+                           [*base, "--per_device_train_batch_size", str(per_rank)]
+                           + ([] if nproc > 1 else ["--strategy", "single"]), threads=2 // nproc)
+        epoch_rows.append((nproc, sum(r["step_time_s"] for r in run["steps"]), len(run["steps"])))
+    one = epoch_rows[0][1]
+    lines = ["", f"Time per epoch ({args.epoch_windows} random windows, global batch {args.batch_size * 2}, "
+                 "2 cores: 1 process x 2 threads vs 2 processes x 1 thread, DDP)", "",
+             "| processes | steps | time per epoch | speed-up |", "|---|---|---|---|"]
+    lines += [f"| {n} | {steps} | {t:.1f} s | {one / t:.2f}x |" for n, t, steps in epoch_rows]
+    return lines
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from solution.common import cli
+
+    args = build_parser().parse_args(argv)
     cli.claim_records("scripts/benchmark_strategies.py", args.overwrite, json=args.json, png=args.png)
     out = (ROOT / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -190,40 +236,13 @@ def main(argv=None) -> int:
               "--measure_memory", "true", "--logging_steps", "1", "--cache_dir", str(out / "cache")]
     workloads = {"random": ["--data_source", "dummy"],
                  "real": ["--data_source", "files", "--train_file", str(train_file)]}
-    rows = []
-    for workload in args.workloads.split(","):
-        for strategy in args.strategies.split(","):
-            print(f"[{workload}] {strategy} ...", flush=True)
-            run = run_training(out / workload / strategy, 2, [*common, *workloads[workload], "--strategy", strategy], 1)
-            rows.append(summarise(strategy, workload, run, args.warmup))
-            r = rows[-1]
-            print(f"    {r['engine']}: {r['step_time_s']:.2f} s/step, model states "
-                  f"{r['model_state_bytes_per_rank'] / 2**30:.2f} GiB/rank, peak RSS "
-                  f"{r['peak_rss_bytes_per_rank'] / 2**30:.2f} GiB/rank ({run['wall_s']:.0f} s)", flush=True)
-    for r in rows:
-        ddp = next((d for d in rows if d["workload"] == r["workload"] and d["strategy"] == "ddp"), None)
-        r["step_time_vs_ddp"] = r["step_time_s"] / ddp["step_time_s"] if ddp else float("nan")
+    rows = strategy_rows(args, common, workloads, out)
     report = [f"Strategies, 2 CPU ranks (gloo), {rows[0]['num_parameters'] / 1e6:.1f}M parameters, "
               f"{args.mixed_precision}, global batch {rows[0]['global_batch_size']}, {args.seq_len} tokens, "
               f"median of steps {args.warmup + 1}-{args.steps}", "", table(rows)]
 
     if args.epoch_windows:
-        epoch_rows = []
-        base = [*common, "--data_source", "dummy", "--dummy_num_windows", str(args.epoch_windows), "--max_steps", "-1",
-                "--num_train_epochs", "1", "--measure_memory", "false"]
-        for nproc in (1, 2):
-            print(f"[epoch] {nproc} process(es) ...", flush=True)
-            per_rank = args.batch_size * 2 // nproc  # the same global batch
-            run = run_training(out / "epoch" / f"p{nproc}", nproc,
-                               [*base, "--per_device_train_batch_size", str(per_rank)]
-                               + ([] if nproc > 1 else ["--strategy", "single"]), threads=2 // nproc)
-            epoch_rows.append((nproc, sum(r["step_time_s"] for r in run["steps"]), len(run["steps"])))
-        one = epoch_rows[0][1]
-        report += ["", f"Time per epoch ({args.epoch_windows} random windows, global batch {args.batch_size * 2}, "
-                       "2 cores: 1 process x 2 threads vs 2 processes x 1 thread, DDP)", "",
-                   "| processes | steps | time per epoch | speed-up |", "|---|---|---|---|"]
-        report += [f"| {n} | {steps} | {t:.1f} s | {one / t:.2f}x |" for n, t, steps in epoch_rows]
-
+        report += epoch_table(args, common, out)
     text = "\n".join(report)
     print("\n" + text)
     (out / "strategies.md").write_text(text + "\n")
