@@ -21,7 +21,8 @@ def consolidate(checkpoint, out, overwrite: bool = False) -> Path:
     """Write the model directory `out` from the checkpoint; `out` may replace only a model directory (or,
     with `overwrite`, the model's files in another folder), never the checkpoint or a folder holding it."""
     from solution.checkpoints.state import TrainerState
-    from solution.model.qa_model import MODEL_DIR_FILES, read_backbone_config, read_qa_config, read_tokenizer, save_model_dir
+    from solution.model.qa_config import read_qa_config
+    from solution.model.qa_model import MODEL_DIR_FILES, read_backbone_config, read_tokenizer, save_model_dir
 
     ckpt = Path(checkpoint)
     meta_dir = ckpt / "model_meta"

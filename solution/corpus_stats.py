@@ -405,7 +405,8 @@ def model_featurizer(model_dir):
     """A Featurizer cutting windows as the model directory `model_dir` does (its tokenizer and window settings)."""
     from pathlib import Path
 
-    from solution.model.qa_model import read_qa_config, read_tokenizer
+    from solution.model.qa_config import read_qa_config
+    from solution.model.qa_model import read_tokenizer
     from solution.windows.featurizer import Featurizer, WindowConfig
 
     d = Path(model_dir)

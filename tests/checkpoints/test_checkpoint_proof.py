@@ -191,7 +191,7 @@ def _settings(tmp_path):
 
 
 def _qa_config(tmp_path):
-    from solution.model.qa_model import read_qa_config
+    from solution.model.qa_config import read_qa_config
 
     (tmp_path / "qa_config.json").write_text(DEEP)
     return tmp_path / "qa_config.json", lambda: read_qa_config(tmp_path / "qa_config.json")

@@ -17,6 +17,7 @@ from solution.answers.inference import predict_documents, with_overrides
 from solution.answers.postprocess import PostprocessConfig
 from solution.data.nq import parse_example
 from solution.model import qa_model
+from solution.model.qa_config import read_qa_config
 from solution.training.config import TrainConfig, load_config
 from solution.windows import first_pass
 from solution.windows.dataset import window_key
@@ -114,11 +115,11 @@ def test_the_setting_round_trips_through_a_model_directory_and_an_older_one_read
     d = qa_model.save_model_dir(tmp_path / "model", model.state_dict(), model.config,
                                 qa_model.load_tokenizer(cfg.model_name_or_path),
                                 {"window": window, "postprocess": asdict(cfg.postprocess)})
-    assert qa_model.read_qa_config(d / "qa_config.json")["window"]["first_pass"] == "fused"
+    assert read_qa_config(d / "qa_config.json")["window"]["first_pass"] == "fused"
     meta = json.loads((d / "qa_config.json").read_text())
     del meta["window"]["first_pass"], meta["window"]["first_pass_model"]  # written before the setting existed
     (d / "qa_config.json").write_text(json.dumps(meta))
-    old = qa_model.read_qa_config(d / "qa_config.json")["window"]
+    old = read_qa_config(d / "qa_config.json")["window"]
     assert old["first_pass"] == "words" and WindowConfig(**old).first_pass == "words"
 
 
