@@ -1,7 +1,9 @@
 """The nq-shaped profile: valid simplified-NQ, and the page and question shapes it changes from `nq`, each
 measured on ~50 generated pages with the figures `solution.corpus_stats` reports (the `nq` maker fails each)."""
 
+import json
 import random
+import re
 import statistics
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from solution.corpus_stats import sentence_shape
 from solution.data.nq import read_examples
 from solution.data.synth import corpus as synth_corpus
+from solution.data.synth import nq_pages
 from solution.data.synth.nq_shaped import compose_filler, make_nq_shaped_example
 from solution.data.words import content_words, page_title, segments, stem
 
@@ -89,3 +92,38 @@ def test_filler_sentences_are_composed_not_a_few_fixed_ones(answered):
 def test_same_seed_same_pages():
     first = _pages(make_nq_shaped_example, ["SHORT"])[:3]
     assert first == _pages(make_nq_shaped_example, ["SHORT"])[:3]
+
+
+def _lines(path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_lines_say_whether_their_question_form_was_held_out(tmp_path):
+    """Every line of every file carries "question_form"; training's are all "seen"; about NQ_HELD_OUT_QUESTIONS
+    of dev's and test's are "held_out", and exactly those questions are in a held-out form."""
+    synth_corpus.write_corpus(tmp_path, seed=0, num_train=8, num_dev=30, num_test=30, profile="nq-shaped")
+    files = {n: _lines(tmp_path / f"simplified-nq-{n}.jsonl") for n in ("train", "dev", "test", "test-gold")}
+    held_forms = (nq_pages.ASK_NOUN_HELD + nq_pages.ASK_YES_NO_HELD + nq_pages.ASK_TOPIC_HELD
+                  + tuple(f for a in nq_pages.READING_ATTRIBUTES.values() for f in a[4]))
+    patterns = [re.compile(".+".join(re.escape(p) for p in re.split(r"\{[a-z]\}", t))) for t in held_forms]
+    for name, lines in files.items():
+        assert all(o["question_form"] in ("seen", "held_out") for o in lines), name
+        for o in lines:
+            in_held_form = any(p.fullmatch(o["question_text"]) for p in patterns)
+            assert in_held_form == (o["question_form"] == "held_out"), (name, o["question_text"], o["question_form"])
+    assert {o["question_form"] for o in files["train"]} == {"seen"}
+    for name in ("dev", "test"):
+        share = sum(o["question_form"] == "held_out" for o in files[name]) / len(files[name])
+        assert 0.25 <= share <= 0.75, (name, share)
+    assert [o["question_form"] for o in files["test"]] == [o["question_form"] for o in files["test-gold"]]
+    assert list(files["test"][0]) == ["example_id", "question_text", "document_text", "long_answer_candidates",
+                                      "question_form"]
+
+
+def test_a_page_records_the_form_its_question_was_asked_in():
+    """The maker's page says it too, and a training page (held_out False) is always "seen"."""
+    rng = random.Random(2)
+    held = [make_nq_shaped_example(rng, t, 1000, 3000, held_out=True)["question_form"] for t in ["SHORT", "NO", "LONG"] * 10]
+    assert set(held) == {"seen", "held_out"}
+    rng = random.Random(2)
+    assert {make_nq_shaped_example(rng, "SHORT", 1000, 3000)["question_form"] for _ in range(10)} == {"seen"}

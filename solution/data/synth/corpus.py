@@ -83,6 +83,8 @@ def generate_split(seed: int, n: int, num_annotators: int, min_words: int, max_w
                              f"&amp;oldid={rng.randint(10**8, 9 * 10**8)}"),
             "example_id": example_id,
         }
+        if "question_form" in ex:  # nq-shaped's pages say which kind of form asked them; other profiles' bytes stay
+            record["question_form"] = ex["question_form"]
         yield record, answer_type
 
 
@@ -165,10 +167,12 @@ def _write_split(name: str, paths: list, files: list, records) -> "_SplitStats":
     for record, answer_type in records:
         stats.add(record, answer_type)
         if name == "test":
-            # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text.
+            # Kaggle's test file: id as a JSON string, no annotations, no url; gold keeps them, same id text
+            # (and nq-shaped's question_form stays in both, for scoring the test split by it).
             record["example_id"] = str(record["example_id"])
             files[1].write(json.dumps(record) + "\n")
-            record = {k: record[k] for k in ("example_id", "question_text", "document_text", "long_answer_candidates")}
+            record = {k: record[k] for k in ("example_id", "question_text", "document_text", "long_answer_candidates",
+                                             "question_form") if k in record}
         files[0].write(json.dumps(record) + "\n")
     return stats
 

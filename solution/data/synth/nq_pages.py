@@ -385,6 +385,9 @@ class Reading:
         self.demonym = _demonym(entity)
         self.capital = None  # set when the page states its capital: a question can name the country by it
         self.echo = None  # (asked key, its noun phrase, the index of its own form or None): see NQ_ECHO
+        # Whether the question was put in a held-out form (set as it is asked): dev and test are scored apart
+        # on forms training saw and forms it did not. A plain record: it draws nothing.
+        self.asked_held_out = False
 
     def noun(self, nps: tuple) -> str:
         """One of the noun phrases, the first (plainest) most often."""
@@ -458,15 +461,17 @@ class Reading:
         return f"the {self.kind} whose capital is {self.capital.lower()}"
 
     def _form(self, train: tuple, held: tuple) -> str:
-        return self.rng.choice(held if self.held_out and self.rng.random() < NQ_HELD_OUT_QUESTIONS else train)
+        # The same draws as ever (a profile's bytes depend on them): one random() on held-out pages, one choice.
+        self.asked_held_out = bool(self.held_out and self.rng.random() < NQ_HELD_OUT_QUESTIONS)
+        return self.rng.choice(held if self.asked_held_out else train)
 
     def ask(self, key: str) -> str:
         """A question for attribute `key`."""
         rng = self.rng
         wh, nps, _, asks, asks_held = READING_ATTRIBUTES[key]
-        held = self.held_out and rng.random() < NQ_HELD_OUT_QUESTIONS
+        self.asked_held_out = bool(self.held_out and rng.random() < NQ_HELD_OUT_QUESTIONS)
         own = rng.random() < NQ_OWN_ASK
-        forms = (asks_held if own else ASK_NOUN_HELD) if held else (asks if own else ASK_NOUN)
+        forms = (asks_held if own else ASK_NOUN_HELD) if self.asked_held_out else (asks if own else ASK_NOUN)
         i, np = rng.randrange(len(forms)), self.noun(nps)
         self.echo = (key, np, i if own else None)
         return self._fill(forms[i], wh, np, self._subject(key), "")

@@ -14,7 +14,9 @@ real lines:
   kind) about half the time, so whether the value appears does not give the polarity away.
 
 Lengths, candidates, the question forms (held out on dev and test as in `nq`) and the statements' forms
-are the `nq` profile's.
+are the `nq` profile's. Unlike `nq`, each line says which kind of form its question was asked in: a top-level
+`"question_form"`, "seen" (a form training shows; every training line) or "held_out", so a test score can be
+split by it (`python -m solution.evaluate --split-by question_form`).
 """
 
 
@@ -321,4 +323,7 @@ def make_nq_shaped_example(rng: random.Random, answer_type: str, min_words: int,
         cands = sum(n[0].split("_")[0] in NQ_CANDIDATE_TAGS for n in nodes)
         _insert_at_rank(nodes, asked_nodes, _body_rank(rng, cands), len(head))
     tail = [("H2", ["References"]), page.text(refs, "refs"), ("H2", ["External", "links"]), page.text(bottom_nav, "nav")]
-    return page_record(rng, nodes + tail, asked, answer_type, question, entity)
+    record = page_record(rng, nodes + tail, asked, answer_type, question, entity)
+    # Written into every line of the profile (corpus.generate_split), so a score can be split by it.
+    record["question_form"] = "held_out" if reading.asked_held_out else "seen"
+    return record
