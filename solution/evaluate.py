@@ -2,6 +2,7 @@
 
     python -m solution.evaluate --submission submission.csv --gold simplified-nq-dev.jsonl
     python -m solution.evaluate --submission submission.csv --gold dev.jsonl.gz --json
+    python -m solution.evaluate --submission test.csv --gold simplified-nq-test-gold.jsonl --split-by question_form
     python -m solution.evaluate --submission submission.csv --gold test-gold.jsonl --metric mlebench --json
     python -m solution.evaluate --metric nq --nq-predictions predictions.json --gold simplified-nq-dev.jsonl [--json]
     python -m solution.evaluate --validate submission.csv --test simplified-nq-test.jsonl
@@ -14,6 +15,11 @@ blanks included, against the first annotation only; `--metric nq` is Natural Que
 evaluation (`solution.scoring.nq_official`: Google's `natural-questions` package computes every figure) of a
 predictions JSON (`submission.predict --nq-predictions`). `--tune` maximises the one chosen (for nq: the
 mean of the package's long and short F1 of the answers as written).
+
+`--split-by FIELD` (the kaggle metric) adds the micro-F1 of each value of a top-level field of the gold
+lines, with its 95% bootstrap interval over documents (`solution.scoring.split_by`): `question_form` on an
+`nq-shaped` corpus scores questions asked in forms training saw apart from those it never saw. A gold line
+without the field is an error naming file, line and field, before anything is scored.
 
 Every file a mode reads is checked first: a missing one, a folder or a pipe is one line naming the option.
 An option the mode does not read (`--submission` with `--metric nq`, `--nq-predictions` without it,
@@ -79,9 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "where >= 2 of 5 annotators gave one, one-annotation gold: that annotation; --json "
                              "prints the package's own metric names. With --tune: the metric the thresholds "
                              "maximise (nq: the mean of long-answer-f1 and short-answer-f1)")
+    parser.add_argument("--split-by", metavar="FIELD",
+                        help="--metric kaggle: also score each value of this top-level field of the gold lines "
+                             "apart (documents, micro-F1, 95%% bootstrap interval over documents), e.g. "
+                             "question_form on an nq-shaped corpus (seen / held_out); every gold line needs it")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (micro_f1, precision, recall, tp, fp, fn, long, short, "
-                             "num_examples, and polarity where the gold has YES and NO pages) instead of the table")
+                             "num_examples, polarity where the gold has YES and NO pages, and split_by "
+                             "{field, groups: {value: {num_documents, micro_f1, ci}}} with --split-by) instead of "
+                             "the table")
     return parser
 
 
@@ -100,6 +112,10 @@ def run_score(args: argparse.Namespace) -> int:
         print(json.dumps(result) if args.json else mlebench.format_report(result))
         return 0
     predictions = read_submission(args.submission)  # first: its errors need no gold
+    if args.split_by:
+        from solution.scoring import split_by  # numpy: only where there are intervals to draw
+
+        values = split_by.field_values(args.gold, args.split_by)  # a line without the field: before any scoring
     gold = load_gold(args.gold)
     result = score(predictions, gold, source=args.submission)
     polarity = yes_no_polarity(predictions, gold)
@@ -107,7 +123,11 @@ def run_score(args: argparse.Namespace) -> int:
         from solution.scoring.intervals import polarity_gap  # numpy: only where there is a gap to bound
 
         result["polarity"] = polarity | polarity_gap(polarity)
-    print(json.dumps(result) if args.json else format_report(result))
+    report = format_report(result)
+    if args.split_by:
+        result["split_by"] = {"field": args.split_by, "groups": split_by.scores_by_value(predictions, gold, values)}
+        report += "\n" + split_by.format_split(result["split_by"])
+    print(json.dumps(result) if args.json else report)
     return 0
 
 
@@ -243,6 +263,7 @@ def check_inputs(args: argparse.Namespace, name: str, reads: tuple) -> None:
     unread = [(flag, getattr(args, key)) for key, flag in FILE_OPTIONS.items()
               if key not in reads and getattr(args, key)]
     unread += [("--set", args.overrides[0])] if args.overrides and name != "--tune" else []
+    unread += [("--split-by", args.split_by)] if args.split_by and name != "--metric kaggle" else []
     if unread:
         flag, value = unread[0]
         wanted = ", ".join(FILE_OPTIONS[k] for k in reads)
