@@ -6,7 +6,7 @@ accents, Chinese characters; its pre-tokeniser, vocabulary and added
 tokens), the window settings, the negative down-sampling rate and seed, the
 example limit and the code version. A second run with the same key
 memory-maps the column files (`solution/windows/columns.py`) instead of
-featurising again, once the entry is proven (`_proven_entry`): each file's
+featurising again, once the entry is proven (`proven_entry`): each file's
 size and row count every time, its sha256 with `verify`; an entry that fails
 is built again, one line saying which file and what differed.
 
@@ -233,7 +233,7 @@ def _text_mismatch(featurizer: Featurizer, example, span, labelled: list) -> Opt
     return None
 
 
-class _Summary:
+class Summary:
     """Counts for the `prepare` report, added up across workers.
 
     A gold answer counts as recovered when the labels map back to its NQ span AND the labelled
@@ -311,7 +311,7 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
     return rates
 
 
-def _shard_windows(shard: int, job: dict, summary: "_Summary", ids: list, stats: ReadStats):
+def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: ReadStats):
     """The kept windows of this shard's lines (every num_shards-th), as dicts; counts go to `summary`,
     `ids` and `stats`."""
     path, num_shards, sampling = job["path"], job["num_shards"], job["sampling"]
@@ -359,7 +359,7 @@ def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional
 
 def _featurize_shard(shard: int, job: dict) -> None:
     """Write shard `shard`'s windows to TMP/shard-K and its counts to TMP/side/shard-K.json."""
-    stats, ids, summary = ReadStats(path=job["path"]), [], _Summary()
+    stats, ids, summary = ReadStats(path=job["path"]), [], Summary()
     writer = ShardWriter(job["tmp"] / f"shard-{shard}")
     for window in _shard_windows(shard, job, summary, ids, stats):
         writer.add(window)
@@ -429,7 +429,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     """(WindowDataset of labelled windows, summary dict), from the cache when possible.
 
     `seed` draws which no-answer windows the sampling rates keep. A cache entry is proven before it
-    is used (`_proven_entry`): every time, each column file's size and row count and the window count;
+    is used (`proven_entry`): every time, each column file's size and row count and the window count;
     with `verify`, also each file's sha256 and the windows' digest (every byte read). An entry that
     fails is built again, one line saying why."""
     if not Path(path).is_file():
@@ -444,7 +444,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     clear_dead_builds(Path(cache_dir), log)
     if final.exists():
         try:
-            return _proven_entry(final, key, verify, log)
+            return proven_entry(final, key, verify, log)
         except (ValueError, OSError) as e:  # ColumnsError, JsonError, a file gone
             log(f"features: rebuilding cache {final}: {e}")
     if sampling.hard_negatives_file:
@@ -524,7 +524,7 @@ def _build_entry(job: dict) -> dict:
     return summary
 
 
-def _proven_entry(final: Path, key: str, verify: bool, log) -> tuple:
+def proven_entry(final: Path, key: str, verify: bool, log) -> tuple:
     """A published cache entry's windows and summary, once proven to be what the entry wrote: its
     summary.json of this key, windows/'s meta.json the one it recorded, each column file of the size
     and row count meta.json records, as many windows as the summary counts; with `verify`, each file's
@@ -554,7 +554,7 @@ def _proven_entry(final: Path, key: str, verify: bool, log) -> tuple:
 
 def _merge_sides(side_dir: Path, num_shards: int, path: str) -> tuple:
     """(the workers' counts added up, the (shard, windows) runs that put their windows in line order)."""
-    merged = _Summary()
+    merged = Summary()
     skipped = Counter()
     first_errors: list = []
     examples = 0
@@ -567,7 +567,7 @@ def _merge_sides(side_dir: Path, num_shards: int, path: str) -> tuple:
         examples += side["stats"]["examples"]
         skipped.update(side["stats"]["skipped_by_reason"])
         first_errors += side["stats"]["first_errors"]
-        for k in _Summary.KEYS:
+        for k in Summary.KEYS:
             merged.counts[k] += side["summary"][k]
         merged.by_type.update(side["summary"]["windows_per_type"])
         merged.misses += side["summary"]["misses"]

@@ -10,7 +10,7 @@ from conftest import nq_line, write_jsonl
 from solution.answers.postprocess import PostprocessConfig, postprocess_document
 from solution.data.nq import candidate_array, containing_candidate, parse_example, read_examples
 from solution.model.qa_model import load_tokenizer
-from solution.windows.dataset import _Summary, cache_key, recovered_answers
+from solution.windows.dataset import Summary, cache_key, recovered_answers
 from solution.windows.featurizer import (
     TYPE_ID,
     Featurizer,
@@ -175,7 +175,7 @@ def test_tab_nbsp_and_empty_tokens_keep_nq_numbering(tokenizer, tmp_path):
              nq_line(example_id="2", document=ODD_DOCUMENT, long=1, yes_no="YES")]
     path = write_jsonl(tmp_path / "odd.jsonl", lines)
     featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=40, doc_stride=8, max_question_length=8))
-    summary = _Summary()
+    summary = Summary()
     for ex, windows in featurizer.featurize(read_examples(path), with_labels=True):
         assert ex.tokens == toks
         labelled = [w for w in windows if w.answer_type != TYPE_ID["UNKNOWN"]]
@@ -212,7 +212,7 @@ def test_recovery_check_compares_text_not_only_indices(tokenizer, tmp_path, monk
     featurizer = Featurizer(tokenizer, WindowConfig(max_seq_length=40, doc_stride=8, max_question_length=8))
     (_, windows), = featurizer.featurize([ex], with_labels=True)
     assert recovered_answers(ex, windows)[0] == (s, s + 2)
-    summary = _Summary()
+    summary = Summary()
     summary.add(ex, windows, windows, True, featurizer)
     assert summary.counts["recovered_short"] == 0
     assert "the gold text is 'lake grosta'" in summary.misses[0]
@@ -359,7 +359,7 @@ def test_a_long_answer_longer_than_a_window_is_labelled_from_its_start_to_the_wi
         assert w.nq_token_index[w.start_position] == first
         assert w.end_position == int(np.nonzero(w.nq_token_index >= 0)[0][-1])
     assert recovered_answers(ex, windows)[1] == (ex.candidates[1].start_token, ex.candidates[1].end_token)
-    summary = _Summary()
+    summary = Summary()
     summary.add(ex, windows, windows, True, Featurizer(tokenizer, WindowConfig(
         max_seq_length=64, doc_stride=8, max_question_length=16, long_overrun_labels=True)))
     assert summary.counts["recovered_long"] == 1, summary.misses
