@@ -28,7 +28,7 @@ candidate (a tie: the earlier) is the long answer and its cosine the record's sc
 No short answer and no YES / NO: it says where the answer is, not what it is. It costs ~3 CPU seconds a
 page of the nq profile (2,400 s for the benchmark's 800 dev and test pages; 2.2 s on a median page of ~250-400
 segments; one thread of a 2-core AMD EPYC), and ~7 s once a process to load the encoder (loaded by this
-method alone, on first use).
+method alone, on first use); `--device cuda` computes the vectors on a GPU instead.
 
 The output is the same score record `submission.predict --scores-out` writes
 (`postprocess.score_record`), so `solution.scoring.tuning` tunes its two thresholds on dev and
@@ -37,6 +37,7 @@ The output is the same score record `submission.predict --scores-out` writes
     python -m solution.lexical --input dev.jsonl --scores-out dev-lexical.jsonl
     python -m solution.evaluate --tune --scores dev-lexical.jsonl --gold dev.jsonl
     python -m solution.lexical --method sentences --threads 1 --input dev.jsonl --scores-out dev-sentences.jsonl
+    python -m solution.lexical --method sentences --device cuda --input dev.jsonl --scores-out dev-sentences.jsonl
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def main(argv=None) -> int:
                              "long answers only")
     parser.add_argument("--threads", type=int, default=0,
                         help="--method sentences: torch's CPU threads (default 0: torch's own choice)")
+    parser.add_argument("--device", default="cpu",
+                        help="--method sentences: the torch device the sentence encoder runs on (default: cpu; "
+                             "cuda where there is a GPU)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --scores-out that is not a scores file")
     args = parser.parse_args(argv)
@@ -74,11 +78,12 @@ def main(argv=None) -> int:
 
     stats = ReadStats()
     try:
+        check_device(args.device)  # before the input is read or the output claimed
         check_input_file(args.input)  # read twice (word weights, then answers): a file, not a pipe
         # Now, not after both passes over the input; only a scores file is replaced unasked.
         claim_output(args.scores_out, "--scores-out", owned=starts_with(b'{"example_id"'), overwrite=args.overwrite,
                      inputs=[("--input", args.input)])
-        records = lexical_records(args.input, args.on_error, args.method, stats, args.threads)
+        records = lexical_records(args.input, args.on_error, args.method, stats, args.threads, args.device)
         atomic_write_text(Path(args.scores_out), "".join(json.dumps(r) + "\n" for r in records))
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -88,6 +93,21 @@ def main(argv=None) -> int:
         print(f"WARNING: {stats.report()}", file=sys.stderr)
         return 1  # documents are missing from the scores: say so in the exit code, as predict does
     return 0
+
+
+def check_device(device: str) -> None:
+    """ValueError unless `device` names a torch device this machine has (torch is imported for any but cpu:
+    `words` and `bm25` never need it)."""
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as e:
+        raise ValueError(f"--device {device}: not a torch device ({e})") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False)")
 
 
 if __name__ == "__main__":

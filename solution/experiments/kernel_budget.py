@@ -93,6 +93,8 @@ def measure_windows(models: list, pages, limit: int) -> dict:
     """{window settings key: mean windows per document run} over the first `limit` documents of `pages`,
     per group of models sharing a tokenizer and window settings; the windows are those the kernel
     runs (`inference.select_windows` under the first model's post-processing, which an ensemble uses)."""
+    import torch
+
     from solution.answers.inference import select_windows
     from solution.answers.postprocess import PostprocessConfig
     from solution.data.nq import read_examples
@@ -100,6 +102,9 @@ def measure_windows(models: list, pages, limit: int) -> dict:
     from solution.model.sentences import first_pass_embed
     from solution.windows.featurizer import Featurizer, WindowConfig
 
+    # No model runs here, only the first pass: its sentence vectors on this machine's GPU if it has one,
+    # as the kernel computes them on its own (submission.predict's --device).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     post = PostprocessConfig(**models[0].postprocess)
     examples = list(itertools.islice(read_examples(pages), limit))
     if not examples:
@@ -110,7 +115,7 @@ def measure_windows(models: list, pages, limit: int) -> dict:
         if key in out:
             continue
         window = WindowConfig(**m.window)
-        featurizer = Featurizer(read_tokenizer(m.model_dir), window, embed=first_pass_embed(window))
+        featurizer = Featurizer(read_tokenizer(m.model_dir), window, embed=first_pass_embed(window, device))
         counts = [len(select_windows(ex, ws, post, window, featurizer.embed))
                   for ex, ws in featurizer.featurize(examples, with_labels=False, isolate_errors=True)
                   if not isinstance(ws, Exception)]

@@ -47,6 +47,7 @@ class LoadedModel:
     run: Callable  # batch -> (start, end, type) float32 numpy logits
     precision: str  # fp32 or bf16, resolved
     windows_key: tuple = ()  # models with equal keys cut the same windows (`load_ensemble` groups them)
+    device: str = "cpu"  # where it predicts: the first pass's sentence encoder runs there too
 
     @property
     def window(self) -> WindowConfig:
@@ -86,7 +87,7 @@ def load_model(model_dir, device: str = "cpu", precision: str = "fp32", autocast
     # so a model that has already predicted would no longer group with a fresh copy of itself.
     windows_key = (tokenizer.backend_tokenizer.to_str(), json.dumps(meta["window"], sort_keys=True))
     return LoadedModel(str(model_dir), model, tokenizer, meta, LogitCache(run) if cache_logits else run,
-                       precision, windows_key)
+                       precision, windows_key, str(device))
 
 
 def model_files(model_dirs: Sequence) -> list:
@@ -105,6 +106,7 @@ class Ensemble:
     tuned: Optional[dict]
     precision: str
     timings: list = field(default_factory=list)  # per member: {"model", "weight", "windows", "seconds"}
+    device: str = "cpu"  # the first weighted model's: where the first pass's sentence vectors are computed
 
 
 def load_ensemble(models: Sequence[Union[str, os.PathLike, LoadedModel]], weights: Optional[Sequence[float]] = None,
@@ -131,7 +133,7 @@ def load_ensemble(models: Sequence[Union[str, os.PathLike, LoadedModel]], weight
             members[key][0] += weight
         else:
             members[key] = [weight, loaded]
-    ensemble = Ensemble([], first.postprocess, first.tuned, first.precision)
+    ensemble = Ensemble([], first.postprocess, first.tuned, first.precision, device=first.device)
     for group_key in dict.fromkeys(k[0] for k in members):
         chosen = [m for k, m in members.items() if k[0] == group_key]
         group_weight = sum(weight for weight, _ in chosen)
@@ -158,13 +160,14 @@ def timed(run: Callable, record: dict) -> Callable:
     return timed_run
 
 
-def with_window_sets(groups: Sequence[ModelGroup], window_sets=()) -> list:
+def with_window_sets(groups: Sequence[ModelGroup], window_sets=(), device: str = "cpu") -> list:
     """The groups with each --set KEY=VALUE of the window settings (`inference.WINDOW_OVERRIDES`: which
-    windows run) over each group's own, and the sentence vectors their first pass ranks by, if it does."""
+    windows run) over each group's own, and the sentence vectors their first pass ranks by, if it does,
+    computed on `device`."""
     out = []
     for group in groups:
         window = apply_overrides(group.featurizer.config, window_sets)
-        featurizer = Featurizer(group.featurizer.tokenizer, window, embed=first_pass_embed(window))
+        featurizer = Featurizer(group.featurizer.tokenizer, window, embed=first_pass_embed(window, device))
         out.append(replace(group, featurizer=featurizer))
     return out
 
@@ -178,6 +181,6 @@ def predict_input(ensemble: Ensemble, input_path, post: Optional[PostprocessConf
     `post`: the post-processing settings (default: the ensemble's); `window_sets`: --set items of the
     window settings; `on_error`, `stats`: as `read_examples`; `progress(documents, windows)` after each
     chunk. The windows' settings and the input are set up here, the documents read as the result is."""
-    groups = with_window_sets(ensemble.groups, window_sets)
+    groups = with_window_sets(ensemble.groups, window_sets, ensemble.device)
     examples = read_examples(input_path, on_error=on_error, stats=stats)
     return predict_ensemble(groups, examples, post or ensemble.post, batch_size, progress=progress)

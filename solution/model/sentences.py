@@ -30,14 +30,20 @@ MAX_PIECES = 256  # the package's sentence_bert_config.json: longer texts are cu
 
 
 class SentenceEncoder:
-    """Unit-length sentence vectors from a sentence-transformers BERT directory (or a packaged backbone)."""
+    """Unit-length sentence vectors from a sentence-transformers BERT directory (or a packaged backbone),
+    computed on `device` (the prediction's: "cpu", "cuda", "cuda:1", ...)."""
 
-    def __init__(self, name_or_path: str = SENTENCE_BACKBONE, batch_size: int = 64, max_pieces: int = MAX_PIECES):
+    def __init__(self, name_or_path: str = SENTENCE_BACKBONE, device="cpu", batch_size: int = 64,
+                 max_pieces: int = MAX_PIECES):
         from transformers import AutoModel, AutoTokenizer
 
         path = resolve_backbone(name_or_path)
+        self.device = torch.device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).eval()
+        # float32 on every device, a GPU too: MiniLM-L6 is 22M parameters, so halving it saves ~45 MB and
+        # little time next to the reader, while bf16 moves the vectors by ~1e-2 and would reorder windows
+        # whose cosines are close, so a page would run other windows on a GPU than on the CPU.
+        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
         self.batch_size, self.max_pieces = batch_size, max_pieces
 
     @property
@@ -46,28 +52,31 @@ class SentenceEncoder:
 
     @torch.inference_mode()
     def embed(self, texts: list) -> np.ndarray:
-        """(len(texts), dim) float32 rows of unit length; texts are batched by length to pad little."""
+        """(len(texts), dim) float32 rows of unit length, in host memory whatever the device; texts are
+        batched by length to pad little."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for b in range(0, len(order), self.batch_size):
             idx = order[b:b + self.batch_size]
             enc = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                 max_length=self.max_pieces, return_tensors="pt")
-            hidden = self.model(**enc).last_hidden_state
+                                 max_length=self.max_pieces, return_tensors="pt").to(self.device)
+            hidden = self.model(**enc).last_hidden_state  # (batch, pieces, dim)
             mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out[idx] = torch.nn.functional.normalize(mean, dim=-1).float().numpy()
+            out[idx] = torch.nn.functional.normalize(mean, dim=-1).float().cpu().numpy()
         return out
 
 
-def first_pass_embed(window: WindowConfig) -> Optional[Callable]:
+def first_pass_embed(window: WindowConfig, device="cpu") -> Optional[Callable]:
     """The `embed` a Featurizer needs for these window settings' first pass (`Featurizer(..., embed=)`):
-    the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, else None."""
+    the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, computed on
+    `device` (the one the reader predicts on), else None."""
     if window.first_pass not in SENTENCE_METHODS or not window.max_windows_per_document:
         return None
-    return shared_encoder(window.first_pass_model).embed
+    return shared_encoder(window.first_pass_model, str(device)).embed
 
 
-@lru_cache(maxsize=2)
-def shared_encoder(name_or_path: str) -> SentenceEncoder:
-    return SentenceEncoder(name_or_path)  # once a process: an ensemble's groups share it
+@lru_cache(maxsize=4)
+def shared_encoder(name_or_path: str, device: str = "cpu") -> SentenceEncoder:
+    """One encoder a process for each (model, device): an ensemble's groups share it."""
+    return SentenceEncoder(name_or_path, device)

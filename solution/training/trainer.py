@@ -102,7 +102,7 @@ class Trainer:
         self.out = Path(cfg.output_dir)
         self.is_main = self.accelerator.is_main_process
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
-        self.first_pass_embed = first_pass_embed(cfg.window)  # dev evaluation's sentence vectors, built before training
+        self.first_pass_embed = first_pass_embed(cfg.window, self.accelerator.device)  # dev evaluation's, built before training
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         known = len(self.tokenizer)
         if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows

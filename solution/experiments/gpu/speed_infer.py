@@ -48,7 +48,7 @@ def infer(args) -> dict:
 
         tok = load_tokenizer(cfg.model_name_or_path)
         t0 = time.perf_counter()
-        docs = sum(1 for _ in predict_documents(counting, Featurizer(tok, cfg.window, embed=first_pass_embed(cfg.window)),
+        docs = sum(1 for _ in predict_documents(counting, Featurizer(tok, cfg.window, embed=first_pass_embed(cfg.window, device)),
                                                 read_examples(args.pages),
                                                 PostprocessConfig(), batch_size=64))
         wall = time.perf_counter() - t0
