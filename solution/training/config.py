@@ -104,7 +104,7 @@ class TrainConfig:
     checkpoints): without it (and without `resume`) such a folder is refused, as transformers' Trainer does.
     With it, the old run's files are replaced as the new run writes its own."""
     seed: int = 42
-    """Seeds the weights, the epoch order and which no-answer windows are kept."""
+    """Seeds the weights, the epoch order and which no-answer windows are kept (unless `sampling_seed` is set)."""
     per_device_train_batch_size: int = 8
     """Training windows per process per micro-step (global batch: x processes x accumulation)."""
     per_device_eval_batch_size: int = 32
@@ -312,8 +312,15 @@ def _coerce(value: Any, typ, name: str) -> Any:
     try:
         return coerce(value, typ)
     except (TypeError, ValueError):
-        tname = getattr(typ, "__name__", str(typ))
-        raise ValueError(f"config: {name} expects {tname}, got {value!r}") from None
+        raise ValueError(f"config: {name} expects {_expected(typ)}, got {value!r}") from None
+
+
+def _expected(typ) -> str:
+    """`int`, or `int or null` for Optional[int] (whose own name is a bare `Optional`)."""
+    args = typing.get_args(typ)
+    if type(None) in args:
+        return " or ".join([_expected(a) for a in args if a is not type(None)] + ["null"])
+    return getattr(typ, "__name__", str(typ))
 
 
 def _field_owner(sections: Optional[dict] = None) -> dict:

@@ -98,8 +98,8 @@ class HardNegativeWeights:
 class NegativeSampling:
     """Which training windows without an answer are kept (windows with one always are).
 
-    The config's `sampling:` section. Which windows a rate keeps is drawn from the training `seed`,
-    passed beside these settings (one seed for the whole run, not a second one here)."""
+    The config's `sampling:` section. Which windows a rate keeps is drawn from the seed `draw_seed`
+    gives: the training `seed`, passed beside these settings, unless `sampling_seed` is set."""
 
     negative_keep_rate: float = 0.05
     """Share kept of the no-answer windows of documents that have an answer (BERT-joint kept 2% of all)."""
@@ -130,6 +130,10 @@ class NegativeSampling:
     no_repeat: int = 1
     """How many times more each window labelled NO is trained on (on top of `yes_no_repeat`). Yes/no answers
     run about two YES to a NO, and a head trained on that mix answers YES to every yes/no question."""
+    sampling_seed: Optional[int] = None
+    """The seed the kept no-answer windows are drawn from (null: the run's `seed`). Set, runs that differ only
+    in `seed` share one feature cache entry (one featurisation) and train on the same windows; their seeds
+    then set only the initialisation and the data order."""
 
     def __post_init__(self):
         checks = [
@@ -143,6 +147,9 @@ class NegativeSampling:
             (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
         ] + [(isinstance(n, int) and not isinstance(n, bool) and n >= 1, name, "an integer >= 1")
              for name, n in (("yes_no_repeat", self.yes_no_repeat), ("no_repeat", self.no_repeat))]
+        seed = self.sampling_seed
+        checks.append((seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0),
+                       "sampling_seed", "an integer >= 0 or null"))
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
@@ -168,8 +175,17 @@ class NegativeSampling:
             return max(rate, self.question_word_keep_rate)
         return rate
 
-    def key(self, seed: int) -> dict:
-        d = {**asdict(self), "seed": seed}  # the same key as when the seed was a field here: caches stay valid
+    def draw_seed(self, run_seed: int) -> int:
+        """The seed the kept no-answer windows are drawn from: `sampling_seed` when set, else the run's. The
+        featurisation and the cache key both ask here, so the key always names the seed the windows come from."""
+        return run_seed if self.sampling_seed is None else self.sampling_seed
+
+    def key(self, run_seed: int) -> dict:
+        """These settings as the kept windows depend on them, for the feature cache's key."""
+        # `seed` is the seed drawn from, whoever gave it: the same key as when the seed was a field here
+        # (caches stay valid), and runs drawing from one seed share an entry.
+        d = {**asdict(self), "seed": self.draw_seed(run_seed)}
+        del d["sampling_seed"]
         for name in ("yes_no_repeat", "no_repeat"):
             if d[name] == 1:  # as before the setting existed: those caches stay valid too
                 del d[name]
