@@ -428,7 +428,8 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
                          verify: bool = False):
     """(WindowDataset of labelled windows, summary dict), from the cache when possible.
 
-    `seed` draws which no-answer windows the sampling rates keep. A cache entry is proven before it
+    `seed` is the run's: `sampling.draw_seed(seed)` draws which no-answer windows the sampling rates keep
+    (`sampling_seed` when set), and the cache key names that seed. A cache entry is proven before it
     is used (`proven_entry`): every time, each column file's size and row count and the window count;
     with `verify`, also each file's sha256 and the windows' digest (every byte read). An entry that
     fails is built again, one line saying why."""
@@ -455,7 +456,7 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "side").mkdir(parents=True)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
-    job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": seed,
+    job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": sampling.draw_seed(seed),
            "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key, "source": source}
     try:
         with removed_if_disk_full(tmp, lambda: DiskFullError(final)):  # one line naming the entry, not an OSError
