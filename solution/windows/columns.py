@@ -12,7 +12,8 @@ any of them) and `meta.json`, written last, naming the columns and the number of
 Only numpy is needed to write and read them (no Arrow, no `datasets`). Workers write their shard's
 columns as raw appends (`ShardWriter`); `merge_shards` joins the shards into the `.npy` files, in the
 order it is given (the file's line order: the same windows in the same order whatever the number of
-workers), streaming, so memory stays flat however many windows there are.
+workers), streaming, so memory stays flat however many windows there are. `solution.windows.assemble`
+joins whole entries' folders the same way (`write_npy`, `save_npy`, `write_meta`).
 
 `meta.json` also records, for each file, its size in bytes, its number of rows and its sha256, hashed
 as it is written. Opening the folder checks every size and row count (a few `stat` calls: a cut or
@@ -124,7 +125,7 @@ def _raw(path: Path, dtype) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
-def _write_npy(path: Path, dtype, length: int, spans: list) -> dict:
+def write_npy(path: Path, dtype, length: int, spans: list) -> dict:
     """An .npy file of `length` values of `dtype`: the raw values `spans` name, (array, start, stop) each,
     one after the other; its record (bytes, rows, sha256)."""
     with _HashedFile(path) as out:
@@ -142,7 +143,7 @@ def _write_npy(path: Path, dtype, length: int, spans: list) -> dict:
     return out.record(length)
 
 
-def _save_npy(path: Path, values: np.ndarray) -> dict:
+def save_npy(path: Path, values: np.ndarray) -> dict:
     """`numpy.save` of a 1-D array, with its record (bytes, rows, sha256)."""
     with _HashedFile(path) as out:
         _npy_header(out, values.dtype, len(values))
@@ -167,20 +168,26 @@ def merge_shards(shards: list, directory: Path, runs: Optional[list] = None) -> 
     for name, (dtype, ragged) in COLUMNS.items():
         values = [_raw(s / f"{name}.bin", dtype) for s in shards]
         if not ragged:
-            files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, num_windows,
+            files[f"{name}.npy"] = write_npy(directory / f"{name}.npy", dtype, num_windows,
                                               [(values[k], a, b) for k, a, b in rows])
             continue
         ends = [np.concatenate([[0], np.cumsum(x)]) for x in lengths[name]]  # each shard's window k: ends[k]..
         ordered = [lengths[name][k][a:b] for k, a, b in rows]
         offsets = np.concatenate([[0], np.cumsum(np.concatenate(ordered or [np.zeros(0, np.int64)]))]).astype(np.int64)
-        files[f"{name}.offsets.npy"] = _save_npy(directory / f"{name}.offsets.npy", offsets)
-        files[f"{name}.npy"] = _write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]),
+        files[f"{name}.offsets.npy"] = save_npy(directory / f"{name}.offsets.npy", offsets)
+        files[f"{name}.npy"] = write_npy(directory / f"{name}.npy", dtype, int(offsets[-1]),
                                           [(values[k], int(ends[k][a]), int(ends[k][b])) for k, a, b in rows])
+    write_meta(directory, num_windows, files)
+    return num_windows
+
+
+def write_meta(directory: Path, num_windows: int, files: dict) -> None:
+    """`directory`'s meta.json, written once every column file is: the columns, the window count and
+    `files` (each file's record, in COLUMNS order, each ragged column's offsets before its values)."""
     meta = {"format": FORMAT, "num_windows": num_windows,
             "columns": {name: {"dtype": np.dtype(d).name, "ragged": r} for name, (d, r) in COLUMNS.items()},
             "files": files}
     (directory / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
-    return num_windows
 
 
 def _row_spans(counts: list, runs: Optional[list]) -> list:
