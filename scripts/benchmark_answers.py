@@ -46,9 +46,10 @@ def add_corpus_arguments(p) -> None:
                    help="with --corpus real: the folder of the real NQ sample (simplified-nq-train-sample.jsonl, "
                         "simplified-nq-dev-sample.jsonl), e.g. ../shared/data/nq-real beside the project's CI "
                         "checkout (default: the environment variable NQ_REAL_LINES)")
-    p.add_argument("--profile", choices=("nq", "nq-lexical"), default="nq",
+    p.add_argument("--profile", choices=("nq", "nq-lexical", "nq-shaped"), default="nq",
                    help="the synthetic corpus's profile (nq: questions that need reading; nq-lexical: questions "
-                        "in the statements' words)")
+                        "in the statements' words; nq-shaped: nq with the gold near the top as real NQ's, a lead, "
+                        "questions naming their subject, NO questions whose value may be on the page)")
     p.add_argument("--corpus-seed", type=int, default=0,
                    help="seed of the synthetic corpus (its yes/no pages use the next): the recipe on a corpus it "
                         "was not chosen on")

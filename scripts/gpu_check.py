@@ -91,7 +91,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from solution.experiments.gpu import options  # noqa: E402
-from solution.experiments.gpu.commands import shown  # noqa: E402
+from solution.experiments.gpu.commands import Group, shown  # noqa: E402
 from solution.experiments.gpu.plan import plan, write_pages  # noqa: E402
 from solution.experiments.gpu.recipe import RECIPE_BATCH, RECIPE_PAGES  # noqa: E402
 from solution.experiments.gpu.recipe_figures import print_recipe_figures  # noqa: E402
@@ -176,7 +176,9 @@ def main(argv=None) -> int:
         if args.list:
             for name, _, cmd, _ in runs:
                 # Stage 2 as asked: when it runs, its pages are cut to what the budget left can train.
-                print(f"[{name}] {shown(cmd({}, float('inf')) if callable(cmd) else cmd)}")
+                cmd = cmd({}, float("inf")) if callable(cmd) else cmd
+                for label, one in cmd.commands() if isinstance(cmd, Group) else [(name, cmd)]:
+                    print(f"[{label}] {shown(one)}" + (f"   (group {name})" if label != name else ""))
             for s in skipped:
                 print(f"skipped {s['run']}: {s['why']}")
             return 0

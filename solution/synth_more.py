@@ -58,7 +58,13 @@ def _parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--extra-seed", type=int, default=EXTRA_SEED, help=f"the first extra shard's seed ({EXTRA_SEED})")
     p.add_argument("--shard-pages", type=int, default=2000, help="training pages per extra shard (default 2000)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: every core)")
+    p.add_argument("--min-words", type=int, default=None, help="shortest page, in words (default: the profile's)")
+    p.add_argument("--max-words", type=int, default=None, help="longest page, in words (default: the profile's)")
     args = p.parse_args(argv)
+    args.min_words = PROFILES[args.profile][1] if args.min_words is None else args.min_words
+    args.max_words = PROFILES[args.profile][2] if args.max_words is None else args.max_words
+    if args.min_words < 200 or args.max_words < args.min_words:
+        p.error(f"--min-words {args.min_words} / --max-words {args.max_words}: at least 200, and max at least min")
     for name in ("num_train", "num_dev", "num_test", "shard_pages", "workers"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -82,14 +88,14 @@ def _ids(path: Path) -> list:
     return [record["example_id"] for _, record in iter_json_lines(path)]
 
 
-def _base_job(out: str, seed: int, sizes: tuple, profile: str) -> dict:
-    summary = write_corpus(out, seed, *sizes, profile=profile)
+def _base_job(out: str, seed: int, sizes: tuple, profile: str, words: tuple) -> dict:
+    summary = write_corpus(out, seed, *sizes, *words, profile=profile)
     files = {name: Path(out) / f"simplified-nq-{name}.jsonl" for name in ("train", "dev", "test")}
     return {"lines": [s.line() for s in summary], "ids": {str(p): _ids(p) for p in files.values()}}
 
 
-def _shard_job(path: str, seed: int, pages: int, profile: str) -> dict:
-    return {"ids": {path: write_train_split(path, seed, pages, profile)}}
+def _shard_job(path: str, seed: int, pages: int, profile: str, words: tuple) -> dict:
+    return {"ids": {path: write_train_split(path, seed, pages, profile, *words)}}
 
 
 def check_unique_ids(files: dict) -> int:
@@ -136,9 +142,11 @@ def write_more(args) -> tuple:
         plan = shard_plan(args.extra_train, args.shard_pages, args.extra_seed)
         shard_paths = [tmp / f"shard-{seed}.jsonl" for seed, _ in plan]
         with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            words = (args.min_words, args.max_words)
             base = pool.submit(_base_job, str(tmp), args.seed, (args.num_train, args.num_dev, args.num_test),
-                               args.profile)  # first: the longest job
-            shards = [pool.submit(_shard_job, str(p), seed, n, args.profile) for p, (seed, n) in zip(shard_paths, plan)]
+                               args.profile, words)  # first: the longest job
+            shards = [pool.submit(_shard_job, str(p), seed, n, args.profile, words)
+                      for p, (seed, n) in zip(shard_paths, plan)]
             results = collect([(base, f"the base corpus of seed {args.seed}")] + [
                 (s, f"the extra shard of seed {seed}") for s, (seed, _) in zip(shards, plan)])
         ids = {path: i for r in results for path, i in r["ids"].items()}

@@ -165,31 +165,32 @@ def sentence_answer(example, embed) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def sentence_embed(threads: int = 0, device: str = "cpu"):
-    """The backbone's `SentenceEncoder.embed` on `device`, loaded once a process (torch is imported here alone:
-    `words` and `bm25` never need it); `threads` > 0 sets torch's intra-op threads first."""
+def sentence_embed(threads: int = 0, device: str = "cpu", model: str | None = None):
+    """`model`'s `SentenceEncoder.embed` on `device` (None: the backbone's package; or a directory holding it, as
+    on the GPU machine, which has no package), loaded once a process (torch is imported here alone: `words` and `bm25` never
+    need it); `threads` > 0 sets torch's intra-op threads first."""
     import torch
 
     from solution.model.sentences import SENTENCE_BACKBONE, shared_encoder
 
     if threads > 0:
         torch.set_num_threads(threads)
-    return shared_encoder(SENTENCE_BACKBONE, device).embed  # the first pass's own: one copy of the model a process
+    return shared_encoder(model or SENTENCE_BACKBONE, device).embed  # the first pass's own: one copy of the model a process
 
 
 METHODS = ("words", "bm25", "sentences")
 
 
 def lexical_records(path, on_error: str = "raise", method: str = "words", stats=None, threads: int = 0,
-                    device: str = "cpu") -> list:
+                    device: str = "cpu", model: str | None = None) -> list:
     """Score records of every document of a simplified-NQ file: `words`, the word-matching answerer (two
     passes: word weights, then answers), `bm25`, the retrieval reference, or `sentences`, the backbone's
-    sentence vectors computed on `device` (`threads`: torch's CPU threads, 0 its default). `stats`: a
+    sentence vectors (of `model`) computed on `device` (`threads`: torch's CPU threads, 0 its default). `stats`: a
     `ReadStats` the answering pass counts its lines and skips into."""
     if method == "bm25":
         return [bm25_answer(ex) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
     if method == "sentences":
-        embed = sentence_embed(threads, device)
+        embed = sentence_embed(threads, device, model)
         return [sentence_answer(ex, embed) for ex in read_examples(str(path), on_error=on_error, stats=stats)]
     idf = inverse_document_frequency(path, on_error)
     return [answer(ex, idf) for ex in read_examples(str(path), on_error=on_error, stats=stats)]

@@ -9,21 +9,21 @@ from solution.experiments.answers.techniques import REFERENCES
 from solution.experiments.answers.variant import with_test
 
 
-def lexical_row(corpus: dict, method: str = "words") -> dict:
-    """A no-training answerer of `solution.lexical` (word matching, or `bm25`): thresholds tuned on dev,
-    applied to test."""
+def lexical_row(corpus: dict, method: str = "words", device: str = "cpu", model: str | None = None) -> dict:
+    """A no-training answerer of `solution.lexical` (word matching, `bm25` or `sentences`, whose encoder `model`
+    runs on `device`): thresholds tuned on dev, applied to test."""
     from solution.answers.postprocess import PostprocessConfig
     from solution.model.references import lexical_records
     from solution.scoring.tuning import predictions_with, tuned_on_dev
 
-    dev_records = lexical_records(corpus["dev"], method=method)
+    dev_records = lexical_records(corpus["dev"], method=method, device=device, model=model)
     tuned, best = tuned_on_dev(dev_records, gold_of(corpus["dev"]))
     dev = score_rows(predictions_with(dev_records, PostprocessConfig()), corpus["dev"])
     dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
     row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts}
     if corpus["test"]:
-        test_rows = predictions_with(lexical_records(corpus["test"], method=method), tuned)
+        test_rows = predictions_with(lexical_records(corpus["test"], method=method, device=device, model=model), tuned)
         row = with_test(row, test_rows, test_rows, corpus["test_gold"])
     return row | split_f1s(row, dev)
 

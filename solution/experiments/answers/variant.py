@@ -50,3 +50,22 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
         row = with_test(row, read_submission(d / "test.csv"), test_rows, corpus["test_gold"])
         row["num_test_windows"] = test_windows
     return row | split_f1s(row, dev)
+
+
+def evaluate_records(dev_records: list, test_records: list, cfg, corpus: dict) -> dict:
+    """`evaluate`'s row made from scores already written (`submission.predict --scores-out` on dev and on
+    test, with the model's own settings `cfg`): dev untuned, the thresholds tuned on dev, test under them.
+    For predictions made elsewhere (the GPU check's processes), scored here as every row is."""
+    from dataclasses import replace
+
+    from solution.scoring.tuning import predictions_with, tune
+
+    dev = score_rows(predictions_with(dev_records, cfg), corpus["dev"])
+    best = tune(dev_records, gold_of(corpus["dev"]), cfg=cfg)
+    tuned = replace(cfg, **best["thresholds"])
+    dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
+    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
+           "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts}
+    test_rows = predictions_with(test_records, tuned)
+    row = with_test(row, test_rows, test_rows, corpus["test_gold"])
+    return row | split_f1s(row, dev)

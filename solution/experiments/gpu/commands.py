@@ -4,6 +4,7 @@ records peak GPU memory, one process or under torchrun, and `submission.predict`
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from solution.distributed.ports import free_port
@@ -66,6 +67,19 @@ def predict_command(args, model: str, name: str) -> list:
     return [sys.executable, "-m", "submission.predict", "--model", model, "--input", str(Path(args.work) / "pages.jsonl"),
             "--output", str(Path(args.out) / f"{name}.csv"), "--device", args.device, "--precision", "auto",
             "--quiet"]
+
+
+@dataclass
+class Group:
+    """Commands that run at the same time, each chain of them in order: {chain name: [command, ...]}. The
+    reading part's trainings share one GPU (MiniLM's step leaves it mostly idle) and its pages the host's
+    cores; one after another they would not fit one call."""
+
+    chains: dict
+
+    def commands(self) -> list:
+        return [(f"{name}-{k}" if len(cmds) > 1 else name, cmd)
+                for name, cmds in self.chains.items() for k, cmd in enumerate(cmds)]
 
 
 def shown(cmd: list) -> str:

@@ -17,8 +17,8 @@ BACKBONE = str(BUNDLE / "minilm") if (BUNDLE / "minilm" / "config.json").is_file
 STRATEGIES = ["single", "zero2", "fsdp", "zero3"]  # zero3 last: its steps are the slowest of the four
 FP16_STRATEGIES = ["single", "zero2", "fsdp"]  # the three loss scalers: Accelerate's, DeepSpeed's, FSDP2's
 NO_CUDA = "gpu_check: no CUDA device here (torch.cuda.is_available() is False); nothing to check, exiting 0"
-PARTS = ("bf16", "predict", "fp16", "recipe", "speed")
-DEFAULT_PARTS = PARTS[:4]  # speed on request: it fills a call of its own (scripts/gpu_speed.py)
+PARTS = ("bf16", "predict", "fp16", "recipe", "speed", "reading")
+DEFAULT_PARTS = PARTS[:4]  # speed and reading on request: each fills a call of its own
 # Processes making and featurising pages: past any machine's cores they only thrash it.
 MAX_PROC = 256
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from solution.common.fsutil import atomic_write_text
 from solution.experiments.gpu import speed
 from solution.experiments.gpu.commands import predict_command, train_command
+from solution.experiments.gpu.reading import reading_commands
 from solution.experiments.gpu.recipe import recipe_commands
 
 
@@ -76,12 +77,21 @@ def plan_recipe(args, gpus: int, probes: Path) -> tuple:
     return runs, []
 
 
+def plan_reading(args, gpus: int, probes: Path) -> tuple:
+    """The reading part's groups in order. The data needs every page made, and the trainings and predictions
+    need the data; a training that fails does not stop the others' predictions, and the figures score
+    whatever predictions there are."""
+    needs = {"reading-data": ["reading-corpus"], "reading-train": ["reading-data"],
+             "reading-predict-words": ["reading-data"], "reading-predict-meaning": ["reading-data"]}
+    return [(name, kind, cmd, needs.get(name, [])) for name, kind, cmd in reading_commands(args)], []
+
+
 def plan_speed(args, gpus: int, probes: Path) -> tuple:
     return speed.plan_speed(args, probes, train_command)
 
 
 PART_PLANS = {"bf16": plan_bf16, "predict": plan_predict, "fp16": plan_fp16, "recipe": plan_recipe,
-              "speed": plan_speed}
+              "speed": plan_speed, "reading": plan_reading}
 
 
 def write_pages(args) -> Path:

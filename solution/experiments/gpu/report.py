@@ -22,6 +22,8 @@ def report(result: dict) -> None:
             print(f"| {name} | {r['engine']} | {r['samples_per_s']:.1f} | {r['tokens_per_s']:,.0f} | {mfu} | "
                   f"{r.get('max_memory_allocated_bytes', 0) * gib:.2f} GiB | {states} | "
                   f"{first}{r['loss_last']:.3f}{scale} |")
+        elif "rows" in r.get("figures", {}):
+            print(f"| {name} | {len(r['figures']['rows'])} rows: below | | | | | | |")
         elif "figures" in r:
             f, lex = r["figures"], r["figures"]["lexical"]
             print(f"| {name} | test micro-F1 {f['test_f1']:.3f} ({f['test_f1_ci'][0]:.3f}-{f['test_f1_ci'][1]:.3f}) over "
@@ -40,9 +42,31 @@ def report(result: dict) -> None:
         print(f"recipe: {rec.get('pages')} pages, {rec.get('stage2_windows')} windows, stage 1 {rec.get('stage1_s')} s, "
               f"stage 2 {rec.get('stage2_s')} s ({rec.get('stage2_windows_per_s') or 0:.0f} windows/s)"
               + (f"; pages cut: {rec['cut']}" if rec.get("cut") else ""))
+    reading_report(result.get("reading", {}).get("figures"))
     for key, g in result.get("speed", {}).items():
         if isinstance(g, dict):
             figure = "not measured" if g["figure"] is None else f"{g['figure']:.3g}"
             print(f"goal {key}: {figure} (goal {g['goal']:g}): {'-' if g['met'] is None else 'met' if g['met'] else 'NOT met'}")
     for s in result["skipped"]:
         print(f"skipped {s['run']}: {s['why']}")
+
+
+def reading_report(figures) -> None:
+    """The reading part's rows: test micro-F1 with its interval, the margin over the best no-training row, YES
+    and NO F1; then the paired comparisons."""
+    if not figures:
+        return
+    def ci(v) -> str:
+        return f"{v[0]:+.3f} to {v[1]:+.3f}" if v else "-"
+    print("| reading row | test micro-F1 | minus the best no-training row | YES F1 | NO F1 |")
+    print("|---|---|---|---|---|")
+    for name, r in figures["rows"].items():
+        f1 = "-" if r.get("test_f1") is None else f"{r['test_f1']:.3f} ({r['test_f1_ci'][0]:.3f}-{r['test_f1_ci'][1]:.3f})"
+        margin = "-" if r.get("best_reference_delta") is None else (
+            f"{r['best_reference']} {r['best_reference_delta']:+.3f} ({ci(r.get('best_reference_delta_ci'))})")
+        print(f"| {name} | {f1} | {margin} | {r.get('yes_f1') or 0:.3f} | {r.get('no_f1') or 0:.3f} |")
+    for name, d in figures.get("paired", {}).items():
+        d = d.get("main", d)
+        if "test_f1_delta" in d:
+            print(f"{name}: test {d['test_f1_delta']:+.3f} ({ci(d['test_f1_delta_ci'])}), dev "
+                  f"{d.get('dev_f1_delta', 0):+.3f} ({ci(d.get('dev_f1_delta_ci'))})")

@@ -8,12 +8,13 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from solution.common.fsutil import atomic_write_text
-from solution.experiments.gpu import recipe, speed
-from solution.experiments.gpu.commands import shown
+from solution.experiments.gpu import reading, recipe, speed
+from solution.experiments.gpu.commands import Group, shown
 from solution.experiments.gpu.figures import run_figures
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: the commands run there, on its configs
@@ -67,6 +68,35 @@ def execute(name: str, cmd: list, args, timeout: float) -> dict:
     return result
 
 
+def run_chain(name: str, cmds: list, args, deadline: float, results: dict) -> None:
+    """One chain of a group: its commands in order, each with the seconds left; the first failure ends it."""
+    for k, cmd in enumerate(cmds):
+        label = f"{name}-{k}" if len(cmds) > 1 else name
+        results[label] = execute(label, cmd, args, max(deadline - time.monotonic(), 1.0))
+        if not results[label]["ok"]:
+            return
+
+
+def execute_group(name: str, group: Group, args, timeout: float) -> dict:
+    """Every chain of `group` at once, each command's output to its own log; ok when every command was."""
+    t0, deadline, results = time.perf_counter(), time.monotonic() + timeout, {}
+    threads = [threading.Thread(target=run_chain, args=(chain, cmds, args, deadline, results))
+               for chain, cmds in group.chains.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    planned = [label for label, _ in group.commands()]
+    failed = [label for label in planned if not results.get(label, {}).get("ok")]
+    out = {"name": name, "ok": not failed, "returncode": 0 if not failed else "failed",
+           "wall_s": round(time.perf_counter() - t0, 1), "commands": results}
+    if failed:
+        out["failed"] = failed  # a command not run: an earlier one of its chain failed
+    print(f"    group {name}: {'ok' if not failed else 'FAILED: ' + ', '.join(failed)} in {out['wall_s']:.0f} s",
+          flush=True)
+    return out
+
+
 def why_skipped(args, result: dict, kind: str, needs: list, left: float):
     """Why a run does not start (a run it needs did not finish, or the budget is spent), or None."""
     failed = [n for n in needs if not result["runs"].get(n, {}).get("ok")]
@@ -81,7 +111,10 @@ def run_one(name: str, kind: str, cmd, args, result: dict, tflops, probes: Path,
     """Start one run with what the budget left (its command built now when it is a function), and its figures."""
     if callable(cmd):  # built as it starts: the recipe's stage 2 fits its pages to the budget left
         cmd = cmd(result, left)
-    r = execute(name, cmd, args, min(args.timeout, max(left, args.min_start_s)))
+    timeout = min(args.timeout, max(left, args.min_start_s))
+    if isinstance(cmd, Group):
+        return execute_group(name, cmd, args, timeout)
+    r = execute(name, cmd, args, timeout)
     try:
         if r["ok"]:
             r.update(run_figures(name, kind, r, cmd, args, probes, tflops))
@@ -102,6 +135,9 @@ def run_all(args, runs: list, result: dict, tflops, probes: Path, json_path: Pat
         if name.startswith("recipe-"):
             result["recipe"] = recipe.recipe_summary(args, result)
             recipe.keep_recipe_files(args)
+        if name.startswith("reading-"):
+            result["reading"] = reading.reading_summary(args, result)
+            reading.keep_reading_files(args)
         if name.startswith("speed-"):
             result["speed"] = speed.summary(result)
         result["elapsed_s"] = round(args.budget_s - (deadline - time.monotonic()), 1)
