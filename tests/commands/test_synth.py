@@ -708,3 +708,22 @@ def test_synth_more_refuses_a_repeated_example_id_naming_file_and_line():
         synth_more.check_unique_ids(files)
     assert synth_more.check_unique_ids({"a.jsonl": [1, 2], "b.jsonl": [3]}) == 3
     assert synth_more.shard_plan(11, 4, 500) == [(500, 4), (501, 4), (502, 3)]
+
+
+def test_synth_more_takes_the_page_lengths_synth_takes(tmp_path):
+    """--min-words/--max-words reach the base corpus and every extra shard, as `synth`'s do: the same bytes as
+    synth's pages of those lengths, and a bound below synth's is refused the same way."""
+    from solution import synth_more
+
+    sizes, words = ["--num-train", "2", "--num-dev", "2", "--num-test", "2"], ["--min-words", "300", "--max-words", "500"]
+    assert synth.main(["--profile", "nq-shaped", "--out", str(tmp_path / "base"), "--seed", "0", *sizes, *words]) == 0
+    assert synth.main(["--profile", "nq-shaped", "--out", str(tmp_path / "s0"), "--seed", "500", "--num-train", "3",
+                       "--num-dev", "1", "--num-test", "1", *words]) == 0
+    out = tmp_path / "more"
+    assert synth_more.main(["--profile", "nq-shaped", "--out", str(out), "--seed", "0", *sizes, "--extra-train", "3",
+                            "--extra-seed", "500", "--workers", "1", *words]) == 0
+    assert (out / "simplified-nq-dev.jsonl").read_bytes() == (tmp_path / "base" / "simplified-nq-dev.jsonl").read_bytes()
+    expected = b"".join((tmp_path / d / "simplified-nq-train.jsonl").read_bytes() for d in ("base", "s0"))
+    assert (out / synth_more.MORE_NAME).read_bytes() == expected
+    with pytest.raises(SystemExit):
+        synth_more.main(["--out", str(tmp_path / "bad"), "--extra-train", "1", "--min-words", "100"])

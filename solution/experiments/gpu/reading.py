@@ -69,9 +69,9 @@ def models(args) -> dict:
 
 
 def meaning_models(args) -> list:
-    """The models predicted again with the meaning first pass: the largest size's and the yes/no ones."""
+    """The models predicted again with the meaning first pass: the largest size's of each seed."""
     top = sizes(args)["sizes"][-1]
-    return [f"p{top}-s{s}" for s in SEEDS] + [f"yes-no-s{s}" for s in SEEDS]
+    return [f"p{top}-s{s}" for s in SEEDS]
 
 
 def threads(cmd: list) -> list:
@@ -89,7 +89,7 @@ def stage2_overrides(args) -> list:
 
 def corpus_group(args) -> Group:
     """The pages: corpus seed 0's dev and test with the training file on every core; the yes/no pages added to
-    dev and test; the yes/no training pages; the demo's easy pages and stage 1 of each seed."""
+    dev and test; the yes/no training pages; the demo's easy pages for stage 1."""
     d, sz, py = reading_dir(args), sizes(args), sys.executable
     top = sz["sizes"][-1]
     dry = ["--shard-pages", "10", *sz["words"]] if args.dry_run else []
@@ -97,14 +97,18 @@ def corpus_group(args) -> Group:
                                  "--seed", "0", "--num-train", "1", "--num-dev", str(sz["eval"]["num_dev"]),
                                  "--num-test", str(sz["eval"]["num_test"]), "--extra-train", str(top - 1),
                                  "--workers", str(max(args.num_proc - 4, 1)), *dry]],
-              "reading-yes-no-eval": [yes_no_synth(d / "yes-no-eval", "YES,NO", 1, 1, sz["yes_no_eval"]) + sz["words"]]}
+              "reading-yes-no-eval": [yes_no_synth(d / "yes-no-eval", "YES,NO", 1, 1, sz["yes_no_eval"]) + sz["words"]],
+              "reading-easy": [[py, "-m", "solution.synth", "--out", str(d / "easy"),
+                                *(["--num-train", "20", "--num-dev", "4", "--num-test", "4"] if args.dry_run else [])]]}
     for k, (types, seed, n) in enumerate(sz["yes_no_train"]):
         chains[f"reading-yes-no-train{k}"] = [yes_no_synth(d / f"yes-no-train{k}", types, seed, n, 1) + sz["words"]]
-    for s in SEEDS:
-        chains[f"reading-stage1-s{s}"] = [[py, "-m", "solution.synth", "--out", str(d / f"easy-s{s}"),
-                                           *(["--num-train", "20", "--num-dev", "4", "--num-test", "4"] if args.dry_run else [])],
-                                          threads(stage1_command(args, s))]
     return Group(chains)
+
+
+def data_group(args) -> Group:
+    """The data step on the host's cores, and stage 1 of each seed on the GPU beside it (each needs a core)."""
+    chains = {"reading-features": [data_command(args)]}
+    return Group(chains | {f"reading-stage1-s{s}": [threads(stage1_command(args, s))] for s in SEEDS})
 
 
 def yes_no_synth(out: Path, types: str, seed: int, train: int, eval_pages: int) -> list:
@@ -116,8 +120,8 @@ def stage1_command(args, seed: int) -> list:
     d = reading_dir(args)
     tiny = ["--max_steps", "3", "--max_dev_examples", "2"] if args.dry_run else []
     return [sys.executable, "-m", "solution.train", "--config", "configs/train/demo.yaml",
-            "--model_name_or_path", args.backbone, "--train_file", str(d / f"easy-s{seed}" / "simplified-nq-train.jsonl"),
-            "--dev_file", str(d / f"easy-s{seed}" / "simplified-nq-dev.jsonl"), "--num_proc", "2",
+            "--model_name_or_path", args.backbone, "--train_file", str(d / "easy" / "simplified-nq-train.jsonl"),
+            "--dev_file", str(d / "easy" / "simplified-nq-dev.jsonl"), "--num_proc", "2",
             "--mixed_precision", "no" if args.dry_run else "bf16", "--seed", str(seed), "--eval_strategy", "no",
             "--cache_dir", str(d / "cache-easy"), "--output_dir", str(d / f"stage1-s{seed}"),
             "--overwrite_output_dir", "true", "--disable_tqdm", "true", *tiny]
@@ -179,7 +183,7 @@ def figures_command(args, *extra) -> list:
 def reading_commands(args) -> list:
     """(name, kind, command) of the reading part, in order; each group waits for the one before."""
     return [("reading-corpus", "reading", corpus_group(args)),
-            ("reading-data", "reading", data_command(args)),
+            ("reading-data", "reading", data_group(args)),
             ("reading-train", "reading", train_group(args)),
             ("reading-predict-words", "reading", predict_group(args, "words")),
             ("reading-figures", "figures", figures_command(args, "--rows")),
