@@ -160,6 +160,9 @@ def test_the_reading_part_runs_whole_on_the_cpu_at_tiny_sizes(tmp_path):
     assert all(r["ok"] for r in result["runs"].values()), {k: r.get("failed") for k, r in result["runs"].items()}
     for log in (out / f"reading-train-{name}.log" for name in reading.models(parsed(tmp_path))):
         assert "features: reusing cache" in log.read_text(), log  # featurised once, by the data step
+    trainings = result["reading"]["trainings"]
+    assert {f"stage2-{name}" for name in reading.models(parsed(tmp_path))} | {"stage1-s0", "stage1-s1"} == set(trainings)
+    assert all(t["train_windows_per_s"] > 0 for t in trainings.values())
     figures = result["reading"]["figures"]
     assert {name.split()[1] for name in figures["rows"]} == {"words", "meaning"}
     assert len(figures["rows"]) == 6 + 4 and figures["curve"]["pages"] == [8, 16, 32]

@@ -19,10 +19,12 @@ the rows from what the predictions wrote, first with the words first pass, then 
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
 
+from solution.experiments.gpu import recipe
 from solution.experiments.gpu.commands import Group
 
 PROFILE = "nq-shaped"
@@ -203,10 +205,17 @@ def keep_reading_files(args) -> None:
 
 
 def reading_summary(args, result: dict) -> dict:
-    """gpu_check.json's "reading": each group's seconds and what failed, and the latest figures' summary."""
+    """gpu_check.json's "reading": each group's seconds and what failed, each training's pages, windows, steps
+    and windows/s (the median step: six at once on one GPU), and the latest figures."""
     runs = result["runs"]
     out = {name: {k: r.get(k) for k in ("ok", "wall_s", "failed")} for name, r in runs.items()
            if name.startswith("reading-")}
+    trainings = {}
+    for metrics in sorted(reading_dir(args).glob("stage*-*/metrics.jsonl")):
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        if records and "train_windows" in records[0]:
+            trainings[metrics.parent.name] = recipe.stage_figures("train", records)
+    out["trainings"] = trainings
     for name in ("reading-figures-meaning", "reading-figures"):
         if runs.get(name, {}).get("figures"):
             return out | {"figures": runs[name]["figures"]}
