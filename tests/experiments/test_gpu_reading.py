@@ -113,19 +113,44 @@ def test_the_data_step_writes_over_no_folder_it_did_not_make(tmp_path):
     assert (tmp_path / "data" / "mine.txt").read_text() == "a user's file"
 
 
-def row(counts) -> dict:
-    return {"_counts": {"test": counts, "dev": counts}}
+def row(counts, seed=0, train_file="train-32.jsonl") -> dict:
+    return {"_counts": {"test": counts, "dev": counts}, "seed": seed, "train_file": train_file}
 
 
 def test_the_comparisons_pair_meaning_with_words_and_each_yes_no_model_with_its_seeds_model():
     a, b = [(1, 0, 0), (0, 1, 1), (1, 0, 0)], [(1, 0, 0), (1, 0, 0), (1, 0, 0)]
-    rows = {("p32-s0", "words"): {"main": row(a), "yes_no": row(a)}, ("p32-s0", "meaning"): {"main": row(b), "yes_no": row(b)},
-            ("p32-s1", "words"): {"main": row(b), "yes_no": row(b)}, ("p8-s0", "words"): {"main": row(b), "yes_no": row(b)},
-            ("yes-no-s1", "words"): {"main": row(a), "yes_no": row(a)}}
+
+    def model(counts, seed, train_file="train-32.jsonl"):
+        return {"main": row(counts, seed, train_file), "yes_no": row(counts, seed, train_file)}
+
+    rows = {("p32-s0", "words"): model(a, 0), ("p32-s0", "meaning"): model(b, 0), ("p32-s1", "words"): model(b, 1),
+            ("p8-s0", "words"): model(b, 0, "train-8.jsonl"), ("yes-no-s1", "words"): model(a, 1, "train-32-yes-no.jsonl"),
+            ("yes-no-s0", "words"): model(a, 0, "train-32-yes-no.jsonl")}
     pairs = reading_figures.paired(rows)
-    assert set(pairs) == {"p32-s0: meaning - words", "yes-no-s1: yes/no pages - without (words)"}
+    assert set(pairs) == {"p32-s0: meaning - words", "yes-no-s1: yes/no pages - without (words)",
+                          "yes-no-s0: yes/no pages - without (words)"}
     assert pairs["p32-s0: meaning - words"]["test_f1_delta"] > 0  # b answers the page a missed
     assert pairs["yes-no-s1: yes/no pages - without (words)"]["main"]["test_f1_delta"] < 0  # against p32-s1's b
+    assert pairs["yes-no-s0: yes/no pages - without (words)"]["main"]["test_f1_delta"] == 0  # p32-s0's a, not p8's b
+    del rows["p32-s0", "words"]  # its model failed: no other size stands in for it
+    assert "yes-no-s0: yes/no pages - without (words)" not in reading_figures.paired(rows)
+
+
+def test_the_groups_leave_the_last_figures_their_reserve(tmp_path):
+    args = parsed(tmp_path)
+    result = {"runs": {}}
+    left = args.min_start_s + reading.FIGURES_RESERVE_S - 1  # enough for any run but a group
+    assert "budget" in running.why_skipped(args, result, "reading", [], left)
+    assert running.why_skipped(args, result, "train", [], left) is None
+    assert running.why_skipped(args, result, "figures", [], 0.0) is None
+    needs = dict((name, need) for name, _, _, need in plan.plan(args, 1, tmp_path)[0])
+    assert needs["reading-figures-meaning"] == ["reading-predict-meaning"]  # else the words rows scored twice
+
+
+def test_a_data_step_stopped_midway_may_be_run_again(tmp_path):
+    data = reading_data.data_folder(tmp_path)
+    (data / "part-0.jsonl").write_text("{}\n")  # what a stopped run left
+    assert reading_data.data_folder(tmp_path) == data
 
 
 def test_the_curve_projects_the_pages_its_gain_a_doubling_would_need():

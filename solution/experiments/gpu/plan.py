@@ -10,7 +10,7 @@ from pathlib import Path
 from solution.common.fsutil import atomic_write_text
 from solution.experiments.gpu import speed
 from solution.experiments.gpu.commands import predict_command, train_command
-from solution.experiments.gpu.reading import reading_commands
+from solution.experiments.gpu.reading import reading_commands, reading_needs
 from solution.experiments.gpu.recipe import recipe_commands
 
 
@@ -78,11 +78,9 @@ def plan_recipe(args, gpus: int, probes: Path) -> tuple:
 
 
 def plan_reading(args, gpus: int, probes: Path) -> tuple:
-    """The reading part's groups in order. The data needs every page made, and the trainings and predictions
-    need the data; a training that fails does not stop the others' predictions, and the figures score
-    whatever predictions there are."""
-    needs = {"reading-data": ["reading-corpus"], "reading-train": ["reading-data"],
-             "reading-predict-words": ["reading-data"], "reading-predict-meaning": ["reading-data"]}
+    """The reading part's groups in order, each with what it needs (`reading.reading_needs`): a training that
+    fails does not stop the others' predictions, and the words figures score whatever predictions there are."""
+    needs = reading_needs()
     return [(name, kind, cmd, needs.get(name, [])) for name, kind, cmd in reading_commands(args)], []
 
 

@@ -37,17 +37,18 @@ YES_NO_EVAL = 80  # yes/no pages added to dev and to test (corpus seed 1, two YE
 # added pages hold as many NO as YES answers (1,600 each), on the windows the main models train on.
 YES_NO_TRAIN = (("YES,NO", 2, 1200), ("YES,NO", 3, 1200), ("NO", 4, 800))
 BATCH = 32  # on the H100 a step of 32 windows takes no longer than one of 8 (docs/training.md)
-LEARNING_RATE = 2.0e-4  # the recipe's 1e-4 at 8, scaled by the square root of the batch's growth
+LEARNING_RATE = recipe.recipe_learning_rate(BATCH)  # 2e-4: the recipe's 1e-4 at 8, by the square root of the growth
 SAMPLING_SEED = 0  # both seeds keep the same no-answer windows: one featurisation serves them
 KEEP_FIRST = 2  # the meaning first pass keeps a page's first 2 windows (docs/answers-first-pass.md)
 THREADS = "2"  # each of the processes running at once: more would only fight over the host's cores
+FIGURES_RESERVE_S = 45.0  # of the budget, kept from the groups for the last figures (scoring ~20 s on the host)
 # --dry-run: the same commands on a few short pages of the CPU (the sentence encoder reads every sentence of a
 # page: at the profile's lengths the meaning first pass alone would take minutes there).
 DRY = {"sizes": (8, 16, 32), "eval": {"num_dev": 4, "num_test": 6}, "yes_no_eval": 3,
        "yes_no_train": (("YES,NO", 2, 4), ("YES,NO", 3, 4), ("NO", 4, 2)), "words": ["--min-words", "300", "--max-words", "800"]}
 # What OUT/reading keeps of WORK/reading: the rows, the predictions' scores and each training's metrics.
 KEPT = ("rows.json", "references.json", "pred/*-scores.jsonl", "*/metrics.jsonl", "*/model/qa_config.json",
-        "data.json")
+        "data/data.json")
 
 
 def sizes(args) -> dict:
@@ -193,8 +194,17 @@ def reading_commands(args) -> list:
             ("reading-figures-meaning", "figures", figures_command(args, "--rows"))]
 
 
+def reading_needs() -> dict:
+    """What each group needs finished: the data every page; the trainings and predictions the data; the last
+    figures the meaning predictions (without them the words figures are already written)."""
+    return {"reading-data": ["reading-corpus"], "reading-train": ["reading-data"],
+            "reading-predict-words": ["reading-data"], "reading-predict-meaning": ["reading-data"],
+            "reading-figures-meaning": ["reading-predict-meaning"]}
+
+
 def keep_reading_files(args) -> None:
-    """Copy the small files of KEPT from WORK/reading to OUT/reading: the figures can be made again here."""
+    """Copy the small files of KEPT from WORK/reading to OUT/reading. With dev and test made again here (they do
+    not depend on the machine: docs/training.md gives the commands), `reading_figures --rows` scores them again."""
     src, dst = reading_dir(args), Path(args.out) / "reading"
     for pattern in KEPT:
         for path in src.glob(pattern):

@@ -46,7 +46,9 @@ def parse_args(argv):
 
 
 def read_lines(path: Path) -> list:
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # "\n" alone ends a line, as the reader and the cache's assembly split them (str.splitlines would also
+    # split at \x85 or \u2028 inside a JSON string).
+    return [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def write_lines(path: Path, lines: list) -> Path:
@@ -60,6 +62,8 @@ def data_folder(root: Path) -> Path:
     if data.exists() and any(data.iterdir()) and not (data / MARKER).is_file():
         raise SystemExit(f"error: {data} holds files this command did not write (no {MARKER}); give another --dir")
     data.mkdir(parents=True, exist_ok=True)
+    # The marker first: a step stopped midway leaves a folder a second run may write again.
+    (data / MARKER).write_text(json.dumps({"complete": False}) + "\n")
     return data
 
 
@@ -124,7 +128,7 @@ def main(argv=None) -> int:
     data = data_folder(root)
     (root / "pred").mkdir(exist_ok=True)  # the predictions' folder: submission.predict makes no folder
     files = training_files(root, data, args.sizes, args.yes_no_train)
-    record = {"eval": eval_files(root, data), "entries": featurise(files, args)}
+    record = {"complete": True, "eval": eval_files(root, data), "entries": featurise(files, args)}
     record["seconds"] = round(time.perf_counter() - t0, 1)
     (data / MARKER).write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record))

@@ -111,7 +111,8 @@ def training_facts(model: Path) -> dict:
     """The seed, pages and windows of a stage-2 run, from its metrics.jsonl's start record."""
     start = json.loads((model / "metrics.jsonl").read_text().splitlines()[0])
     return {"seed": start.get("seed"), "num_train_documents": start.get("train_data", {}).get("documents"),
-            "train_windows": start.get("train_windows"), "train_file": start.get("train_file")}
+            "train_windows": start.get("train_windows"),
+            "train_file": Path(start.get("train_data_source", {}).get("path", "")).name or None}
 
 
 def form_split(test_records: list, cfg, thresholds: dict, gold_path: str) -> dict:
@@ -129,16 +130,20 @@ def form_split(test_records: list, cfg, thresholds: dict, gold_path: str) -> dic
 def paired(rows: dict) -> dict:
     """The comparisons the part exists for, each paired on the same documents: the meaning first pass against
     the words one (same model), and each yes/no model against the model of its seed trained on the same pages
-    without the added yes/no ones (the largest size's)."""
+    without the added yes/no ones (found by its training file, so a failed model is never replaced by
+    another size's)."""
     from solution.experiments.answers.figures import deltas
 
-    sizes = [int(name[1:].split("-")[0]) for name, _ in rows if re.fullmatch(r"p\d+-s\d+", name)]
     out = {}
     for (name, first_pass), r in rows.items():
         if first_pass == "meaning" and (name, "words") in rows:
             out[f"{name}: meaning - words"] = deltas(rows[name, "words"]["main"], r["main"])
-        base = (f"p{max(sizes)}-{name.rsplit('-', 1)[1]}", first_pass) if sizes else None
-        if name.startswith("yes-no-") and base in rows:
+        if not name.startswith("yes-no-"):
+            continue
+        without = (r["main"].get("train_file") or "").replace("-yes-no", "")
+        base = next((key for key, b in rows.items() if key[1] == first_pass and not key[0].startswith("yes-no-")
+                     and b["main"].get("seed") == r["main"].get("seed") and b["main"].get("train_file") == without), None)
+        if base:
             out[f"{name}: yes/no pages - without ({first_pass})"] = {
                 "main": deltas(rows[base]["main"], r["main"]), "yes_no": deltas(rows[base]["yes_no"], r["yes_no"])}
     return out

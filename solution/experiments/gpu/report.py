@@ -64,9 +64,10 @@ def reading_report(figures) -> None:
         f1 = "-" if r.get("test_f1") is None else f"{r['test_f1']:.3f} ({r['test_f1_ci'][0]:.3f}-{r['test_f1_ci'][1]:.3f})"
         margin = "-" if r.get("best_reference_delta") is None else (
             f"{r['best_reference']} {r['best_reference_delta']:+.3f} ({ci(r.get('best_reference_delta_ci'))})")
-        print(f"| {name} | {f1} | {margin} | {r.get('yes_f1') or 0:.3f} | {r.get('no_f1') or 0:.3f} |")
-    for name, d in figures.get("paired", {}).items():
-        d = d.get("main", d)
-        if "test_f1_delta" in d:
-            print(f"{name}: test {d['test_f1_delta']:+.3f} ({ci(d['test_f1_delta_ci'])}), dev "
-                  f"{d.get('dev_f1_delta', 0):+.3f} ({ci(d.get('dev_f1_delta_ci'))})")
+        yes, no = (("-" if r.get(k) is None else f"{r[k]:.3f}") for k in ("yes_f1", "no_f1"))
+        print(f"| {name} | {f1} | {margin} | {yes} | {no} |")
+    for name, pair in figures.get("paired", {}).items():
+        for pages, d in (pair.items() if "main" in pair else [("main", pair)]):
+            if "test_f1_delta" in d:
+                print(f"{name}, {pages} pages: test {d['test_f1_delta']:+.3f} ({ci(d['test_f1_delta_ci'])}), dev "
+                      f"{d.get('dev_f1_delta', 0):+.3f} ({ci(d.get('dev_f1_delta_ci'))})")

@@ -72,7 +72,9 @@ def run_chain(name: str, cmds: list, args, deadline: float, results: dict) -> No
     """One chain of a group: its commands in order, each with the seconds left; the first failure ends it."""
     for k, cmd in enumerate(cmds):
         label = f"{name}-{k}" if len(cmds) > 1 else name
-        results[label] = execute(label, cmd, args, max(deadline - time.monotonic(), 1.0))
+        if deadline - time.monotonic() < 1.0:  # the group's time is spent: the rest of the chain does not start
+            return
+        results[label] = execute(label, cmd, args, deadline - time.monotonic())
         if not results[label]["ok"]:
             return
 
@@ -97,11 +99,18 @@ def execute_group(name: str, group: Group, args, timeout: float) -> dict:
     return out
 
 
+def reserved(kind: str, left: float) -> float:
+    """The seconds a run of `kind` may use of those `left`: the reading part's groups leave its figures
+    their reserve, so the last figures run inside the budget, not after it."""
+    return left - reading.FIGURES_RESERVE_S if kind == "reading" else left
+
+
 def why_skipped(args, result: dict, kind: str, needs: list, left: float):
     """Why a run does not start (a run it needs did not finish, or the budget is spent), or None."""
     failed = [n for n in needs if not result["runs"].get(n, {}).get("ok")]
     if failed:
         return f"needs {', '.join(failed)}, which did not finish"
+    left = reserved(kind, left)
     if left < args.min_start_s and kind != "figures":  # the figures: seconds, and the trainings' point
         return f"the budget ({args.budget_s:.0f} s) is spent: {max(left, 0):.0f} s left"
     return None
@@ -111,7 +120,7 @@ def run_one(name: str, kind: str, cmd, args, result: dict, tflops, probes: Path,
     """Start one run with what the budget left (its command built now when it is a function), and its figures."""
     if callable(cmd):  # built as it starts: the recipe's stage 2 fits its pages to the budget left
         cmd = cmd(result, left)
-    timeout = min(args.timeout, max(left, args.min_start_s))
+    timeout = min(args.timeout, max(reserved(kind, left), args.min_start_s))
     if isinstance(cmd, Group):
         return execute_group(name, cmd, args, timeout)
     r = execute(name, cmd, args, timeout)
