@@ -158,8 +158,8 @@ def test_the_curve_projects_the_pages_its_gain_a_doubling_would_need():
             for n, f in ((8000, 0.60), (16000, 0.65), (32000, 0.70))}
     rows["p32000-s1", "words"] = {"main": {"num_train_documents": 32000, "test_f1": 0.1}}  # another seed: not the curve
     c = reading_figures.curve(rows)
-    assert c["pages"] == [8000, 16000, 32000] and c["gain_per_doubling"] == pytest.approx(0.05)
-    assert c["pages_for_0.8"] == 128000  # two more doublings
+    assert c["pages"] == [8000, 16000, 32000] and c["projection"]["per_doubling"] == pytest.approx(0.05)
+    assert c["projection"]["pages_for_target"] == 128000  # two more doublings
 
 
 @pytest.mark.slow

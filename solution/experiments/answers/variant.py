@@ -19,16 +19,28 @@ def with_test(row: dict, scored: dict, rows: dict, gold_path: str) -> dict:
     return row | {"test_f1": test["micro_f1"], **test_figures, "test": test}
 
 
+def tuned_row(dev: dict, dev_records: list, cfg, corpus: dict) -> tuple:
+    """(the row's dev figures: untuned `dev`, tuned on dev's score records, with the per-document counts;
+    the post-processing settings with the tuned thresholds, for test)."""
+    from dataclasses import replace
+
+    from solution.scoring.tuning import predictions_with, tune
+
+    best = tune(dev_records, gold_of(corpus["dev"]), cfg=cfg)
+    tuned = replace(cfg, **best["thresholds"])
+    dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
+    return {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
+            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts,
+            "_tuned_result": best["result"]}, tuned
+
+
 def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     """Dev untuned, dev tuned and test with dev's thresholds for one variant; `models` has 1 or more
     directories (the first model's post-processing settings, with `sets` over them, as `submission.predict`
     does)."""
-    from dataclasses import replace
-
     from solution.answers.inference import split_overrides, with_overrides
     from solution.answers.postprocess import PostprocessConfig, score_record
     from solution.scoring.metric import read_submission
-    from solution.scoring.tuning import predictions_with, tune
     from solution.windows.featurizer import WindowConfig
 
     d.mkdir(parents=True, exist_ok=True)
@@ -37,14 +49,9 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     window_sets, _ = split_overrides(sets)
     dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
     dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
-    records = [score_record(p) for p in dev_preds]
-    best = tune(records, gold_of(corpus["dev"]), cfg=cfg)
-    tuned = replace(cfg, **best["thresholds"])
-    (d / "tune.json").write_text(json.dumps({"thresholds": best["thresholds"], "after": best["result"]}) + "\n")
-    dev_figures, counts = figures("dev", predictions_with(records, tuned), corpus["dev"])
-    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
-           "dev_untuned": dev, "thresholds": best["thresholds"], "num_dev_windows": dev_windows, "test_f1": None,
-           "_counts": counts}
+    row, tuned = tuned_row(dev, [score_record(p) for p in dev_preds], cfg, corpus)
+    (d / "tune.json").write_text(json.dumps({"thresholds": row["thresholds"], "after": row.pop("_tuned_result")}) + "\n")
+    row["num_dev_windows"] = dev_windows
     if corpus["test"]:
         _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
         row = with_test(row, read_submission(d / "test.csv"), test_rows, corpus["test_gold"])
@@ -56,16 +63,11 @@ def evaluate_records(dev_records: list, test_records: list, cfg, corpus: dict) -
     """`evaluate`'s row made from scores already written (`submission.predict --scores-out` on dev and on
     test, with the model's own settings `cfg`): dev untuned, the thresholds tuned on dev, test under them.
     For predictions made elsewhere (the GPU check's processes), scored here as every row is."""
-    from dataclasses import replace
-
-    from solution.scoring.tuning import predictions_with, tune
+    from solution.scoring.tuning import predictions_with
 
     dev = score_rows(predictions_with(dev_records, cfg), corpus["dev"])
-    best = tune(dev_records, gold_of(corpus["dev"]), cfg=cfg)
-    tuned = replace(cfg, **best["thresholds"])
-    dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
-    row = {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
-           "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts}
+    row, tuned = tuned_row(dev, dev_records, cfg, corpus)
+    row.pop("_tuned_result")
     test_rows = predictions_with(test_records, tuned)
     row = with_test(row, test_rows, test_rows, corpus["test_gold"])
     return row | split_f1s(row, dev)

@@ -149,23 +149,19 @@ def paired(rows: dict) -> dict:
     return out
 
 
-def curve(rows: dict, goal: float = GOAL) -> dict:
-    """Seed 0's test micro-F1 by training pages (the words first pass), its gain a doubling (least squares on
-    log2 pages) and the pages that gain would need to reach `goal`: a projection, not a measurement."""
-    import math
+def curve(rows: dict) -> dict:
+    """Seed 0's test micro-F1 by training pages (the words first pass) and the answers benchmark's projection
+    of it (`charts.curve_projection`: F1 fitted on log2 pages, the pages that line needs for GOAL): a
+    projection, not a measurement."""
+    from solution.experiments.answers.charts import curve_projection
 
-    points = sorted((r["main"]["num_train_documents"], r["main"]["test_f1"]) for (name, first_pass), r in rows.items()
-                    if re.fullmatch(r"p\d+-s0", name) and first_pass == "words" and r["main"].get("test_f1") is not None)
-    out = {"pages": [n for n, _ in points], "test_f1": [f for _, f in points]}
-    if len(points) < 2:
-        return out
-    xs, ys = [math.log2(n) for n, _ in points], [f for _, f in points]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    out["gain_per_doubling"] = slope
-    if slope > 0 and ys[-1] < goal:
-        out[f"pages_for_{goal:g}"] = round(points[-1][0] * 2 ** ((goal - ys[-1]) / slope))
-    return out
+    points = sorted(({"technique": "learning_curve", "seed": 0, "num_train_documents": r["main"]["num_train_documents"],
+                      "test_f1": r["main"]["test_f1"]} for (name, first_pass), r in rows.items()
+                     if re.fullmatch(r"p\d+-s0", name) and first_pass == "words" and r["main"].get("test_f1") is not None),
+                    key=lambda point: point["num_train_documents"])
+    fit = curve_projection(points, GOAL)
+    return {"pages": [p["num_train_documents"] for p in points], "test_f1": [p["test_f1"] for p in points],
+            **({"projection": fit} if fit else {})}
 
 
 def summary(rows: dict, pairs: dict) -> dict:
