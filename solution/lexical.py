@@ -78,7 +78,7 @@ def main(argv=None) -> int:
 
     stats = ReadStats()
     try:
-        check_device(args.device)  # before the input is read or the output claimed
+        check_device(args.device, args.method)  # before the input is read or the output claimed
         check_input_file(args.input)  # read twice (word weights, then answers): a file, not a pipe
         # Now, not after both passes over the input; only a scores file is replaced unasked.
         claim_output(args.scores_out, "--scores-out", owned=starts_with(b'{"example_id"'), overwrite=args.overwrite,
@@ -95,19 +95,23 @@ def main(argv=None) -> int:
     return 0
 
 
-def check_device(device: str) -> None:
-    """ValueError unless `device` names a torch device this machine has (torch is imported for any but cpu:
-    `words` and `bm25` never need it)."""
+def check_device(device: str, method: str = "sentences") -> None:
+    """ValueError unless `device` names a torch device this machine has, and the method runs a model on it
+    (torch is imported for any but cpu: `words` and `bm25` never need it)."""
     if device == "cpu":
         return
+    if method != "sentences":  # accepted and unused, it would read as a GPU run that never was
+        raise ValueError(f"--device {device}: --method {method} runs no model; only --method sentences takes a device")
     import torch
 
     try:
-        kind = torch.device(device).type
+        dev = torch.device(device)
     except RuntimeError as e:
         raise ValueError(f"--device {device}: not a torch device ({e})") from None
-    if kind == "cuda" and not torch.cuda.is_available():
+    if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 if __name__ == "__main__":

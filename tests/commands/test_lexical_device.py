@@ -26,3 +26,15 @@ def test_a_name_torch_does_not_know_is_refused(tmp_path):
     assert main(["--input", str(src), "--scores-out", str(tmp_path / "s.jsonl"), "--method", "sentences",
                  "--device", "gpu0"]) == 2
     assert not (tmp_path / "s.jsonl").exists()
+
+
+@pytest.mark.parametrize("method", ["words", "bm25"])
+def test_a_device_for_a_method_that_runs_no_model_is_refused(tmp_path, capsys, method):
+    """Accepted, --device would have no effect on these methods: a run that reads as a GPU run and never was."""
+    from solution.lexical import main
+
+    src = write_jsonl(tmp_path / "dev.jsonl", [nq_line("7")])
+    assert main(["--input", str(src), "--scores-out", str(tmp_path / "s.jsonl"), "--method", method,
+                 "--device", "cuda"]) == 2
+    assert f"--method {method} runs no model" in capsys.readouterr().err
+    assert not (tmp_path / "s.jsonl").exists()
