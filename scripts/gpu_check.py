@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -96,7 +97,7 @@ from solution.experiments.gpu.plan import plan, write_pages  # noqa: E402
 from solution.experiments.gpu.recipe import RECIPE_BATCH, RECIPE_PAGES  # noqa: E402
 from solution.experiments.gpu.recipe_figures import print_recipe_figures  # noqa: E402
 from solution.experiments.gpu.report import report  # noqa: E402
-from solution.experiments.gpu.running import peak_tflops, run_all  # noqa: E402
+from solution.experiments.gpu.running import peak_tflops, run_all, stop_live  # noqa: E402
 from solution.experiments.gpu.versions import check_versions  # noqa: E402
 
 
@@ -170,6 +171,7 @@ def main(argv=None) -> int:
             Path(args.json).write_text(json.dumps({"cuda": False, "message": options.NO_CUDA}, indent=2) + "\n")
         return 0
     gpus = torch.cuda.device_count() if cuda and not args.dry_run else 1
+    signal.signal(signal.SIGTERM, stop_live)  # the commands run in sessions of their own: stopped with the check
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         probes = Path(tmp)
         runs, skipped = plan(args, gpus, probes)

@@ -197,3 +197,22 @@ def test_the_reading_part_runs_whole_on_the_cpu_at_tiny_sizes(tmp_path):
     kept = {p.relative_to(out / "reading").as_posix() for p in (out / "reading").rglob("*") if p.is_file()}
     assert "rows.json" in kept and "pred/p32-s1-meaning-test-scores.jsonl" in kept
     assert not list(out.rglob("*.safetensors"))  # the models stay in --work
+
+
+def test_a_stopped_check_stops_the_commands_it_started(tmp_path):
+    """Each command runs in a session of its own (a timeout ends all its processes): SIGTERM's handler stops
+    the ones still running, which would otherwise run on without the check (on a GPU machine, six trainings)."""
+    import threading
+    import time
+
+    args, results = SimpleNamespace(out=str(tmp_path)), {}
+    thread = threading.Thread(target=lambda: results.update(r=running.execute("long", [PY, "-c", "import time; "
+                                                                                "time.sleep(120)"], args, 300)))
+    thread.start()
+    while not running.LIVE:
+        time.sleep(0.05)
+    with pytest.raises(SystemExit) as stop:
+        running.stop_live(15, None)
+    thread.join(60)
+    assert stop.value.code == 143 and not thread.is_alive()
+    assert results["r"]["returncode"] not in (0, "timeout") and not running.LIVE

@@ -46,6 +46,18 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
+LIVE: set = set()  # the commands running now, each in its own session: a stopped check must stop them too
+
+
+def stop_live(signum=None, frame=None) -> None:
+    """Stop every command still running (their process groups), then end the check: as SIGTERM's handler, the
+    commands of a check stopped from outside do not run on without it (each has its own session)."""
+    for proc in list(LIVE):
+        stop_group(proc)
+    if signum is not None:
+        raise SystemExit(128 + signum)
+
+
 def execute(name: str, cmd: list, args, timeout: float) -> dict:
     """Run one command in its own process group (a timeout ends torchrun's workers too), its output to NAME.log."""
     log = Path(args.out) / f"{name}.log"
@@ -54,12 +66,15 @@ def execute(name: str, cmd: list, args, timeout: float) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        LIVE.add(proc)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_group(proc)
             code = "timeout"
             f.write(f"\ngpu_check: stopped after {timeout:.0f} s (the budget left it)\n")
+        finally:
+            LIVE.discard(proc)
     wall = time.perf_counter() - t0
     result = {"name": name, "ok": code == 0, "returncode": code, "wall_s": round(wall, 1), "log": str(log)}
     if code != 0:
