@@ -190,7 +190,7 @@ def test_the_reading_part_runs_whole_on_the_cpu_at_tiny_sizes(tmp_path):
     assert all(t["train_windows_per_s"] > 0 for t in trainings.values())
     figures = result["reading"]["figures"]
     assert {name.split()[1] for name in figures["rows"]} == {"words", "meaning"}
-    assert len(figures["rows"]) == 6 + 4 and figures["curve"]["pages"] == [8, 16, 32]
+    assert len(figures["rows"]) == 6 + 2 and figures["curve"]["pages"] == [8, 16, 32]
     for row in figures["rows"].values():
         assert 0.0 <= row["test_f1"] <= 1.0 and set(row["test_by_question_form"]) <= {"seen", "held_out"}
     assert "p32-s0: meaning - words" in figures["paired"]
