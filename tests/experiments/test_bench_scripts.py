@@ -153,12 +153,14 @@ def test_the_gpu_checks_code_travels_with_the_working_tree(tmp_path):
     GPU check's commands, over solution/experiments/, plan and answer there, with nothing but that copy."""
     tree = sent_to_the_gpu_machine(tmp_path / "tree")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
-    listed = subprocess.run([sys.executable, "scripts/gpu_check.py", "--list", "--parts", "bf16,predict,fp16,recipe,speed",
+    parts = "bf16,predict,fp16,recipe,speed,reading"
+    listed = subprocess.run([sys.executable, "scripts/gpu_check.py", "--list", "--parts", parts,
                              "--backbone", "minilm", "--data", "real"], cwd=tree, capture_output=True, text=True,
                             env=env, timeout=120)
     assert listed.returncode == 0, listed.stderr
     assert "[recipe-figures] python " + str(tree / "scripts" / "gpu_check.py") in listed.stdout
     assert "[speed-infer] python " + str(tree / "scripts" / "gpu_speed.py") + " --infer" in listed.stdout
+    assert "[reading-features] python -m solution.experiments.gpu.reading_data" in listed.stdout
     helped = subprocess.run([sys.executable, "scripts/gpu_speed.py", "--help"], cwd=tree, capture_output=True,
                             text=True, env=env, timeout=120)
     assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
