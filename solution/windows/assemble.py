@@ -21,9 +21,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import itertools
-import json
 import os
-import shutil
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -31,23 +29,15 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from solution.common.fsutil import (
-    DiskFullError,
-    atomic_write_text,
-    file_digest,
-    publish_dir,
-    removed_if_disk_full,
-    replace_dir,
-)
 from solution.data.nq import NQFormatError, open_binary, parse_example, recover_example_id
 from solution.windows.columns import COLUMNS, WindowDataset, save_npy, write_meta, write_npy
 from solution.windows.dataset import (
     Summary,
     build_train_features,
-    builder_folder,
-    proven_entry,
+    existing_entry,
+    finish_entry,
+    publish_entry,
     source_key,
-    windows_digest,
     windows_source,
 )
 from solution.windows.featurizer import ANSWER_TYPES, WindowConfig
@@ -88,11 +78,9 @@ def assemble_train_features(path: str, parts: list, tokenizer, window: WindowCon
         raise RuntimeError(f"{path} changed while its lines were compared with its parts'")
     key = source_key(source)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"  # the name build_train_features gives the entry
-    if final.exists():
-        try:
-            return proven_entry(final, key, verify, log)
-        except (ValueError, OSError) as e:  # ColumnsError, JsonError, a file gone
-            log(f"features: rebuilding cache {final}: {e}")
+    found = existing_entry(final, key, verify, log)
+    if found:
+        return found
     summaries = []
     for part, part_state in zip(parts, part_states):
         _, summary = build_train_features(str(part), tokenizer, window, sampling, cache_dir, num_proc=num_proc,
@@ -102,7 +90,12 @@ def assemble_train_features(path: str, parts: list, tokenizer, window: WindowCon
         summaries.append(summary)
     log(f"features: assembling {path} from {len(parts)} part(s), featurising nothing -> {final}")
     whole = whole_summary(str(path), [str(p) for p in parts], summaries, counts)
-    return _publish(final, whole, key, source, [s["dataset_dir"] for s in summaries], log)
+    folders = [s["dataset_dir"] for s in summaries]
+
+    def join(tmp: Path) -> dict:
+        join_windows(folders, tmp / "windows")
+        return finish_entry(tmp, whole, key, source)
+    return publish_entry(final, join, log)
 
 
 def _file_state(path) -> tuple:
@@ -238,25 +231,3 @@ def join_windows(folders: list, directory: Path) -> int:
         files[f"{name}.npy"] = write_npy(directory / f"{name}.npy", dtype, sum(b for _, _, b in spans), spans)
     write_meta(directory, num_windows, files)
     return num_windows
-
-
-def _publish(final: Path, summary: dict, key: str, source: dict, folders: list, log) -> tuple:
-    """Join the parts' windows into a temporary folder beside `final` and rename it into place whole,
-    as build_train_features publishes an entry; (WindowDataset, summary)."""
-    tmp = builder_folder(final)
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        with removed_if_disk_full(tmp, lambda: DiskFullError(final)):
-            join_windows(folders, tmp / "windows")
-            summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
-            summary["cache_key"], summary["windows_meta_sha256"] = key, file_digest(tmp / "windows" / "meta.json")
-            summary["source"] = source
-            atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2))
-    except BaseException:  # an error, or a stop request: no half-joined entry stays behind
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():  # an entry that failed its proof: replaced whole
-        replace_dir(tmp, final)
-    elif not publish_dir(tmp, final):
-        log(f"features: {final} was published by another process meanwhile; using it")
-    return WindowDataset(final / "windows"), {**summary, "dataset_dir": str(final / "windows")}

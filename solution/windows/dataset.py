@@ -443,28 +443,44 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     key = source_key(source)
     final = Path(cache_dir) / f"{Path(path).name}-{key}"
     clear_dead_builds(Path(cache_dir), log)
+    found = existing_entry(final, key, verify, log)
+    if found:
+        return found
+    if sampling.hard_negatives_file:
+        # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
+        # hit above means this same file, by size and mtime, was read already).
+        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
+    log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
+    job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": sampling.draw_seed(seed),
+           "on_error": on_error, "limit": limit, "num_shards": num_proc, "key": key, "source": source}
+    return publish_entry(final, lambda tmp: _build_entry(job | {"tmp": tmp}), log)
+
+
+def existing_entry(final: Path, key: str, verify: bool, log) -> Optional[tuple]:
+    """The published entry `final`'s (windows, summary) once proven (`proven_entry`); None where there is
+    none, or where it fails its proof (one line saying why: it is then built again)."""
     if final.exists():
         try:
             return proven_entry(final, key, verify, log)
         except (ValueError, OSError) as e:  # ColumnsError, JsonError, a file gone
             log(f"features: rebuilding cache {final}: {e}")
-    if sampling.hard_negatives_file:
-        # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
-        # hit above means this same file, by size and mtime, was read already).
-        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
+    return None
+
+
+def publish_entry(final: Path, build, log) -> tuple:
+    """`build(tmp)` (its summary) in this process's builder folder beside `final`, renamed into place whole;
+    (WindowDataset, summary). A failed or stopped build leaves nothing, nor does a full disk (one line
+    naming the entry)."""
     tmp = builder_folder(final)
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "side").mkdir(parents=True)
-    log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
-    job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": sampling.draw_seed(seed),
-           "on_error": on_error, "limit": limit, "num_shards": num_proc, "tmp": tmp, "key": key, "source": source}
+    tmp.mkdir(parents=True)
     try:
         with removed_if_disk_full(tmp, lambda: DiskFullError(final)):  # one line naming the entry, not an OSError
-            summary = _build_entry(job)
+            summary = build(tmp)
     except BaseException:  # an error, or a stop request: no half-built entry stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if final.exists():  # the entry that failed its proof above: replaced whole, never merged into
+    if final.exists():  # the entry that failed its proof: replaced whole, never merged into
         replace_dir(tmp, final)
     elif not publish_dir(tmp, final):  # another process finished first: theirs is kept (same key, same windows)
         log(f"features: {final} was published by another process meanwhile; using it")
@@ -505,6 +521,7 @@ def clear_dead_builds(cache_dir: Path, log) -> None:
 def _build_entry(job: dict) -> dict:
     """Featurise into job['tmp']: the joined column files in windows/ and summary.json; the summary."""
     tmp, num_shards = job["tmp"], job["num_shards"]
+    (tmp / "side").mkdir()
     if num_shards > 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the workers already use the cores
         _run_workers(job)
@@ -517,10 +534,16 @@ def _build_entry(job: dict) -> dict:
     merge_shards(shards, tmp / "windows", runs)
     for directory in [*shards, tmp / "side"]:
         shutil.rmtree(directory)
+    return finish_entry(tmp, summary, job["key"], job["source"])
+
+
+def finish_entry(tmp: Path, summary: dict, key: str, source: dict) -> dict:
+    """The summary of the windows in TMP/windows, completed and written to TMP/summary.json: their digest,
+    the entry's key and source, and what ties windows/ to the entry (its meta.json, which holds every
+    column file's sha256)."""
     summary["windows_digest"] = windows_digest(WindowDataset(tmp / "windows"))
-    # What ties windows/ to this entry: its meta.json holds every column file's sha256.
-    summary["cache_key"], summary["windows_meta_sha256"] = job["key"], file_digest(tmp / "windows" / "meta.json")
-    summary["source"] = job["source"]
+    summary["cache_key"], summary["windows_meta_sha256"] = key, file_digest(tmp / "windows" / "meta.json")
+    summary["source"] = source
     atomic_write_text(tmp / "summary.json", json.dumps(summary, indent=2))
     return summary
 
