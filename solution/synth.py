@@ -43,7 +43,7 @@ import time
 
 from solution.common.fsutil import claim_output, mark_output
 from solution.data.nq import ANNOTATION_TYPES
-from solution.data.synth.corpus import CORPUS_FILES, PROFILES, answer_mix, write_corpus
+from solution.data.synth.corpus import CORPUS_FILES, PROFILES, answer_mix, page_lengths, write_corpus
 
 # The mark synth and synth_more leave in their folder: the same file names as Kaggle's real files, so a
 # folder without it (the real corpus) is never written over unless asked.
@@ -84,15 +84,13 @@ def _parse_args(argv=None) -> argparse.Namespace:
             answer_mix(args.answer_types)
         except ValueError as e:
             parser.error(f"--answer-types: {e}")
-    args.min_words = PROFILES[args.profile][1] if args.min_words is None else args.min_words
-    args.max_words = PROFILES[args.profile][2] if args.max_words is None else args.max_words
     for name in ("num_train", "num_dev", "num_test"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1 (an empty file is not a valid NQ file)")
-    if args.min_words < 200:
-        parser.error("--min-words must be at least 200: an article needs room for a title, an answer and a distractor")
-    if args.max_words < args.min_words:
-        parser.error("--max-words must be at least --min-words")
+    try:
+        args.min_words, args.max_words = page_lengths(args.profile, args.min_words, args.max_words)
+    except ValueError as e:
+        parser.error(str(e))
     return args
 
 

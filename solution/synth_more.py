@@ -33,7 +33,7 @@ from pathlib import Path
 
 from solution.common.fsutil import atomic_output, claim_output, mark_output
 from solution.common.jsonio import iter_json_lines
-from solution.data.synth.corpus import CORPUS_FILES, PROFILES, write_corpus, write_train_split
+from solution.data.synth.corpus import CORPUS_FILES, PROFILES, page_lengths, write_corpus, write_train_split
 from solution.synth import MADE_BY
 
 MORE_NAME = "simplified-nq-train-more.jsonl"
@@ -61,10 +61,10 @@ def _parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--min-words", type=int, default=None, help="shortest page, in words (default: the profile's)")
     p.add_argument("--max-words", type=int, default=None, help="longest page, in words (default: the profile's)")
     args = p.parse_args(argv)
-    args.min_words = PROFILES[args.profile][1] if args.min_words is None else args.min_words
-    args.max_words = PROFILES[args.profile][2] if args.max_words is None else args.max_words
-    if args.min_words < 200 or args.max_words < args.min_words:
-        p.error(f"--min-words {args.min_words} / --max-words {args.max_words}: at least 200, and max at least min")
+    try:
+        args.min_words, args.max_words = page_lengths(args.profile, args.min_words, args.max_words)
+    except ValueError as e:
+        p.error(str(e))
     for name in ("num_train", "num_dev", "num_test", "shard_pages", "workers"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -185,4 +185,19 @@ def _write_split(name: str, paths: list, files: list, records) -> "_SplitStats":
 # their subject, composed filler and NO questions whose value may be on the page (nq_shaped.py).
 PROFILES = {"easy": (make_example, 300, 3000), "nq": (make_nq_reading_example, 1000, 40000),
             "nq-lexical": (make_nq_example, 1000, 40000), "nq-shaped": (make_nq_shaped_example, 1000, 40000)}
+MIN_WORDS = 200  # an article needs room for a title, an answer and a distractor
+
+
+def page_lengths(profile: str, min_words=None, max_words=None) -> tuple:
+    """(min, max) words a page: the profile's where not given; a ValueError naming the flag when out of range."""
+    lo = PROFILES[profile][1] if min_words is None else min_words
+    hi = PROFILES[profile][2] if max_words is None else max_words
+    if lo < MIN_WORDS:
+        raise ValueError(f"--min-words must be at least {MIN_WORDS}: an article needs room for a title, an answer "
+                         "and a distractor")
+    if hi < lo:
+        raise ValueError("--max-words must be at least --min-words")
+    return lo, hi
+
+
 HELD_OUT_PROFILES = ("nq", "nq-shaped")  # profiles whose dev and test ask in forms their training split never shows

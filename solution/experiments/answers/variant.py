@@ -21,7 +21,7 @@ def with_test(row: dict, scored: dict, rows: dict, gold_path: str) -> dict:
 
 def tuned_row(dev: dict, dev_records: list, cfg, corpus: dict) -> tuple:
     """(the row's dev figures: untuned `dev`, tuned on dev's score records, with the per-document counts;
-    the post-processing settings with the tuned thresholds, for test)."""
+    the post-processing settings with the tuned thresholds, for test; the tuning's result at them)."""
     from dataclasses import replace
 
     from solution.scoring.tuning import predictions_with, tune
@@ -30,8 +30,8 @@ def tuned_row(dev: dict, dev_records: list, cfg, corpus: dict) -> tuple:
     tuned = replace(cfg, **best["thresholds"])
     dev_figures, counts = figures("dev", predictions_with(dev_records, tuned), corpus["dev"])
     return {"dev_f1_untuned": dev["micro_f1"], "dev_f1_tuned": best["result"]["micro_f1"], **dev_figures,
-            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts,
-            "_tuned_result": best["result"]}, tuned
+            "dev_untuned": dev, "thresholds": best["thresholds"], "test_f1": None, "_counts": counts}, tuned, \
+        best["result"]
 
 
 def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
@@ -49,8 +49,8 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     window_sets, _ = split_overrides(sets)
     dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
     dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
-    row, tuned = tuned_row(dev, [score_record(p) for p in dev_preds], cfg, corpus)
-    (d / "tune.json").write_text(json.dumps({"thresholds": row["thresholds"], "after": row.pop("_tuned_result")}) + "\n")
+    row, tuned, after = tuned_row(dev, [score_record(p) for p in dev_preds], cfg, corpus)
+    (d / "tune.json").write_text(json.dumps({"thresholds": row["thresholds"], "after": after}) + "\n")
     row["num_dev_windows"] = dev_windows
     if corpus["test"]:
         _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
@@ -66,8 +66,7 @@ def evaluate_records(dev_records: list, test_records: list, cfg, corpus: dict) -
     from solution.scoring.tuning import predictions_with
 
     dev = score_rows(predictions_with(dev_records, cfg), corpus["dev"])
-    row, tuned = tuned_row(dev, dev_records, cfg, corpus)
-    row.pop("_tuned_result")
+    row, tuned, _ = tuned_row(dev, dev_records, cfg, corpus)
     test_rows = predictions_with(test_records, tuned)
     row = with_test(row, test_rows, test_rows, corpus["test_gold"])
     return row | split_f1s(row, dev)

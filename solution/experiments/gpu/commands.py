@@ -77,9 +77,13 @@ class Group:
 
     chains: dict
 
+    @staticmethod
+    def label(chain: str, k: int, length: int) -> str:
+        """The name of a chain's k-th command (its log's name): the chain's own when it holds one."""
+        return f"{chain}-{k}" if length > 1 else chain
+
     def commands(self) -> list:
-        return [(f"{name}-{k}" if len(cmds) > 1 else name, cmd)
-                for name, cmds in self.chains.items() for k, cmd in enumerate(cmds)]
+        return [(self.label(name, k, len(cmds)), cmd) for name, cmds in self.chains.items() for k, cmd in enumerate(cmds)]
 
 
 def shown(cmd: list) -> str:

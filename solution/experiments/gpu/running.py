@@ -86,7 +86,7 @@ def execute(name: str, cmd: list, args, timeout: float) -> dict:
 def run_chain(name: str, cmds: list, args, deadline: float, results: dict) -> None:
     """One chain of a group: its commands in order, each with the seconds left; the first failure ends it."""
     for k, cmd in enumerate(cmds):
-        label = f"{name}-{k}" if len(cmds) > 1 else name
+        label = Group.label(name, k, len(cmds))
         if deadline - time.monotonic() < 1.0:  # the group's time is spent: the rest of the chain does not start
             return
         results[label] = execute(label, cmd, args, deadline - time.monotonic())
