@@ -102,18 +102,33 @@ class Stopped(SystemExit):
         self.name = signal.Signals(signum).name
 
 
+_received: list = []  # the signal stop_on_signals' handler took, kept while its block runs
+
+
 @contextlib.contextmanager
 def stop_on_signals():
-    """SIGTERM and SIGINT raise `Stopped` while the block runs (main thread only, as signals are)."""
+    """SIGTERM and SIGINT raise `Stopped` while the block runs (main thread only, as signals are).
+    The signal is also kept: a handler that runs inside a finaliser (a `__del__`, a weakref callback)
+    has its exception printed and ignored by Python, and the run would go on to replace the old CSV;
+    `raise_if_stopped` then stops it at the next document."""
     def stop(signum, frame):
+        _received.append(signum)
         raise Stopped(signum)
 
+    _received.clear()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _received.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raise `Stopped` for a signal stop_on_signals' handler took but whose exception was swallowed."""
+    if _received:
+        raise Stopped(_received[0])
 
 
 def thresholds_note(tuned, overrides=()) -> str:
@@ -178,6 +193,7 @@ def write_predictions(predictions, writer, scores, nq, on_error: str, input_path
     rows, written, failed = 0, set(), []
     try:
         for pred in predictions:
+            raise_if_stopped()
             if pred.example_id in written:
                 continue
             written.add(pred.example_id)
@@ -237,6 +253,7 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         for item in failed:
             if nq and "line" in item:  # a skipped line's blank rows: blank in NQ's format too
                 nq.write(blank_prediction(item["example_id"]))
+        raise_if_stopped()  # before atomic_output puts the new files in place of the old
         f.flush()  # a full disk shows here, before the scores file is renamed
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,

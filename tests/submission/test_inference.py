@@ -201,6 +201,32 @@ def test_a_stopped_predict_removes_its_temporary_files_and_keeps_the_old_csv(sig
     assert (out / "submission.csv").read_text() == "example_id,PredictionString\nthe previous submission\n"
 
 
+class SignalledWhenCollected:
+    """Sends the process SIGTERM from its finaliser: the handler runs inside `__del__`, where Python
+    prints the exception it raises and carries on (CI met this with a regex object collected mid-run)."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed one, on purpose
+def test_a_signal_whose_exception_python_swallowed_still_stops_predict_before_the_old_csv_is_replaced():
+    from solution.answers.postprocess import blank_prediction
+    from submission.predict import Stopped, stop_on_signals, write_predictions
+
+    def predictions():
+        for i in range(3):
+            if i == 1:
+                SignalledWhenCollected()  # collected at once: the signal's exception is swallowed
+            yield blank_prediction(str(i))
+
+    rows = []
+    with stop_on_signals(), pytest.raises(Stopped) as stopped:
+        write_predictions(predictions(), type("Rows", (), {"writerow": rows.append})(), None, None, "skip", "in")
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert len(rows) == 2  # the first document's rows only: it stopped at the next one
+
+
 def test_set_sends_the_first_pass_to_the_window_settings_and_the_rest_to_post_processing():
     from solution.answers.inference import with_overrides
 
