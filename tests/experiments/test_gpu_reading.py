@@ -162,6 +162,25 @@ def test_the_curve_projects_the_pages_its_gain_a_doubling_would_need():
     assert c["projection"]["pages_for_target"] == 128000  # two more doublings
 
 
+@pytest.mark.parametrize("argv", [["--rows", "--device", "cuda"],
+                                  ["--references", "lexical,bm25", "--device", "cuda"],
+                                  ["--references", "lexical", "--sentence-model", "some/encoder"],
+                                  ["--references", "sentences", "--device", "cuda:99"],
+                                  ["--references", "sentences", "--device", "gpu"]])
+def test_figures_refuse_a_device_no_row_would_use_or_the_machine_lacks(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        reading_figures.main(["--dir", str(tmp_path), *argv])
+    assert stopped.value.code == 2 and "--device" in capsys.readouterr().err
+
+
+def test_only_the_sentence_row_is_given_the_device_and_the_encoder(tmp_path):
+    args = SimpleNamespace(work=str(tmp_path), device="cuda", backbone="enc")
+    for extra in (["--rows"], ["--references", "lexical,bm25,first_paragraph"]):
+        assert "--device" not in reading.figures_command(args, *extra)
+    command = reading.figures_command(args, "--references", "sentences")
+    assert command[command.index("--device") + 1] == "cuda" and "enc" in command
+
+
 @pytest.mark.slow
 def test_the_reading_part_runs_whole_on_the_cpu_at_tiny_sizes(tmp_path):
     """Every command of the reading part, on the CPU at tiny sizes, in a process where `datasets` cannot be

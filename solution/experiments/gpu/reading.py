@@ -179,8 +179,11 @@ def predict_group(args, first_pass: str) -> Group:
 
 
 def figures_command(args, *extra) -> list:
+    """reading_figures on the reading folder; the device and the encoder only for the sentence row, the one
+    that runs a model (reading_figures refuses them elsewhere)."""
+    encoder = ["--device", args.device, "--sentence-model", args.backbone] if "sentences" in extra else []
     return [sys.executable, "-m", "solution.experiments.gpu.reading_figures", "--dir", str(reading_dir(args)),
-            "--device", args.device, "--sentence-model", args.backbone, *extra]
+            *encoder, *extra]
 
 
 def reading_commands(args) -> list:

@@ -23,6 +23,8 @@ import re
 import sys
 from pathlib import Path
 
+from solution.lexical import check_device
+
 PRED = re.compile(r"(?P<model>.+)-(?P<first_pass>words|meaning)-dev-scores\.jsonl$")
 REFERENCE_NAMES = ("lexical", "bm25", "first_paragraph", "sentences")
 GOAL = 0.80  # the test micro-F1 the reading work aims at on both seeds
@@ -46,6 +48,13 @@ def parse_args(argv):
         p.error(f"--references {args.references}: each of {', '.join(REFERENCE_NAMES)}")
     if not names and not args.rows:
         p.error("give --references NAMES or --rows")
+    # Before any row is scored: only the sentence row runs a model, on a device this machine must have.
+    if "sentences" not in names and (args.device != "cpu" or args.sentence_model):
+        p.error("--device and --sentence-model are the sentence row's: only --references sentences runs a model")
+    try:
+        check_device(args.device)
+    except ValueError as e:
+        p.error(str(e))
     args.references = names
     return args
 
