@@ -46,6 +46,7 @@ import json
 import sys
 from pathlib import Path
 
+from solution.common import devices
 from solution.model.references import METHODS, lexical_records
 
 
@@ -97,21 +98,10 @@ def main(argv=None) -> int:
 
 def check_device(device: str, method: str = "sentences") -> None:
     """ValueError unless `device` names a torch device this machine has, and the method runs a model on it
-    (torch is imported for any but cpu: `words` and `bm25` never need it)."""
-    if device == "cpu":
-        return
-    if method != "sentences":  # accepted and unused, it would read as a GPU run that never was
+    (`words` and `bm25` never need one)."""
+    if device != "cpu" and method != "sentences":  # accepted and unused, it would read as a GPU run that never was
         raise ValueError(f"--device {device}: --method {method} runs no model; only --method sentences takes a device")
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except RuntimeError as e:
-        raise ValueError(f"--device {device}: not a torch device ({e})") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: no CUDA device here (torch.cuda.is_available() is False)")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    devices.check_device(device)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from solution.lexical import check_device
+from solution.common.devices import check_device
 
 PRED = re.compile(r"(?P<model>.+)-(?P<first_pass>words|meaning)-dev-scores\.jsonl$")
 REFERENCE_NAMES = ("lexical", "bm25", "first_paragraph", "sentences")
