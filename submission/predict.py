@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(evaluate --tune --model FIRST_DIR writes them there)")
     p.add_argument("--weights", default=None, metavar="W1,W2,...",
                    help="one weight per --model, normalised to sum 1 (default: equal); a model weighted 0 is not run")
+    p.add_argument("--polarity-model", default=None, metavar="DIR",
+                   help="a model directory that decides YES or NO where the answer is a yes/no (by its YES-minus-NO "
+                        "type score on that page, with its own window settings; run on those pages alone): "
+                        "every other answer stays --model's (docs/answers-techniques.md, 'A polarity model')")
     p.add_argument("--input", required=True, help="simplified-NQ test file (.jsonl or .jsonl.gz)")
     p.add_argument("--output", default="submission.csv", help="CSV to write (default: submission.csv)")
     p.add_argument("--overwrite", action="store_true",
@@ -218,27 +222,32 @@ def write_predictions(predictions, writer, scores, nq, on_error: str, input_path
 def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_path: str, batch_size: int = 32,
                  device: str = "cpu", precision: str = "fp32", on_error: str = "skip", quiet: bool = False,
                  scores_out: Optional[str] = None, weights: Optional[str] = None, overrides=(),
-                 nq_predictions: Optional[str] = None, overwrite: bool = False) -> dict:
+                 nq_predictions: Optional[str] = None, overwrite: bool = False,
+                 polarity_model: Optional[str] = None) -> dict:
     """Score every example of `input_path` and write the CSV; returns counts and speed.
 
     `model_dir`: one model directory, or several (an ensemble, `weights` as in --weights); `overrides`:
     post-processing settings for this run (--set KEY=VALUE), over the first weighted model's; `nq_predictions`:
-    also the same rows in NQ's predictions JSON (`nq_official.PredictionsWriter`)."""
+    also the same rows in NQ's predictions JSON (`nq_official.PredictionsWriter`); `polarity_model`: a model
+    directory that reads YES or NO where the answer is one (`solution.answers.polarity`)."""
     model_dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     check_input_file(input_path)  # a pipe or standard input said so now, not after the models load
     precision = resolve_precision(precision, device)
-    claim_outputs(output_path, scores_out, nq_predictions, input_path, model_dirs, overwrite)
+    inputs = model_dirs + ([polarity_model] if polarity_model else [])
+    claim_outputs(output_path, scores_out, nq_predictions, input_path, inputs, overwrite)
     if nq_predictions:  # here, not at the top: the Kaggle kernel copies only the modules a submission needs
         from solution.answers.nq_format import PredictionsWriter
     ensemble = load_ensemble(model_dirs, parse_weights(weights, len(model_dirs)), device, precision)
+    polarity = load_ensemble([polarity_model], None, device, precision) if polarity_model else None
     window_sets, post_sets = split_overrides(overrides)
     post = apply_overrides(ensemble.post, post_sets)
     stats = ReadStats()
     bar = cli.progress(desc="predict", unit=" documents", disable=quiet)  # no total: the input is a stream
     progress_state, progress = _progress_to(bar)
-    predictions = predict_input(ensemble, input_path, post, window_sets, batch_size, on_error, stats, progress)
+    predictions = predict_input(ensemble, input_path, post, window_sets, batch_size, on_error, stats, progress,
+                                polarity)
     t0 = time.perf_counter()
     # Both files go to temporary names and are renamed only when whole: never half a submission
     # under the real name, and a full disk or an error removes the temporary files.
@@ -257,7 +266,8 @@ def predict_file(model_dir: Union[str, Sequence[str]], input_path: str, output_p
         f.flush()  # a full disk shows here, before the scores file is renamed
     dt = time.perf_counter() - t0
     return {"documents": progress_state["docs"], "windows": progress_state["windows"], "rows": rows,
-            "precision": precision, "models": ensemble.timings, "window_groups": len(ensemble.groups),
+            "precision": precision, "models": ensemble.timings + (polarity.timings if polarity else []),
+            "window_groups": len(ensemble.groups),
             "seconds": dt, "skipped": stats.num_skipped, "read_report": stats.report(), "failed": failed,
             "lines_without_id": unrecoverable, "fatal": fatal, "thresholds": thresholds_note(ensemble.tuned, overrides)}
 
@@ -286,7 +296,7 @@ def main(argv=None) -> int:
         with stop_on_signals():
             result = predict_file(args.model, args.input, args.output, args.batch_size, args.device,
                                   args.precision, args.on_error, args.quiet, args.scores_out, args.weights,
-                                  args.overrides, args.nq_predictions, args.overwrite)
+                                  args.overrides, args.nq_predictions, args.overwrite, args.polarity_model)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path and free space)
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -31,17 +31,23 @@ def load_script(name: str):
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
-def write_model_dir(out, overrides=TINY, seed=0, postprocess=None):
+def write_model_dir(out, overrides=TINY, seed=0, postprocess=None, type_bias=None):
     """A model directory of the tiny BERT with random weights (seeded) and windows of 128 tokens;
-    `postprocess` changes settings of the post-processing it saves."""
+    `postprocess` changes settings of the post-processing it saves; `type_bias` ({answer type: value}) is
+    added to the answer-type head's bias, so that the model types every window so (a value far above the
+    random logits)."""
     import torch
 
     from solution.model import qa_model
     from solution.training.config import TrainConfig
+    from solution.windows.featurizer import ANSWER_TYPES
 
     cfg = TrainConfig(pretrained=False, model_config_overrides=overrides)
     torch.manual_seed(seed)
     model = qa_model.build_model(cfg.model_name_or_path, False, cfg.backbone_overrides)
+    with torch.no_grad():
+        for name, value in (type_bias or {}).items():
+            model.answer_type_head.bias[ANSWER_TYPES.index(name)] += value
     window = {**asdict(cfg.window), "max_seq_length": 128, "doc_stride": 32, "max_question_length": 24}
     return qa_model.save_model_dir(out, model.state_dict(), model.config,
                                    qa_model.load_tokenizer(cfg.model_name_or_path),

@@ -26,7 +26,7 @@ CODE = ["solution/__init__.py",
         "solution/data/__init__.py", "solution/data/nq.py", "solution/data/words.py",
         "solution/windows/__init__.py", "solution/windows/featurizer.py", "solution/windows/first_pass.py",
         "solution/answers/__init__.py", "solution/answers/postprocess.py", "solution/answers/inference.py",
-        "solution/answers/ensemble.py", "solution/answers/nq_format.py",
+        "solution/answers/ensemble.py", "solution/answers/nq_format.py", "solution/answers/polarity.py",
         "solution/model/__init__.py", "solution/model/qa_model.py", "solution/model/qa_config.py",
         "solution/model/loading.py", "solution/model/sentences.py",
         "submission/__init__.py", "submission/predict.py"]

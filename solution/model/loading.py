@@ -26,6 +26,7 @@ import torch
 
 from solution.answers.ensemble import ModelGroup, parse_weights, predict_ensemble, weighted_runner
 from solution.answers.inference import LogitCache, model_runner
+from solution.answers.polarity import reads_polarity, with_polarity
 from solution.answers.postprocess import DocumentPrediction, PostprocessConfig
 from solution.common.fsutil import file_digest
 from solution.common.precision import resolve_precision
@@ -174,13 +175,41 @@ def with_window_sets(groups: Sequence[ModelGroup], window_sets=(), device: str =
 
 def predict_input(ensemble: Ensemble, input_path, post: Optional[PostprocessConfig] = None, window_sets=(),
                   batch_size: int = 32, on_error: str = "raise", stats: Optional[ReadStats] = None,
-                  progress: Optional[Callable[[int, int], None]] = None) -> Iterator[DocumentPrediction]:
+                  progress: Optional[Callable[[int, int], None]] = None,
+                  polarity: Optional[Ensemble] = None) -> Iterator[DocumentPrediction]:
     """One prediction per document of a simplified-NQ file, in input order: the path every prediction of
     a file takes (submission.predict's CSV, the answers benchmark's variants).
 
     `post`: the post-processing settings (default: the ensemble's); `window_sets`: --set items of the
     window settings; `on_error`, `stats`: as `read_examples`; `progress(documents, windows)` after each
-    chunk. The windows' settings and the input are set up here, the documents read as the result is."""
+    chunk; `polarity`: a polarity model whose YES or NO replaces the answer's where the answer is one
+    (`solution.answers.polarity`), run on those documents alone with its own settings. The windows'
+    settings and the input are set up here, the documents read as the result is."""
     groups = with_window_sets(ensemble.groups, window_sets, ensemble.device)
     examples = read_examples(input_path, on_error=on_error, stats=stats)
-    return predict_ensemble(groups, examples, post or ensemble.post, batch_size, progress=progress)
+    post = post or ensemble.post
+    if polarity is None:
+        return predict_ensemble(groups, examples, post, batch_size, progress=progress)
+    held: dict = {}  # the documents read and not yet answered (at most a chunk's)
+    answers = predict_ensemble(groups, holding(examples, held), post, batch_size, progress=progress)
+    return polarity_read(answers, held, polarity, post, batch_size)
+
+
+def holding(examples, held: dict):
+    """`examples`, each kept in `held` by its id until its answer takes it back."""
+    for example in examples:
+        held[example.example_id] = example
+        yield example
+
+
+def polarity_read(answers, held: dict, polarity: Ensemble, post: PostprocessConfig,
+                  batch_size: int) -> Iterator[DocumentPrediction]:
+    """The answers, each yes/no one with the polarity model's YES or NO (`with_polarity`), that model run on
+    that document alone."""
+    groups = with_window_sets(polarity.groups, (), polarity.device)
+    for answer in answers:
+        example = held.pop(answer.example_id, None)
+        if example is not None and reads_polarity(answer):
+            (read,) = predict_ensemble(groups, [example], polarity.post, batch_size)
+            answer = with_polarity(answer, read, post)
+        yield answer

@@ -1,0 +1,104 @@
+"""A polarity model beside the answer model (solution.answers.polarity, submission.predict --polarity-model):
+only a yes/no answer's YES or NO changes, to the polarity model's on the same page, and that model runs on
+those pages alone."""
+
+import csv
+
+import pytest
+from conftest import small_test_file
+from helpers import write_model_dir
+
+from solution.answers.postprocess import DocumentPrediction, PostprocessConfig
+
+ANSWER_ALL = {"long_threshold": -1e6, "short_threshold": -1e6}
+
+
+def answer(answer_type, short, yes=1.0, no=2.0):
+    return DocumentPrediction("d", "3:9", short, answer_type, 5.0, 4.0, 0, raw_long="3:9", raw_short=short,
+                              yes_score=yes, no_score=no)
+
+
+def test_a_yes_no_answer_takes_the_polarity_models_reading_and_both_type_scores_become_the_larger():
+    from solution.answers.polarity import with_polarity
+
+    cfg = PostprocessConfig()
+    out = with_polarity(answer("NO", "NO", yes=1.0, no=2.0), answer("NO", "NO", yes=7.0, no=3.0), cfg)
+    assert (out.answer_type, out.raw_short, out.short, out.long) == ("YES", "YES", "YES", "3:9")
+    assert out.yes_score == out.no_score == 2.0
+    back = with_polarity(answer("YES", "YES", yes=2.0, no=1.0), answer("YES", "YES", yes=0.0, no=3.0), cfg)
+    assert (back.answer_type, back.short) == ("NO", "NO")
+
+
+def test_a_span_answer_and_an_unread_page_are_left_as_they_are():
+    from solution.answers.polarity import with_polarity
+
+    cfg = PostprocessConfig()
+    span = answer("SHORT", "4:5")
+    assert with_polarity(span, answer("YES", "YES", yes=9.0, no=0.0), cfg) is span
+    unread = DocumentPrediction("d", "", "", "UNKNOWN", float("-inf"), float("-inf"), -1)
+    no = answer("NO", "NO")
+    assert with_polarity(no, unread, cfg) is no
+
+
+def test_with_separate_thresholds_the_new_polarity_is_kept_or_dropped_on_the_larger_score():
+    from solution.answers.polarity import with_polarity
+
+    cfg = PostprocessConfig(separate_thresholds=True, yes_threshold=1.5, no_threshold=10.0)
+    out = with_polarity(answer("NO", "NO", yes=1.0, no=2.0), answer("YES", "YES", yes=5.0, no=0.0), cfg)
+    assert out.short == "YES"  # 2.0 > yes_threshold 1.5; as NO it was dropped (2.0 < 10.0)
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    return small_test_file(tmp_path_factory.mktemp("synth"), num_test=4)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    kinds = {"says-yes": {"YES": 50.0}, "says-short": {"SHORT": 50.0}, "reads-no": {"NO": 60.0, "YES": 50.0}}
+    return {name: str(write_model_dir(root / name, seed=1, postprocess=ANSWER_ALL, type_bias=bias))
+            for name, bias in kinds.items()}
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return {r["example_id"]: r["PredictionString"] for r in csv.DictReader(f)}
+
+
+def test_predict_takes_yes_or_no_from_the_polarity_model_and_every_long_answer_from_the_answer_model(
+        models, pages, tmp_path):
+    from submission.predict import predict_file
+
+    alone, routed = tmp_path / "alone.csv", tmp_path / "routed.csv"
+    predict_file(models["says-yes"], str(pages), str(alone), quiet=True)
+    result = predict_file(models["says-yes"], str(pages), str(routed), quiet=True, polarity_model=models["reads-no"])
+    before, after = rows(alone), rows(routed)
+    shorts = [k for k in before if k.endswith("_short")]
+    assert [before[k] for k in shorts] == ["YES"] * len(shorts)  # the answer model types every page YES
+    assert [after[k] for k in shorts] == ["NO"] * len(shorts)  # the polarity model reads NO on each
+    assert {k: v for k, v in after.items() if k.endswith("_long")} == {k: v for k, v in before.items()
+                                                                       if k.endswith("_long")}
+    assert result["models"][1]["windows"] > 0
+
+
+def test_the_polarity_model_runs_no_window_where_no_answer_is_a_yes_or_no(models, pages, tmp_path):
+    from submission.predict import predict_file
+
+    alone, routed = tmp_path / "alone.csv", tmp_path / "routed.csv"
+    predict_file(models["says-short"], str(pages), str(alone), quiet=True)
+    result = predict_file(models["says-short"], str(pages), str(routed), quiet=True,
+                          polarity_model=models["reads-no"])
+    assert routed.read_bytes() == alone.read_bytes()
+    assert result["models"][1]["windows"] == 0
+
+
+def test_a_polarity_model_that_is_no_model_directory_is_one_line_before_any_page(models, pages, tmp_path, capsys):
+    from submission import predict
+
+    out = tmp_path / "out.csv"
+    code = predict.main(["--model", models["says-yes"], "--input", str(pages), "--output", str(out), "--quiet",
+                         "--device", "cpu", "--polarity-model", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert code == 2 and "nowhere" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
