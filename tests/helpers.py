@@ -31,6 +31,10 @@ def load_script(name: str):
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
 
 
+# Thresholds far below any score: a random model then answers every document, so rows differ where logits do.
+ANSWER_ALL = {"long_threshold": -1e6, "short_threshold": -1e6}
+
+
 def write_model_dir(out, overrides=TINY, seed=0, postprocess=None, type_bias=None):
     """A model directory of the tiny BERT with random weights (seeded) and windows of 128 tokens;
     `postprocess` changes settings of the post-processing it saves; `type_bias` ({answer type: value}) is

@@ -33,6 +33,5 @@ def with_polarity(prediction: DocumentPrediction, polarity: DocumentPrediction, 
     top = max(prediction.yes_score, prediction.no_score)
     out = replace(prediction, answer_type=which, yes_score=top, no_score=top,
                   raw_short=which if prediction.raw_short in YES_NO else prediction.raw_short)
-    out.long, out.short = threshold_rows(score_record(out), cfg)
-    out.long_candidate = prediction.long_candidate if out.long else -1
+    _, out.short = threshold_rows(score_record(out), cfg)  # the long row does not depend on the answer's type
     return out

@@ -6,11 +6,9 @@ import csv
 
 import pytest
 from conftest import small_test_file
-from helpers import write_model_dir
+from helpers import ANSWER_ALL, write_model_dir
 
 from solution.answers.postprocess import DocumentPrediction, PostprocessConfig
-
-ANSWER_ALL = {"long_threshold": -1e6, "short_threshold": -1e6}
 
 
 def answer(answer_type, short, yes=1.0, no=2.0):

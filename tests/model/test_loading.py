@@ -16,10 +16,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, small_test_file
-from helpers import write_model_dir
+from helpers import ANSWER_ALL, write_model_dir
 
-# Thresholds far below any score: a random model then answers every document, so rows differ where logits do.
-ANSWER_ALL = {"long_threshold": -1e6, "short_threshold": -1e6}
 WINDOW_SETS = ["max_windows_per_document=2", "first_pass=stems"]
 
 
