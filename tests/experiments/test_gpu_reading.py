@@ -136,6 +136,20 @@ def test_the_comparisons_pair_meaning_with_words_and_each_yes_no_model_with_its_
     assert "yes-no-s0: yes/no pages - without (words)" not in reading_figures.paired(rows)
 
 
+def test_a_models_scores_with_a_polarity_model_are_paired_against_its_own():
+    alone, polarity = [(1, 0, 0), (0, 1, 1), (1, 0, 0)], [(1, 0, 0), (1, 0, 0), (1, 0, 0)]
+
+    def model(counts):
+        return {"main": row(counts), "yes_no": row(counts)}
+
+    rows = {("p32-s0", "words"): model(alone), ("p32-s0-polarity", "words"): model(polarity),
+            ("p8-s0-polarity", "words"): model(polarity)}  # no p8-s0 row: nothing to pair it with
+    pairs = reading_figures.paired(rows)
+    assert set(pairs) == {"p32-s0-polarity: polarity model - without (words)"}
+    pair = pairs["p32-s0-polarity: polarity model - without (words)"]
+    assert pair["main"]["test_f1_delta"] > 0 and pair["yes_no"]["dev_f1_delta"] > 0  # it answers the page alone missed
+
+
 def test_the_groups_leave_the_last_figures_their_reserve(tmp_path):
     args = parsed(tmp_path)
     result = {"runs": {}}

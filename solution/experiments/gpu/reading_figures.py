@@ -27,6 +27,9 @@ from solution.common.devices import check_device
 
 PRED = re.compile(r"(?P<model>.+)-(?P<first_pass>words|meaning)-dev-scores\.jsonl$")
 REFERENCE_NAMES = ("lexical", "bm25", "first_paragraph", "sentences")
+# A model's scores made with `submission.predict --polarity-model` are named MODEL + this (DIR/stage2-MODEL-polarity
+# is MODEL's folder again) and paired against MODEL's own: what the polarity model changes on the same pages.
+POLARITY_SUFFIX = "-polarity"
 GOAL = 0.80  # the test micro-F1 the reading work aims at on both seeds
 SUMMARY_KEYS = ("num_train_documents", "test_f1", "test_f1_ci", "dev_f1_tuned", "test_long_f1", "best_reference",
                 "best_reference_delta", "best_reference_delta_ci", "best_long_reference", "best_long_reference_delta",
@@ -138,15 +141,20 @@ def form_split(test_records: list, cfg, thresholds: dict, gold_path: str) -> dic
 
 def paired(rows: dict) -> dict:
     """The comparisons the part exists for, each paired on the same documents: the meaning first pass against
-    the words one (same model), and each yes/no model against the model of its seed trained on the same pages
+    the words one (same model), each yes/no model against the model of its seed trained on the same pages
     without the added yes/no ones (found by its training file, so a failed model is never replaced by
-    another size's)."""
+    another size's), and MODEL-polarity against MODEL."""
     from solution.experiments.answers.figures import deltas
 
     out = {}
     for (name, first_pass), r in rows.items():
         if first_pass == "meaning" and (name, "words") in rows:
             out[f"{name}: meaning - words"] = deltas(rows[name, "words"]["main"], r["main"])
+        answerer = name.removesuffix(POLARITY_SUFFIX)
+        if answerer != name and (answerer, first_pass) in rows:
+            alone = rows[answerer, first_pass]
+            out[f"{name}: polarity model - without ({first_pass})"] = {
+                "main": deltas(alone["main"], r["main"]), "yes_no": deltas(alone["yes_no"], r["yes_no"])}
         if not name.startswith("yes-no-"):
             continue
         without = (r["main"].get("train_file") or "").replace("-yes-no", "")
