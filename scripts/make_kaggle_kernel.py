@@ -15,6 +15,8 @@ runs with internet off and no custom packages:
                       `submission.predict --model ... --weights ...` does
       code/solution/  the reading, windowing, model, post-processing and inference modules
       code/submission/predict.py
+      polarity/       with --polarity-model: the model that reads YES or NO where the answer is
+                      one (`submission.predict --polarity-model`), its own files as model/'s
       MANIFEST.json   what was copied, from where, with sizes; its "made_by" marks the folder as
                       this tool's: a later run replaces such a folder (holding nothing else), and
                       refuses any other existing folder, a file, the model directories and the
@@ -56,6 +58,9 @@ def main(argv=None) -> int:
                    help="model directory (output_dir/model, or from solution.consolidate); repeat it for an "
                         "ensemble (see python -m submission.predict --help)")
     p.add_argument("--weights", default=None, metavar="W1,W2,...", help="one weight per --model (default: equal)")
+    p.add_argument("--polarity-model", default=None, metavar="DIR",
+                   help="a model directory packed as polarity/: where --model's answer is YES or NO, its type scores "
+                        "on that page decide which (submission.predict --polarity-model)")
     p.add_argument("--out", default="kernel",
                    help="folder to write; an existing one is replaced only if this tool wrote it (its MANIFEST.json "
                         "says so and it holds nothing else), else refused")
@@ -78,18 +83,20 @@ def main(argv=None) -> int:
             raise ValueError(f"--num-documents must be >= 1, got {args.num_documents}")
         if args.pages_limit < 1:
             raise ValueError(f"--pages-limit must be >= 1, got {args.pages_limit}")
-        model_dirs = check_kit(args.model, Path(args.out), args.weights, args.dataset_id)
+        model_dirs = check_kit(args.model, Path(args.out), args.weights, args.dataset_id, args.polarity_model)
         from solution.experiments.kernel_budget import format_projection, project
 
         # --pages is read here, before the folder is made: a page that cannot be read leaves nothing behind.
         projection = format_projection(project(args.model, args.pages, args.num_documents, args.pages_limit))
-        m = build(model_dirs, Path(args.out), args.weights, args.dataset_id, args.title, args.license)
+        m = build(model_dirs, Path(args.out), args.weights, args.dataset_id, args.title, args.license,
+                  args.polarity_model)
     except (ValueError, OSError) as e:  # OSError: a full disk (DiskFullError names the path), an unmakeable folder
         print(f"error: {e}", file=sys.stderr)
         return 2
     if m["skipped"]:
         print(f"warning: not packed (not part of a model directory): {', '.join(m['skipped'])}", file=sys.stderr)
-    print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))} "
+    print(f"kernel folder {args.out}: run.py, {', '.join(dict.fromkeys(m['models']))}"
+          f"{' and ' + m['polarity_model'] + '/' if m.get('polarity_model') else ''} "
           f"({m['model_bytes'] / 2**20:.1f} MiB), {len(m['code'])} code files")
     print(projection)
     print(f"dry run: python {args.out}/run.py --input data/synth/simplified-nq-test.jsonl --output /tmp/submission.csv")

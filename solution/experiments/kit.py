@@ -36,7 +36,9 @@ PACKED = ("solution", "submission")
 # MANIFEST.json's "made_by": how an existing --out is known as a kernel folder this tool wrote (and so
 # may be replaced); a folder without it is the user's, and is never removed.
 MADE_BY = "scripts/make_kaggle_kernel.py"
-KIT_ENTRY = re.compile(r"run\.py|code|model(-\d+)?|MANIFEST\.json|dataset-metadata\.json|notebook\.ipynb")
+KIT_ENTRY = re.compile(r"run\.py|code|model(-\d+)?|polarity|MANIFEST\.json|dataset-metadata\.json|notebook\.ipynb")
+# The folder a packed polarity model (submission.predict --polarity-model) is copied to.
+POLARITY = "polarity"
 DATASET_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*/[A-Za-z0-9][A-Za-z0-9_-]*")  # Kaggle's USER/SLUG
 
 RUN_PY = '''"""Kaggle TF2 QA submission, offline.
@@ -64,6 +66,7 @@ WINDOWS_PER_REAL_DOCUMENT = 40  # real NQ documents: about 40 windows of 512 tok
 LIMITS_H = {"GPU notebook": 3.0, "CPU notebook": 9.0}
 MODELS = __MODELS__  # folders beside this file; several: an ensemble
 WEIGHTS = __WEIGHTS__  # as submission.predict --weights (None: equal)
+POLARITY = __POLARITY__  # as submission.predict --polarity-model: the folder that reads YES or NO (None: MODELS do)
 
 
 def main():
@@ -85,7 +88,7 @@ def main():
     try:
         with stop_on_signals():  # a stopped kernel removes its temporary CSV (exit status 128 + the signal)
             r = predict_file([str(HERE / m) for m in MODELS], args.input, args.output, args.batch_size, device,
-                             args.precision, weights=WEIGHTS)
+                             args.precision, weights=WEIGHTS, polarity_model=POLARITY and str(HERE / POLARITY))
     except (ValueError, OSError) as e:  # a bad input or output path, a model that cannot load, a full disk
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -118,9 +121,12 @@ if __name__ == "__main__":
 '''
 
 
-def check_kit(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None) -> list:
-    """Every check of `build`'s arguments, before anything is written; the model directories as Paths."""
+def check_kit(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None,
+              polarity_model=None) -> list:
+    """Every check of `build`'s arguments, before anything is written; the model directories as Paths (the
+    polarity model's, when there is one, is checked as theirs are)."""
     model_dirs = [Path(model_dirs)] if isinstance(model_dirs, (str, Path)) else [Path(d) for d in model_dirs]
+    packed = model_dirs + ([Path(polarity_model)] if polarity_model else [])
     if dataset_id is not None and not DATASET_ID.fullmatch(dataset_id):
         raise ValueError(f"--dataset-id {dataset_id!r}: expected USER/SLUG, as in kaggle.com/datasets/USER/SLUG")
     if weights is not None:
@@ -128,26 +134,27 @@ def check_kit(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: 
         from solution.answers.ensemble import parse_weights
 
         parse_weights(weights, len(model_dirs))
-    check_out(out, model_dirs)
-    check_models(model_dirs)
+    check_out(out, packed)
+    check_models(packed)
     from solution.model.qa_model import model_dir_files
 
-    for d in model_dirs:  # a symbolic link is refused before anything is written
+    for d in packed:  # a symbolic link is refused before anything is written
         model_dir_files(d)
     return model_dirs
 
 
 def build(model_dirs: list, out: Path, weights: Optional[str] = None, dataset_id: Optional[str] = None,
-          title: Optional[str] = None, license_name: str = "other") -> dict:
-    """Write the kernel folder for one model directory or an ensemble of several (and, with `dataset_id`,
-    the Kaggle dataset's metadata and a notebook that runs it); the arguments as `check_kit` passed them."""
+          title: Optional[str] = None, license_name: str = "other", polarity_model=None) -> dict:
+    """Write the kernel folder for one model directory or an ensemble of several, with a polarity model
+    beside them when one is given (and, with `dataset_id`, the Kaggle dataset's metadata and a notebook that
+    runs it); the arguments as `check_kit` passed them."""
     final = Path(os.path.abspath(out))  # `--out .` has a name and a folder beside it to write in
     final.parent.mkdir(parents=True, exist_ok=True)
     # Written beside the target and swapped in whole: a failure leaves the old folder as it was.
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.tmp-"))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes the folder private; a kernel folder is read like any other
-        manifest = write_kernel(model_dirs, tmp, weights, dataset_id, title, license_name)
+        manifest = write_kernel(model_dirs, tmp, weights, dataset_id, title, license_name, polarity_model)
         replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -195,7 +202,7 @@ def not_a_kit(folder: Path) -> str:
 
 
 def write_kernel(model_dirs: list, out: Path, weights: Optional[str], dataset_id: Optional[str],
-                 title: Optional[str], license_name: str) -> dict:
+                 title: Optional[str], license_name: str, polarity_model=None) -> dict:
     """The kernel folder's contents, written into the (new, empty) folder `out`."""
     (out / "code").mkdir()
     copied = []
@@ -210,30 +217,43 @@ def write_kernel(model_dirs: list, out: Path, weights: Optional[str], dataset_id
         dst.write_text(text)
         copied.append({"file": f"code/{rel}", "bytes": len(text.encode())})
     # One folder per distinct directory: a model listed twice is copied once (predict merges it anyway).
-    from solution.model.qa_model import model_dir_files
-
     names: dict = {}
     skipped: list = []
     for d in model_dirs:
         key = d.resolve()
         if key not in names:
             names[key] = "model" if len(model_dirs) == 1 else f"model-{len(names) + 1}"
-            files, extras = model_dir_files(d)
-            (out / names[key]).mkdir()
-            for name in files:  # the model's own files only: never a link's target, never an extra
-                shutil.copyfile(d / name, out / names[key] / name)
-            skipped += [str(d / name) for name in extras]
+            skipped += copy_model_dir(d, out / names[key])
     folders = [names[d.resolve()] for d in model_dirs]
-    (out / "run.py").write_text(RUN_PY.replace("__MODELS__", repr(folders)).replace("__WEIGHTS__", repr(weights)))
-    size = sum(p.stat().st_size for f in set(folders) for p in (out / f).rglob("*") if p.is_file())
+    polarity = None
+    if polarity_model is not None:  # its own folder even when it is one of the models: run.py loads it apart
+        polarity = POLARITY
+        skipped += copy_model_dir(Path(polarity_model), out / POLARITY)
+    (out / "run.py").write_text(RUN_PY.replace("__MODELS__", repr(folders)).replace("__WEIGHTS__", repr(weights))
+                                .replace("__POLARITY__", repr(polarity)))
+    size = sum(p.stat().st_size for f in {*folders, *([polarity] if polarity else [])}
+               for p in (out / f).rglob("*") if p.is_file())
     manifest = {"made_by": MADE_BY, "models_from": [str(d.resolve()) for d in model_dirs], "models": folders, "weights": weights,
                 "model_bytes": size, "code": copied, "entry": "run.py", "skipped": skipped,
                 "needs": ["torch", "transformers>=4.51", "numpy", "safetensors", "tqdm"]}
+    if polarity_model is not None:
+        manifest |= {"polarity_model_from": str(Path(polarity_model).resolve()), "polarity_model": polarity}
     if dataset_id is not None:
         manifest["dataset_id"] = dataset_id
         write_kaggle_files(out, dataset_id, title, license_name)
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def copy_model_dir(src: Path, dst: Path) -> list:
+    """Copy a model directory's own files into the new folder `dst`; the files left out (as str paths)."""
+    from solution.model.qa_model import model_dir_files
+
+    files, extras = model_dir_files(src)
+    dst.mkdir()
+    for name in files:  # the model's own files only: never a link's target, never an extra
+        shutil.copyfile(src / name, dst / name)
+    return [str(src / name) for name in extras]
 
 
 def write_kaggle_files(out: Path, dataset_id: str, title: Optional[str], license_name: str) -> None:

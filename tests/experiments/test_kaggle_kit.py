@@ -356,3 +356,26 @@ def test_the_kernel_carries_every_module_submission_predict_imports_and_no_other
 
     assert sorted(CODE) == sorted(imported_files("submission.predict"))
     assert not [f for f in CODE if f.startswith("solution/experiments/")]
+
+
+@pytest.mark.slow  # the kernel's run.py in a process of its own
+def test_a_packed_polarity_model_reads_yes_or_no_in_the_kernel_and_a_missing_one_is_refused(test_file, tmp_path,
+                                                                                            capsys):
+    from helpers import ANSWER_ALL
+
+    says_yes = write_model_dir(tmp_path / "says-yes", seed=1, postprocess=ANSWER_ALL, type_bias={"YES": 50.0})
+    reads_no = write_model_dir(tmp_path / "reads-no", seed=1, postprocess=ANSWER_ALL,
+                               type_bias={"NO": 60.0, "YES": 50.0})
+    kernel = tmp_path / "kernel"
+    assert kit_main("--model", says_yes, "--out", kernel, "--polarity-model", tmp_path / "nowhere") == 2
+    one_error_line(capsys, tmp_path / "nowhere", start="error: ")
+    assert not kernel.exists()
+    assert kit_main("--model", says_yes, "--out", kernel, "--polarity-model", reads_no) == 0
+    manifest = json.loads((kernel / "MANIFEST.json").read_text())
+    assert (manifest["models"], manifest["polarity_model"]) == (["model"], "polarity")
+    assert sorted(p.name for p in (kernel / "polarity").iterdir()) == sorted(p.name for p in reads_no.iterdir())
+    proc = run_kernel(kernel, test_file, tmp_path / "kernel.csv", "")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [r.split(",") for r in (tmp_path / "kernel.csv").read_text().splitlines()[1:]]
+    shorts = [span for key, span in rows if key.endswith("_short")]
+    assert shorts == ["NO"] * 4  # the answer model says YES on every page; the packed polarity model reads NO
