@@ -3,6 +3,7 @@ data step makes, its files are unions of parts, and its comparisons pair the row
 
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -53,6 +54,11 @@ def test_the_reading_part_plans_its_groups_in_order(tmp_path):
     assert set(train.chains) == {"reading-train-p8-s0", "reading-train-p16-s0", "reading-train-p32-s0",
                                  "reading-train-p32-s1", "reading-train-yes-no-s0", "reading-train-yes-no-s1",
                                  "reading-references"}
+    words = dict((name, cmd) for name, _, cmd, _ in runs)["reading-predict-words"]
+    assert {"reading-polarity-s0", "reading-polarity-s1"} <= set(words.chains)
+    polarity = words.chains["reading-polarity-s1"]
+    assert [cmd[cmd.index("-m") + 1] for cmd in polarity] == ["solution.train"] * 2 + ["submission.predict"] * 2
+    assert polarity[-1][polarity[-1].index("--polarity-model") + 1].endswith("polarity-s1/model")
     needs = {name: need for name, _, _, need in runs}
     assert needs["reading-figures"] == [] and needs["reading-train"] == ["reading-data"]
 
@@ -77,6 +83,21 @@ def test_every_training_looks_for_the_cache_entry_the_data_step_makes(tmp_path, 
         keys = [cache_key(str(path), tokenizer, c.window, c.sampling, c.max_train_examples, c.on_error,
                           c.sampling.draw_seed(c.seed)) for c in (trained, made)]
         assert keys[0] == keys[1], name
+    for seed in reading.SEEDS:  # the polarity stage's two trainings and the entries the data step makes for them
+        whole, replay = (cmd[cmd.index("-m") + 2:] for cmd in reading.polarity_chain(args, seed)[:2])
+        for cmd, extra in ((whole, reading_data.WHOLE_PARAGRAPH_LABELS), (replay, ())):
+            path = tmp_path / "data" / Path(cmd[cmd.index("--train_file") + 1]).name
+            path.parent.mkdir(exist_ok=True)
+            path.write_text("{}\n")
+            config, overrides = parse_command_line(cmd, "solution.train", "")
+            trained = load_config(config, overrides + ["--train_file", str(path)])
+            made = load_config(data.overrides[k + 1], data.overrides[:k] + data.overrides[k + 2:] + [*extra] +
+                               ["--train_file", str(path)])
+            keys = [cache_key(str(path), tokenizer, c.window, c.sampling, c.max_train_examples, c.on_error,
+                              c.sampling.draw_seed(c.seed)) for c in (trained, made)]
+            assert keys[0] == keys[1], cmd
+        assert trained.window.long_overrun_yes_no and not load_config(
+            *parse_command_line(whole, "solution.train", "")).window.long_overrun_yes_no
 
 
 def write(path, lines) -> None:
@@ -219,14 +240,16 @@ def test_the_reading_part_runs_whole_on_the_cpu_at_tiny_sizes(tmp_path):
     for log in (out / f"reading-train-{name}.log" for name in reading.models(parsed(tmp_path))):
         assert "features: reusing cache" in log.read_text(), log  # featurised once, by the data step
     trainings = result["reading"]["trainings"]
-    assert {f"stage2-{name}" for name in reading.models(parsed(tmp_path))} | {"stage1-s0", "stage1-s1"} == set(trainings)
+    assert {f"stage2-{name}" for name in reading.models(parsed(tmp_path))} | {"stage1-s0", "stage1-s1"} | {
+        f"polarity{kind}-s{s}" for kind in ("", "-whole") for s in (0, 1)} == set(trainings)
     assert all(t["train_windows_per_s"] > 0 for t in trainings.values())
     figures = result["reading"]["figures"]
     assert {name.split()[1] for name in figures["rows"]} == {"words", "meaning"}
-    assert len(figures["rows"]) == 6 + 2 and figures["curve"]["pages"] == [8, 16, 32]
+    assert len(figures["rows"]) == 6 + 2 + 2 and figures["curve"]["pages"] == [8, 16, 32]
     for row in figures["rows"].values():
         assert 0.0 <= row["test_f1"] <= 1.0 and set(row["test_by_question_form"]) <= {"seen", "held_out"}
     assert "p32-s0: meaning - words" in figures["paired"]
+    assert "yes-no-s1-polarity: polarity model - without (words)" in figures["paired"]
     kept = {p.relative_to(out / "reading").as_posix() for p in (out / "reading").rglob("*") if p.is_file()}
     assert "rows.json" in kept and "pred/p32-s1-meaning-test-scores.jsonl" in kept
     assert not list(out.rglob("*.safetensors"))  # the models stay in --work

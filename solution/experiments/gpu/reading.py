@@ -11,7 +11,10 @@ model scored on 400 dev and 600 test pages with 80 yes/no pages added to each, b
   featurised once and the four training files' cache entries assembled from them
   (`solution.windows.assemble`), and both seeds draw the kept no-answer windows from one sampling seed;
 - the six stage-2 trainings share the GPU at once (MiniLM's step of 32 windows leaves it mostly idle), and
-  the predictions and the no-training rows run beside each other on the host's cores.
+  the predictions and the no-training rows run beside each other on the host's cores;
+- beside the words predictions, each seed's polarity stage (six passes over the yes/no pages' whole-paragraph
+  windows from its yes/no model, then one over the first REPLAY ordinary pages) and that yes/no model's
+  predictions with it as `--polarity-model`, their windows featurised in the data step.
 
 The commands run in groups (`commands.Group`), each group after the one before; `reading_figures` makes
 the rows from what the predictions wrote, first with the words first pass, then again with meaning's.
@@ -26,6 +29,8 @@ from pathlib import Path
 
 from solution.experiments.gpu import recipe
 from solution.experiments.gpu.commands import Group
+from solution.experiments.gpu.reading_data import WHOLE_PARAGRAPH_LABELS
+from solution.experiments.gpu.reading_figures import POLARITY_SUFFIX
 
 PROFILE = "nq-shaped"
 CONFIG = "configs/train/nq-profile.yaml"  # stage 2; stage 1 is the demo's training, as in the recipe part
@@ -36,6 +41,11 @@ YES_NO_EVAL = 80  # yes/no pages added to dev and to test (corpus seed 1, two YE
 # Yes/no training pages added for the yes_no models: two files of two YES to a NO and one of NO alone, so the
 # added pages hold as many NO as YES answers (1,600 each), on the windows the main models train on.
 YES_NO_TRAIN = (("YES,NO", 2, 1200), ("YES,NO", 3, 1200), ("NO", 4, 800))
+# The polarity stage (docs/answers-techniques.md, "A polarity model beside the answer model"): on the CPU, 1,600
+# yes/no pages seen six times with whole-paragraph labels, then 800 ordinary pages once; here the 3,200 yes/no
+# training pages and half as many ordinary ones, the same proportion.
+POLARITY_EPOCHS = 6
+REPLAY = 1600
 BATCH = 32  # on the H100 a step of 32 windows takes no longer than one of 8 (docs/training.md)
 LEARNING_RATE = recipe.recipe_learning_rate(BATCH)  # 2e-4: the recipe's 1e-4 at 8, by the square root of the growth
 SAMPLING_SEED = 0  # both seeds keep the same no-answer windows: one featurisation serves them
@@ -44,18 +54,20 @@ THREADS = "2"  # each of the processes running at once: more would only fight ov
 FIGURES_RESERVE_S = 45.0  # of the budget, kept from the groups for the last figures (scoring ~20 s on the host)
 # --dry-run: the same commands on a few short pages of the CPU (the sentence encoder reads every sentence of a
 # page: at the profile's lengths the meaning first pass alone would take minutes there).
-DRY = {"sizes": (8, 16, 32), "eval": {"num_dev": 4, "num_test": 6}, "yes_no_eval": 3,
+DRY = {"sizes": (8, 16, 32), "eval": {"num_dev": 4, "num_test": 6}, "yes_no_eval": 3, "replay": 5,
        "yes_no_train": (("YES,NO", 2, 4), ("YES,NO", 3, 4), ("NO", 4, 2)), "words": ["--min-words", "300", "--max-words", "800"]}
 # What OUT/reading keeps of WORK/reading: the rows, the predictions' scores and each training's metrics.
 KEPT = ("rows.json", "references.json", "pred/*-scores.jsonl", "*/metrics.jsonl", "*/model/qa_config.json",
         "data/data.json")
+TRAININGS = ("stage*-*/metrics.jsonl", "polarity*-s*/metrics.jsonl")  # the trainings gpu_check.json reports
 
 
 def sizes(args) -> dict:
     """The curve's sizes, dev and test pages and the yes/no pages, shrunk by --dry-run."""
     if args.dry_run:
         return dict(DRY)
-    return {"sizes": SIZES, "eval": dict(EVAL), "yes_no_eval": YES_NO_EVAL, "yes_no_train": YES_NO_TRAIN, "words": []}
+    return {"sizes": SIZES, "eval": dict(EVAL), "yes_no_eval": YES_NO_EVAL, "yes_no_train": YES_NO_TRAIN,
+            "replay": REPLAY, "words": []}
 
 
 def reading_dir(args) -> Path:
@@ -136,18 +148,33 @@ def data_command(args) -> list:
     d, sz = reading_dir(args), sizes(args)
     return [sys.executable, "-m", "solution.experiments.gpu.reading_data", "--dir", str(d), "--backbone", args.backbone,
             "--sizes", ",".join(map(str, sz["sizes"])), "--yes-no-train", str(len(sz["yes_no_train"])),
-            "--num-proc", str(args.num_proc), "--", *stage2_overrides(args)]
+            "--replay", str(sz["replay"]), "--num-proc", str(args.num_proc), "--", *stage2_overrides(args)]
 
 
-def stage2_command(args, name: str, seed: int, train_file: str) -> list:
+def stage2_command(args, name: str, seed: int, train_file: str, start=None, out=None, extra=()) -> list:
+    """A stage-2 training from stage 1 of its seed (or from the model `start`) into stage2-NAME (or `out`)."""
     d = reading_dir(args)
     tiny = ["--max_steps", "3"] if args.dry_run else []
-    return [sys.executable, "-m", "solution.train", *stage2_overrides(args),
-            "--model_name_or_path", str(d / f"stage1-s{seed}" / "model"), "--train_file", str(d / "data" / train_file),
+    return [sys.executable, "-m", "solution.train", *stage2_overrides(args), *extra,
+            "--model_name_or_path", str(start or d / f"stage1-s{seed}" / "model"),
+            "--train_file", str(d / "data" / train_file),
             "--dev_file", str(d / "data" / "dev.jsonl"), "--seed", str(seed), "--eval_strategy", "no",
             "--per_device_train_batch_size", str(BATCH), "--learning_rate", f"{LEARNING_RATE:g}",
             "--mixed_precision", "no" if args.dry_run else "bf16", "--num_proc", "2", "--disable_tqdm", "true",
-            "--output_dir", str(d / f"stage2-{name}"), "--overwrite_output_dir", "true", *tiny]
+            "--output_dir", str(out or d / f"stage2-{name}"), "--overwrite_output_dir", "true", *tiny]
+
+
+def polarity_chain(args, seed: int) -> list:
+    """Seed `seed`'s polarity stage from its yes/no model (six passes over the yes/no part's whole-paragraph
+    windows, then one over the replay pages), then that yes/no model's dev and test scores with it as
+    `--polarity-model` (named yes-no-sN-polarity, which reading_figures pairs against yes-no-sN)."""
+    d = reading_dir(args)
+    answerer, whole, polarity = d / f"stage2-yes-no-s{seed}", d / f"polarity-whole-s{seed}", d / f"polarity-s{seed}"
+    return [threads(stage2_command(args, "", seed, "part-yes-no.jsonl", answerer / "model", whole,
+                                   [*WHOLE_PARAGRAPH_LABELS, "--num_train_epochs", str(POLARITY_EPOCHS)])),
+            threads(stage2_command(args, "", seed, f"replay-{sizes(args)['replay']}.jsonl", whole / "model", polarity)),
+            *(threads(predict_command(args, f"yes-no-s{seed}", "words", split, polarity / "model"))
+              for split in ("dev", "test"))]
 
 
 def train_group(args) -> Group:
@@ -158,21 +185,27 @@ def train_group(args) -> Group:
     return Group(chains)
 
 
-def predict_command(args, name: str, first_pass: str, split: str) -> list:
+def predict_command(args, name: str, first_pass: str, split: str, polarity=None) -> list:
+    """stage2-NAME's scores on dev or test; with the model folder `polarity` as its --polarity-model, written
+    as NAME-polarity's."""
     d = reading_dir(args)
-    pred = d / "pred" / f"{name}-{first_pass}-{split}"
+    pred = d / "pred" / f"{name}{POLARITY_SUFFIX if polarity else ''}-{first_pass}-{split}"
     sets = [] if first_pass == "words" else ["--set", "first_pass=meaning", "--set", f"first_pass_keep_first={KEEP_FIRST}",
                                              "--set", f"first_pass_model={args.backbone}"]
     return [sys.executable, "-m", "submission.predict", "--model", str(d / f"stage2-{name}" / "model"),
             "--input", str(d / "data" / f"{split}.jsonl"), "--output", f"{pred}.csv", "--scores-out",
-            f"{pred}-scores.jsonl", "--device", args.device, "--quiet", "--overwrite", *sets]
+            f"{pred}-scores.jsonl", "--device", args.device, "--quiet", "--overwrite", *sets,
+            *(["--polarity-model", str(polarity)] if polarity else [])]
 
 
 def predict_group(args, first_pass: str) -> Group:
-    """Each model's dev and test scores under one first pass; with meaning, the sentence-matching row too."""
+    """Each model's dev and test scores under one first pass; with words, each seed's polarity stage and its
+    scores; with meaning, the sentence-matching row too."""
     names = list(models(args)) if first_pass == "words" else meaning_models(args)
     chains = {f"reading-{first_pass}-{name}-{split}": [threads(predict_command(args, name, first_pass, split))]
               for name in names for split in ("dev", "test")}
+    if first_pass == "words":
+        chains |= {f"reading-polarity-s{s}": polarity_chain(args, s) for s in SEEDS}
     if first_pass == "meaning":
         chains["reading-references-sentences"] = [threads(figures_command(args, "--references", "sentences"))]
     return Group(chains)
@@ -224,7 +257,7 @@ def reading_summary(args, result: dict) -> dict:
     out = {name: {k: r.get(k) for k in ("ok", "wall_s", "failed")} for name, r in runs.items()
            if name.startswith("reading-")}
     trainings = {}
-    for metrics in sorted(reading_dir(args).glob("stage*-*/metrics.jsonl")):
+    for metrics in sorted(m for pattern in TRAININGS for m in reading_dir(args).glob(pattern)):
         records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
         if records and "train_windows" in records[0]:
             trainings[metrics.parent.name] = recipe.stage_figures("train", records)

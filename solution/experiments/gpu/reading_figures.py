@@ -27,8 +27,8 @@ from solution.common.devices import check_device
 
 PRED = re.compile(r"(?P<model>.+)-(?P<first_pass>words|meaning)-dev-scores\.jsonl$")
 REFERENCE_NAMES = ("lexical", "bm25", "first_paragraph", "sentences")
-# A model's scores made with `submission.predict --polarity-model` are named MODEL + this (DIR/stage2-MODEL-polarity
-# is MODEL's folder again) and paired against MODEL's own: what the polarity model changes on the same pages.
+# A model's scores made with `submission.predict --polarity-model` are named MODEL + this (its settings and
+# training facts are MODEL's, DIR/stage2-MODEL) and paired against MODEL's own: what the polarity model changes.
 POLARITY_SUFFIX = "-polarity"
 GOAL = 0.80  # the test micro-F1 the reading work aims at on both seeds
 SUMMARY_KEYS = ("num_train_documents", "test_f1", "test_f1_ci", "dev_f1_tuned", "test_long_f1", "best_reference",
@@ -108,7 +108,7 @@ def model_rows(root: Path, name: str, first_pass: str, references: dict) -> dict
     from solution.model.qa_config import read_qa_config
     from solution.scoring.tuning import read_scores
 
-    model = root / f"stage2-{name}"
+    model = root / f"stage2-{name.removesuffix(POLARITY_SUFFIX)}"  # with a polarity model: the answer model's
     cfg = PostprocessConfig(**read_qa_config(model / "model" / "qa_config.json")["postprocess"])
     dev, test = (read_scores(root / "pred" / f"{name}-{first_pass}-{split}-scores.jsonl") for split in ("dev", "test"))
     both = corpora(root)
