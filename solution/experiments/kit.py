@@ -134,7 +134,7 @@ def check_kit(model_dirs, out: Path, weights: Optional[str] = None, dataset_id: 
         from solution.answers.ensemble import parse_weights
 
         parse_weights(weights, len(model_dirs))
-    check_out(out, packed)
+    check_out(out, model_dirs, polarity_model)
     check_models(packed)
     from solution.model.qa_model import model_dir_files
 
@@ -162,12 +162,13 @@ def build(model_dirs: list, out: Path, weights: Optional[str] = None, dataset_id
     return manifest
 
 
-def check_out(out: Path, model_dirs) -> None:
+def check_out(out: Path, model_dirs, polarity_model=None) -> None:
     """Refuse an --out whose replacement would remove something this tool did not write, naming it."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: is a file, expected a folder")
     target = out.resolve()
     guarded = [(f"--model {d}", d.resolve(), True) for d in model_dirs]
+    guarded += [(f"--polarity-model {d}", Path(d).resolve(), True) for d in [polarity_model] if d]
     guarded += [(f"the packed source folder {ROOT / f}", (ROOT / f).resolve(), True) for f in PACKED]
     guarded.append((f"the checkout {ROOT}", ROOT.resolve(), False))  # kernel/ inside the checkout is the default
     for what, folder, not_inside in guarded:

@@ -370,6 +370,8 @@ def test_a_packed_polarity_model_reads_yes_or_no_in_the_kernel_and_a_missing_one
     assert kit_main("--model", says_yes, "--out", kernel, "--polarity-model", tmp_path / "nowhere") == 2
     one_error_line(capsys, tmp_path / "nowhere", start="error: ")
     assert not kernel.exists()
+    assert kit_main("--model", says_yes, "--out", reads_no / "kernel", "--polarity-model", reads_no) == 2
+    one_error_line(capsys, f"--polarity-model {reads_no}")  # a kernel inside it is refused, naming the flag
     assert kit_main("--model", says_yes, "--out", kernel, "--polarity-model", reads_no) == 0
     manifest = json.loads((kernel / "MANIFEST.json").read_text())
     assert (manifest["models"], manifest["polarity_model"]) == (["model"], "polarity")
