@@ -73,6 +73,10 @@ def assemble_train_features(path: str, parts: list, tokenizer, window: WindowCon
     if limit is not None and limit < sum(counts):
         raise ValueError(f"limit {limit} is below {path}'s {sum(counts)} lines: its windows are not its parts'; "
                          "featurise it with build_train_features")
+    if len(parts) == 1 and Path(parts[0]).resolve() == Path(path).resolve():
+        # Its own one part: the part's entry is the file's, and joining it again would only copy it over itself.
+        return build_train_features(str(path), tokenizer, window, sampling, cache_dir, num_proc=num_proc,
+                                    on_error=on_error, limit=limit, log=log, seed=seed, verify=verify)
     source = windows_source(path, tokenizer, window, sampling, limit, on_error, seed)
     if (source["size"], source["mtime"]) != state:
         raise RuntimeError(f"{path} changed while its lines were compared with its parts'")

@@ -72,32 +72,26 @@ def test_every_training_looks_for_the_cache_entry_the_data_step_makes(tmp_path, 
     args = parsed(tmp_path)
     data = reading_data.parse_args(reading.data_command(args)[3:])
     k = data.overrides.index("--config")
-    for name, (seed, file) in reading.models(args).items():
-        path = tmp_path / file
+
+    def trained_and_made(cmd: list, extra=()) -> tuple:
+        """The training's config and the data step's for the training file `cmd` names; asserts one cache key."""
+        path = tmp_path / Path(cmd[cmd.index("--train_file") + 1]).name
         path.write_text("{}\n")
-        cmd = reading.stage2_command(args, name, seed, file)
-        config, overrides = parse_command_line(cmd[3:], "solution.train", "")
+        config, overrides = parse_command_line(cmd[cmd.index("-m") + 2:], "solution.train", "")
         trained = load_config(config, overrides + ["--train_file", str(path)])
-        made = load_config(data.overrides[k + 1], data.overrides[:k] + data.overrides[k + 2:] +
+        made = load_config(data.overrides[k + 1], data.overrides[:k] + data.overrides[k + 2:] + [*extra] +
                            ["--train_file", str(path)])
         keys = [cache_key(str(path), tokenizer, c.window, c.sampling, c.max_train_examples, c.on_error,
                           c.sampling.draw_seed(c.seed)) for c in (trained, made)]
-        assert keys[0] == keys[1], name
+        assert keys[0] == keys[1], cmd
+        return trained, made
+
+    for name, (seed, file) in reading.models(args).items():
+        trained_and_made(reading.stage2_command(args, name, seed, file))
     for seed in reading.SEEDS:  # the polarity stage's two trainings and the entries the data step makes for them
-        whole, replay = (cmd[cmd.index("-m") + 2:] for cmd in reading.polarity_chain(args, seed)[:2])
-        for cmd, extra in ((whole, reading_data.WHOLE_PARAGRAPH_LABELS), (replay, ())):
-            path = tmp_path / "data" / Path(cmd[cmd.index("--train_file") + 1]).name
-            path.parent.mkdir(exist_ok=True)
-            path.write_text("{}\n")
-            config, overrides = parse_command_line(cmd, "solution.train", "")
-            trained = load_config(config, overrides + ["--train_file", str(path)])
-            made = load_config(data.overrides[k + 1], data.overrides[:k] + data.overrides[k + 2:] + [*extra] +
-                               ["--train_file", str(path)])
-            keys = [cache_key(str(path), tokenizer, c.window, c.sampling, c.max_train_examples, c.on_error,
-                              c.sampling.draw_seed(c.seed)) for c in (trained, made)]
-            assert keys[0] == keys[1], cmd
-        assert trained.window.long_overrun_yes_no and not load_config(
-            *parse_command_line(whole, "solution.train", "")).window.long_overrun_yes_no
+        whole, replay = reading.polarity_chain(args, seed)[:2]
+        assert not trained_and_made(whole, reading_data.WHOLE_PARAGRAPH_LABELS)[0].window.long_overrun_yes_no
+        assert trained_and_made(replay)[0].window.long_overrun_yes_no
 
 
 def write(path, lines) -> None:

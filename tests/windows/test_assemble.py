@@ -186,3 +186,12 @@ def test_hard_negatives_and_a_limit_below_the_line_count_are_refused(tmp_path, t
     with pytest.raises(ValueError, match="limit 15 is below .* 16 lines"):
         assemble_train_features(whole, parts, tokenizer, WINDOW, SAMPLING, str(tmp_path / "asm"), limit=15)
     assert not (tmp_path / "asm").exists()
+
+
+def test_a_file_that_is_its_own_one_part_is_featurised_once_and_not_joined_again(tmp_path, tokenizer):
+    whole, _ = write_split(tmp_path / "f", page_lines(tmp_path))
+    ds, summary, logged = assembled(whole, [whole], tokenizer, tmp_path / "c")
+    alone, alone_summary, _ = direct(whole, tokenizer, tmp_path / "d")
+    assert in_order(ds) == in_order(alone) and summary["windows_kept"] == alone_summary["windows_kept"]
+    assert [line for line in logged if "assembling" in line] == []  # no copy of the entry over itself
+    assert len([line for line in logged if "featurising" in line]) == 1

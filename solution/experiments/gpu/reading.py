@@ -151,17 +151,22 @@ def data_command(args) -> list:
             "--replay", str(sz["replay"]), "--num-proc", str(args.num_proc), "--", *stage2_overrides(args)]
 
 
-def stage2_command(args, name: str, seed: int, train_file: str, start=None, out=None, extra=()) -> list:
-    """A stage-2 training from stage 1 of its seed (or from the model `start`) into stage2-NAME (or `out`)."""
+def stage2_command(args, name: str, seed: int, train_file: str) -> list:
+    """Stage 2 from stage 1 of its seed into stage2-NAME."""
+    d = reading_dir(args)
+    return train_command(args, seed, train_file, d / f"stage1-s{seed}" / "model", d / f"stage2-{name}")
+
+
+def train_command(args, seed: int, train_file: str, start: Path, out: Path, extra=()) -> list:
+    """A training with stage 2's settings (and `extra`) from the model `start` into `out`."""
     d = reading_dir(args)
     tiny = ["--max_steps", "3"] if args.dry_run else []
     return [sys.executable, "-m", "solution.train", *stage2_overrides(args), *extra,
-            "--model_name_or_path", str(start or d / f"stage1-s{seed}" / "model"),
-            "--train_file", str(d / "data" / train_file),
+            "--model_name_or_path", str(start), "--train_file", str(d / "data" / train_file),
             "--dev_file", str(d / "data" / "dev.jsonl"), "--seed", str(seed), "--eval_strategy", "no",
             "--per_device_train_batch_size", str(BATCH), "--learning_rate", f"{LEARNING_RATE:g}",
             "--mixed_precision", "no" if args.dry_run else "bf16", "--num_proc", "2", "--disable_tqdm", "true",
-            "--output_dir", str(out or d / f"stage2-{name}"), "--overwrite_output_dir", "true", *tiny]
+            "--output_dir", str(out), "--overwrite_output_dir", "true", *tiny]
 
 
 def polarity_chain(args, seed: int) -> list:
@@ -170,9 +175,9 @@ def polarity_chain(args, seed: int) -> list:
     `--polarity-model` (named yes-no-sN-polarity, which reading_figures pairs against yes-no-sN)."""
     d = reading_dir(args)
     answerer, whole, polarity = d / f"stage2-yes-no-s{seed}", d / f"polarity-whole-s{seed}", d / f"polarity-s{seed}"
-    return [threads(stage2_command(args, "", seed, "part-yes-no.jsonl", answerer / "model", whole,
-                                   [*WHOLE_PARAGRAPH_LABELS, "--num_train_epochs", str(POLARITY_EPOCHS)])),
-            threads(stage2_command(args, "", seed, f"replay-{sizes(args)['replay']}.jsonl", whole / "model", polarity)),
+    return [threads(train_command(args, seed, "part-yes-no.jsonl", answerer / "model", whole,
+                                  [*WHOLE_PARAGRAPH_LABELS, "--num_train_epochs", str(POLARITY_EPOCHS)])),
+            threads(train_command(args, seed, f"replay-{sizes(args)['replay']}.jsonl", whole / "model", polarity)),
             *(threads(predict_command(args, f"yes-no-s{seed}", "words", split, polarity / "model"))
               for split in ("dev", "test"))]
 

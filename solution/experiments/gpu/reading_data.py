@@ -116,11 +116,10 @@ def eval_files(root: Path, data: Path) -> dict:
 
 def featurise(files: dict, args, extra: tuple = ()) -> dict:
     """Each training file's cache entry under stage 2's settings and `extra`, assembled from its parts' (each
-    part featurised once; a file that is its own one part is featurised as it is): {file: figures}."""
+    part featurised once): {file: figures}."""
     from solution.model.qa_model import load_tokenizer
     from solution.training.config import load_config
     from solution.windows.assemble import assemble_train_features
-    from solution.windows.dataset import build_train_features
 
     tokenizer = load_tokenizer(args.backbone)
     k = args.overrides.index("--config")
@@ -129,11 +128,9 @@ def featurise(files: dict, args, extra: tuple = ()) -> dict:
     for path, parts in files.items():
         cfg = load_config(config, [*rest, *extra, "--train_file", str(path)])
         t0 = time.perf_counter()
-        common = dict(on_error=cfg.on_error, limit=cfg.max_train_examples, seed=cfg.seed, num_proc=args.num_proc)
-        _, summary = (build_train_features(str(path), tokenizer, cfg.window, cfg.sampling, cfg.cache_dir, **common)
-                      if parts == [path] else
-                      assemble_train_features(str(path), [str(p) for p in parts], tokenizer, cfg.window,
-                                              cfg.sampling, cfg.cache_dir, **common))
+        _, summary = assemble_train_features(
+            str(path), [str(p) for p in parts], tokenizer, cfg.window, cfg.sampling, cfg.cache_dir,
+            on_error=cfg.on_error, limit=cfg.max_train_examples, seed=cfg.seed, num_proc=args.num_proc)
         name = path.name + (" (whole-paragraph labels)" if extra else "")
         out[name] = {"parts": [p.name for p in parts], "documents": summary["documents"],
                      "windows_kept": summary["windows_kept"], "seconds": round(time.perf_counter() - t0, 1)}
