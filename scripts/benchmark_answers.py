@@ -1,6 +1,6 @@
 """What each answer technique of the winning Kaggle solutions is worth: dev and test micro-F1 on a corpus shaped like real NQ.
 
-    python scripts/benchmark_answers.py --json docs/benchmarks/answers.json          # hours on 2 cores
+    python scripts/benchmark_answers.py --profile nq --json docs/benchmarks/answers-nq.json  # hours on 2 cores
     python scripts/benchmark_answers.py --corpus real --real-lines ../shared/data/nq-real \
         --json docs/benchmarks/answers-real.json
     python scripts/benchmark_answers.py --quick --json runs/answers-quick/answers.json  # smoke run, ~2 minutes

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]  # the repository: the commands run t
 GPU_CHECK = ROOT / "scripts" / "gpu_check.py"  # --recipe-figures is its own command, run last
 
 RECIPE_PAGES = 20_000  # 5x the CPU record's 4,000 training pages
-RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers.json's
+RECIPE_BASE = {"num_train": 4000, "num_dev": 400, "num_test": 400}  # corpus seed 0: docs/benchmarks/answers-nq.json's
 SYNTH_S_PER_PAGE = 0.0123  # one process of the H100 host (59.1 s for seed 0's 4,800 pages beside the extra)
 FEATURE_PAGES_PER_S_PER_CORE = 13.1  # stage 2's window settings, 16 processes on the H100 host (209 pages/s)
 WINDOWS_PER_PAGE = 3.78  # stage 2 keeps 3 first-pass windows a page and a few more (60,348 for 15,946)
