@@ -7,7 +7,7 @@
     python scripts/benchmark_answers.py --corpus-seed 7 --seeds 0 --techniques "" --json runs/seed7/answers.json \
         --out runs/seed7                 # the documented recipe alone, retrained on a corpus of another seed
     python scripts/benchmark_answers.py --seeds 1 --no-ensembles --techniques thresholds --json runs/a1.json
-    python scripts/benchmark_answers.py --merge runs/a0.json runs/a1.json --json docs/benchmarks/answers.json
+    python scripts/benchmark_answers.py --merge runs/a0.json runs/a1.json --json runs/merged.json
 
 The method, the rows and the record are described in solution/experiments/answers/__init__.py, whose
 modules do the work; this file parses the arguments.
