@@ -26,12 +26,14 @@ def with_polarity(prediction: DocumentPrediction, polarity: DocumentPrediction, 
     """`prediction` with its YES/NO replaced by the polarity model's on the same page: YES where that model's
     YES type score is above its NO score. Both of the answer's type scores become the larger of its two, so
     that a threshold (tuned on these scores or the answer model's own) keeps or drops the answer as it would
-    have, whichever polarity it now has. A polarity model that scored no window of the page changes nothing."""
+    have, whichever polarity it now has; the margin it was chosen by is kept (`polarity_margin`). A polarity
+    model that scored no window of the page changes nothing."""
     if not reads_polarity(prediction) or polarity.error or polarity.yes_score == polarity.no_score == float("-inf"):
         return prediction
-    which = "YES" if polarity.yes_score > polarity.no_score else "NO"
+    margin = polarity.yes_score - polarity.no_score
+    which = "YES" if margin > 0 else "NO"
     top = max(prediction.yes_score, prediction.no_score)
-    out = replace(prediction, answer_type=which, yes_score=top, no_score=top,
+    out = replace(prediction, answer_type=which, yes_score=top, no_score=top, polarity_margin=margin,
                   raw_short=which if prediction.raw_short in YES_NO else prediction.raw_short)
     _, out.short = threshold_rows(score_record(out), cfg)  # the long row does not depend on the answer's type
     return out

@@ -152,6 +152,9 @@ class DocumentPrediction:
     raw_short: str = ""
     yes_score: float = float("-inf")  # type score YES minus UNKNOWN (what yes_threshold compares)
     no_score: float = float("-inf")
+    # Where a polarity model chose this YES or NO: its YES score minus its NO score on the page (YES above
+    # 0), kept in the scores file so that the choice can be studied or re-made from it without the model.
+    polarity_margin: Optional[float] = None
 
 
 def blank_prediction(example_id: str, error: str = "") -> DocumentPrediction:
@@ -168,9 +171,12 @@ def score_record(prediction: DocumentPrediction) -> dict:
     threshold compares. `solution.scoring.tuning` reads exactly these fields, and post-processing thresholds
     this same record (`threshold_rows`)."""
     p = prediction
-    return {"example_id": p.example_id, "raw_long": p.raw_long, "raw_short": p.raw_short,
-            "answer_type": p.answer_type, "score": _finite(p.score), "short_score": _finite(p.short_score),
-            "yes_score": _finite(p.yes_score), "no_score": _finite(p.no_score)}
+    record = {"example_id": p.example_id, "raw_long": p.raw_long, "raw_short": p.raw_short,
+              "answer_type": p.answer_type, "score": _finite(p.score), "short_score": _finite(p.short_score),
+              "yes_score": _finite(p.yes_score), "no_score": _finite(p.no_score)}
+    if p.polarity_margin is not None:
+        record["polarity_margin"] = min(_finite(p.polarity_margin), 1e30)  # one -inf type score: +-inf
+    return record
 
 
 def apply_thresholds(raw_long: str, raw_short: str, answer_type: str, score: float, short_score: float,

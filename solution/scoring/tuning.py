@@ -94,8 +94,9 @@ def check_record(rec, where: str) -> None:
             fail(key, str(e))
     if rec["answer_type"] not in ANSWER_TYPES:
         fail("answer_type", f"expected one of {', '.join(ANSWER_TYPES)}, got {rec['answer_type']!r}")
-    for key in ("score", "short_score", *TYPE_SCORE_FIELDS):
-        v = rec.get(key, 0.0)  # yes_score, no_score: only the separate-threshold search needs them
+    for key in ("score", "short_score", *TYPE_SCORE_FIELDS, "polarity_margin"):
+        v = rec.get(key, 0.0)  # yes_score, no_score: only the separate-threshold search needs them; a
+        # polarity_margin only where a polarity model read the page
         if isinstance(v, bool) or not isinstance(v, (int, float)):  # jsonio has already refused NaN and inf
             fail(key, f"expected a number, got {v!r}")
 

@@ -27,6 +27,20 @@ def test_a_yes_no_answer_takes_the_polarity_models_reading_and_both_type_scores_
     assert (back.answer_type, back.short) == ("NO", "NO")
 
 
+def test_the_margin_a_polarity_was_chosen_by_goes_into_the_scores_file_and_only_there():
+    """The polarity model's YES-minus-NO score is kept in the `--scores-out` record of the pages it read, so
+    that the YES/NO choice can be studied (or re-made against another cut) from the file alone."""
+    from solution.answers.polarity import with_polarity
+    from solution.answers.postprocess import score_record
+
+    cfg = PostprocessConfig()
+    read = with_polarity(answer("NO", "NO", yes=1.0, no=2.0), answer("NO", "NO", yes=7.0, no=3.0), cfg)
+    assert read.polarity_margin == 4.0 and score_record(read)["polarity_margin"] == 4.0
+    assert "polarity_margin" not in score_record(answer("NO", "NO"))  # no polarity model read it
+    one_sided = with_polarity(answer("YES", "YES"), answer("YES", "YES", yes=float("-inf"), no=3.0), cfg)
+    assert one_sided.short == "NO" and score_record(one_sided)["polarity_margin"] == -1e30  # JSON has no inf
+
+
 def test_a_span_answer_and_an_unread_page_are_left_as_they_are():
     from solution.answers.polarity import with_polarity
 
@@ -78,6 +92,20 @@ def test_predict_takes_yes_or_no_from_the_polarity_model_and_every_long_answer_f
     assert {k: v for k, v in after.items() if k.endswith("_long")} == {k: v for k, v in before.items()
                                                                        if k.endswith("_long")}
     assert result["models"][1]["windows"] > 0
+
+
+def test_predict_writes_the_polarity_margin_of_each_page_the_polarity_model_read(models, pages, tmp_path):
+    import json
+
+    from solution.scoring.tuning import read_scores
+    from submission.predict import predict_file
+
+    scores = tmp_path / "scores.jsonl"
+    predict_file(models["says-yes"], str(pages), str(tmp_path / "routed.csv"), quiet=True, scores_out=str(scores),
+                 polarity_model=models["reads-no"])
+    records = [json.loads(line) for line in scores.read_text().splitlines()]
+    assert records and all(r["answer_type"] == "NO" and r["polarity_margin"] < 0 for r in records)
+    assert len(read_scores(scores)) == len(records)  # tuning reads the file as it is written
 
 
 def test_the_polarity_model_runs_no_window_where_no_answer_is_a_yes_or_no(models, pages, tmp_path):

@@ -106,6 +106,7 @@ def test_a_missing_model_directory_is_named_before_the_scores_are_read(tmp_path,
     (json.dumps(record(None)), "field 'example_id'"),
     (json.dumps(record("1")), "example_id 1 is also on line 1"),
     (json.dumps(record("2", yes_score=[])), "field 'yes_score'"),
+    (json.dumps(record("2", polarity_margin="2.5")), "field 'polarity_margin'"),
     (json.dumps(record("2")).replace('"score": 1.0', '"score": 1' + "0" * 400), "digits"),
     (json.dumps(record("2")).replace('"score": 1.0', '"score": 1e400'), "beyond a double's range"),
 ])
