@@ -180,10 +180,11 @@ def run_tune(args: argparse.Namespace) -> int:
     before = score(predictions_with([r for r in records if r["example_id"] in subset], cfg), subset)
     if args.metric == "mlebench":
         before["mlebench_score"] = objective(before, "mlebench")
-    best = tune(records, gold, cfg=cfg, metric=args.metric)
-    after, tuned = best["result"], best["thresholds"]
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print  # --json: stdout is one JSON object
-    say(f"thresholds before: {_thresholds_text({k: getattr(cfg, k) for k in tuned})}: "
+    records, cut = polarity_tuned(records, gold, say)
+    best = tune(records, gold, cfg=cfg, metric=args.metric)
+    after, tuned = best["result"], best["thresholds"] | cut
+    say(f"thresholds before: {_thresholds_text({k: getattr(cfg, k) for k in best['thresholds']})}: "
         f"{_scores_text(before, args.metric)}")
     say(f"tuned for {args.metric}: {_thresholds_text(tuned)}: {_scores_text(after, args.metric)} "
         f"on {after['num_examples']} documents")
@@ -202,6 +203,20 @@ def run_tune(args: argparse.Namespace) -> int:
                           "long_threshold": best["long_threshold"], "short_threshold": best["short_threshold"],
                           "thresholds": tuned}))
     return 0
+
+
+def polarity_tuned(records: list, gold: dict, say) -> tuple:
+    """(records, {"polarity_offset": cut}) with a polarity model's YES or NO chosen again at the cut tuned on
+    these pages (`polarity.polarity_cut`), before the thresholds are tuned on them; (records, {}) where the
+    file holds no polarity margin on a YES or NO page."""
+    from solution.answers.polarity import polarity_cut, with_cut
+
+    cut = polarity_cut(records, gold)
+    if cut is None:
+        return records, {}
+    say(f"polarity cut: {cut['polarity_offset']:.4f} reads {cut['right']} of the {cut['pages']} YES or NO pages "
+        f"a polarity model read right ({cut['right_at_0']} at 0)")
+    return with_cut(records, cut["polarity_offset"]), {"polarity_offset": cut["polarity_offset"]}
 
 
 def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:

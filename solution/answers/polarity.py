@@ -11,6 +11,7 @@ yes/no answer's polarity changes: every other answer, and every span, is the ans
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 from solution.answers.postprocess import DocumentPrediction, score_record, threshold_rows
 
@@ -24,16 +25,53 @@ def reads_polarity(prediction: DocumentPrediction) -> bool:
 
 def with_polarity(prediction: DocumentPrediction, polarity: DocumentPrediction, cfg) -> DocumentPrediction:
     """`prediction` with its YES/NO replaced by the polarity model's on the same page: YES where that model's
-    YES type score is above its NO score. Both of the answer's type scores become the larger of its two, so
-    that a threshold (tuned on these scores or the answer model's own) keeps or drops the answer as it would
-    have, whichever polarity it now has; the margin it was chosen by is kept (`polarity_margin`). A polarity
-    model that scored no window of the page changes nothing."""
+    YES type score minus its NO score is above `cfg.polarity_offset` (0: above its NO score). Both of the
+    answer's type scores become the larger of its two, so that a threshold (tuned on these scores or the answer
+    model's own) keeps or drops the answer as it would have, whichever polarity it now has; the margin it was
+    chosen by is kept (`polarity_margin`). A polarity model that scored no window of the page changes nothing."""
     if not reads_polarity(prediction) or polarity.error or polarity.yes_score == polarity.no_score == float("-inf"):
         return prediction
     margin = polarity.yes_score - polarity.no_score
-    which = "YES" if margin > 0 else "NO"
+    which = "YES" if margin > cfg.polarity_offset else "NO"
     top = max(prediction.yes_score, prediction.no_score)
     out = replace(prediction, answer_type=which, yes_score=top, no_score=top, polarity_margin=margin,
                   raw_short=which if prediction.raw_short in YES_NO else prediction.raw_short)
     _, out.short = threshold_rows(score_record(out), cfg)  # the long row does not depend on the answer's type
+    return out
+
+
+def gold_polarity(gold) -> str:
+    """"YES" or "NO" where a page's annotators gave that one alone (`metric.Gold.short`), else ""."""
+    kinds = [k for k in YES_NO if k in gold.short]
+    return kinds[0] if len(kinds) == 1 else ""
+
+
+def polarity_cut(records: list, gold: dict) -> Optional[dict]:
+    """The `polarity_offset` that reads the most of the pages right, among the `--scores-out` records a polarity
+    model read (those with a `polarity_margin`) whose gold is YES or NO alone: every cut between two margins
+    is tried and 0, a tie going to the cut nearest 0. {"polarity_offset", "right", "pages", "right_at_0"};
+    None where the file has no such page (nothing to tune it on)."""
+    pages = [(r["polarity_margin"], gold_polarity(gold[r["example_id"]])) for r in records
+             if "polarity_margin" in r and r["example_id"] in gold and gold_polarity(gold[r["example_id"]])]
+    if not pages:
+        return None
+    margins = sorted({m for m, _ in pages})
+    cuts = [0.0, margins[0] - 1.0, *((a + b) / 2 for a, b in zip(margins, margins[1:])), margins[-1] + 1.0]
+
+    def right(cut: float) -> int:
+        return sum(("YES" if m > cut else "NO") == g for m, g in pages)
+
+    best = max(cuts, key=lambda c: (right(c), -abs(c)))
+    return {"polarity_offset": best, "right": right(best), "pages": len(pages), "right_at_0": right(0.0)}
+
+
+def with_cut(records: list, offset: float) -> list:
+    """The records with each polarity model's YES or NO chosen again at `offset`, as `with_polarity` chooses
+    it (the type scores are already the larger of the two, so no threshold's decision changes)."""
+    out = []
+    for r in records:
+        if "polarity_margin" in r and r["answer_type"] in YES_NO:
+            which = "YES" if r["polarity_margin"] > offset else "NO"
+            r = {**r, "answer_type": which, "raw_short": which if r["raw_short"] in YES_NO else r["raw_short"]}
+        out.append(r)
     return out

@@ -121,6 +121,11 @@ class PostprocessConfig:
     """A candidate that no window holds whole is scored in each window where it starts, from its first
     text piece to the window's last piece: how a model trained with `window.long_overrun_labels` marks
     a long answer longer than a window (without it such a candidate cannot be chosen)."""
+    polarity_offset: float = 0.0
+    """With a polarity model (`submission.predict --polarity-model`): a yes/no answer is YES where that
+    model's YES-minus-NO score on the page is above this, NO otherwise. `solution.evaluate --tune` sets it
+    from dev's yes/no pages when the scores file holds the margins (`solution.answers.polarity.polarity_cut`):
+    a polarity model can lean to one answer beyond what it reads."""
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

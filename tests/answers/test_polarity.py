@@ -128,3 +128,78 @@ def test_a_polarity_model_that_is_no_model_directory_is_one_line_before_any_page
     err = capsys.readouterr().err
     assert code == 2 and "nowhere" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_polarity_offset_moves_where_a_margin_reads_yes():
+    from solution.answers.polarity import with_polarity
+
+    leans_no = answer("NO", "NO", yes=1.0, no=3.0)  # margin -2
+    assert with_polarity(answer("NO", "NO"), leans_no, PostprocessConfig()).short == "NO"
+    assert with_polarity(answer("NO", "NO"), leans_no, PostprocessConfig(polarity_offset=-3.0)).short == "YES"
+
+
+def polarity_pages(tmp_path):
+    """Twenty yes/no pages a polarity model read, leaning to NO: the NO pages' margins from -5 to -4, the YES
+    pages' from -2 to +1 (at 0 it reads the 10 NO pages and 3 YES pages right; at -3, all 20)."""
+    from conftest import nq_line, write_jsonl
+
+    margins = [-5 + 0.1 * k for k in range(10)] + [-2 + 0.3 * k for k in range(10)]
+    gold = ["NO"] * 10 + ["YES"] * 10
+    records = [{"example_id": str(k + 1), "raw_long": "1:11", "raw_short": "YES" if m > 0 else "NO",
+                "answer_type": "YES" if m > 0 else "NO", "score": 5.0, "short_score": 0.0, "yes_score": 4.0,
+                "no_score": 4.0, "polarity_margin": m} for k, m in enumerate(margins)]
+    lines = [nq_line(example_id=str(k + 1), long=0, yes_no=g) for k, g in enumerate(gold)]
+    return records, write_jsonl(tmp_path / "dev.jsonl", lines)
+
+
+def test_the_polarity_cut_reads_the_most_pages_right_and_a_tie_goes_to_the_cut_nearest_zero(tmp_path):
+    from solution.answers.polarity import polarity_cut, with_cut
+    from solution.scoring.metric import load_gold
+
+    records, dev = polarity_pages(tmp_path)
+    gold = load_gold(dev)
+    cut = polarity_cut(records, gold)
+    assert cut["right"] == cut["pages"] == 20 and cut["right_at_0"] == 13
+    assert -4.1 < cut["polarity_offset"] < -2.0 and cut["polarity_offset"] == pytest.approx(-3.05)
+    assert [r["answer_type"] for r in with_cut(records, cut["polarity_offset"])] == ["NO"] * 10 + ["YES"] * 10
+    read_right = [dict(r, polarity_margin=m) for r, m in zip(records, [-1.0] * 10 + [1.0] * 10)]
+    assert polarity_cut(read_right, gold)["polarity_offset"] == 0.0  # every cut from -1 to 1 ties: 0
+    assert polarity_cut([{k: v for k, v in r.items() if k != "polarity_margin"} for r in records], gold) is None
+
+
+def test_tune_sets_the_polarity_offset_in_the_model_directory_from_the_scores_margins(tmp_path, capsys):
+    import dataclasses
+    import json
+
+    from solution import evaluate
+    from solution.model.qa_config import read_postprocess, write_qa_config
+    from solution.windows.featurizer import WindowConfig
+
+    records, dev = polarity_pages(tmp_path)
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(json.dumps(r) + "\n" for r in records))
+    model = tmp_path / "model"
+    model.mkdir()
+    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
+                            "postprocess": dataclasses.asdict(PostprocessConfig())}, tokenizer_size=30522)
+    assert evaluate.main(["--tune", "--scores", str(scores), "--gold", str(dev), "--model", str(model)]) == 0
+    assert "polarity cut: -3.0500 reads 20 of the 20" in capsys.readouterr().out
+    assert read_postprocess(str(model)).polarity_offset == pytest.approx(-3.05)
+    plain = tmp_path / "plain.jsonl"  # no polarity model read these pages: the offset is left as it is
+    plain.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "polarity_margin"}) + "\n"
+                             for r in records))
+    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
+                            "postprocess": dataclasses.asdict(PostprocessConfig(polarity_offset=-1.0))},
+                    tokenizer_size=30522)
+    assert evaluate.main(["--tune", "--scores", str(plain), "--gold", str(dev), "--model", str(model)]) == 0
+    assert read_postprocess(str(model)).polarity_offset == -1.0
+
+
+def test_predict_reads_yes_where_the_polarity_offset_sits_below_the_models_margin(models, pages, tmp_path):
+    from submission.predict import predict_file
+
+    routed = tmp_path / "routed.csv"
+    predict_file(models["says-yes"], str(pages), str(routed), quiet=True, polarity_model=models["reads-no"],
+                 overrides=("polarity_offset=-1000",))
+    shorts = [v for k, v in rows(routed).items() if k.endswith("_short")]
+    assert shorts and shorts == ["YES"] * len(shorts)
