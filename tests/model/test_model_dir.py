@@ -334,6 +334,14 @@ def test_a_format_2_directory_written_before_the_overrun_settings_loads_with_the
     assert meta["window"]["long_overrun_yes_no"] is True  # what such a model was trained with
 
 
+def test_a_format_2_directory_written_before_the_polarity_offset_loads_with_the_cut_at_zero(good_dir, tmp_path):
+    d = tmp_path / "model"
+    shutil.copytree(good_dir, d)
+    edit_json(d / "qa_config.json", lambda o: o["postprocess"].pop("polarity_offset"))
+    _, _, meta = qa_model.load_model_dir(d)
+    assert meta["postprocess"]["polarity_offset"] == 0.0  # YES above a margin of 0, as such a model chose
+
+
 def test_a_directory_with_the_first_pass_under_postprocess_loads_it_as_a_window_setting(good_dir, tmp_path):
     """Before `max_windows_per_document` became a window setting, directories held it under postprocess."""
     d = tmp_path / "model"
