@@ -59,6 +59,19 @@ def write_model_dir(out, overrides=TINY, seed=0, postprocess=None, type_bias=Non
                                     "training": {"seed": seed}})
 
 
+def settings_dir(out: Path, postprocess=None) -> Path:
+    """A folder holding only a model directory's settings (`qa_config.json`: default windows, post-processing
+    with `postprocess` changed): what `solution.evaluate --tune --model` reads and writes, no weights."""
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.model.qa_config import write_qa_config
+    from solution.windows.featurizer import WindowConfig
+
+    out.mkdir()
+    write_qa_config(out, {"window": asdict(WindowConfig()),
+                          "postprocess": {**asdict(PostprocessConfig()), **(postprocess or {})}}, tokenizer_size=30522)
+    return out
+
+
 def plain_checkpoint(ckpt):
     """checkpoint-N as a single process writes it (model.safetensors), with what consolidation reads."""
     import shutil

@@ -168,29 +168,24 @@ def test_the_polarity_cut_reads_the_most_pages_right_and_a_tie_goes_to_the_cut_n
 
 
 def test_tune_sets_the_polarity_offset_in_the_model_directory_from_the_scores_margins(tmp_path, capsys):
-    import dataclasses
     import json
 
+    from helpers import settings_dir
+
     from solution import evaluate
-    from solution.model.qa_config import read_postprocess, write_qa_config
-    from solution.windows.featurizer import WindowConfig
+    from solution.model.qa_config import read_postprocess
 
     records, dev = polarity_pages(tmp_path)
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
-    model = tmp_path / "model"
-    model.mkdir()
-    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
-                            "postprocess": dataclasses.asdict(PostprocessConfig())}, tokenizer_size=30522)
+    model = settings_dir(tmp_path / "model")
     assert evaluate.main(["--tune", "--scores", str(scores), "--gold", str(dev), "--model", str(model)]) == 0
     assert "polarity cut: -3.0500 reads 20 of the 20" in capsys.readouterr().out
     assert read_postprocess(str(model)).polarity_offset == pytest.approx(-3.05)
     plain = tmp_path / "plain.jsonl"  # no polarity model read these pages: the offset is left as it is
     plain.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "polarity_margin"}) + "\n"
                              for r in records))
-    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
-                            "postprocess": dataclasses.asdict(PostprocessConfig(polarity_offset=-1.0))},
-                    tokenizer_size=30522)
+    model = settings_dir(tmp_path / "model-cut-at-1", {"polarity_offset": -1.0})
     assert evaluate.main(["--tune", "--scores", str(plain), "--gold", str(dev), "--model", str(model)]) == 0
     assert read_postprocess(str(model)).polarity_offset == -1.0
 

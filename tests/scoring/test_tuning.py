@@ -1,6 +1,5 @@
 """Threshold tuning finds the grid's best pair (checked by brute force with the metric itself)."""
 
-import dataclasses
 import itertools
 
 import numpy as np
@@ -112,12 +111,11 @@ def test_tune_cli_for_mlebench_records_the_metric_and_matches_the_grader(tmp_pat
     import sys
 
     from conftest import ROOT, nq_line, write_jsonl
+    from helpers import settings_dir
 
     from solution.answers.postprocess import PostprocessConfig
-    from solution.model.qa_config import write_qa_config
     from solution.scoring import mlebench
     from solution.scoring.tuning import predictions_with
-    from solution.windows.featurizer import WindowConfig
 
     records, gold = make(120, 2)
     doc = " ".join(f"w{i}" for i in range(60))
@@ -132,10 +130,7 @@ def test_tune_cli_for_mlebench_records_the_metric_and_matches_the_grader(tmp_pat
     gold_path = write_jsonl(tmp_path / "dev.jsonl", lines)
     scores = tmp_path / "scores.jsonl"
     scores.write_text("".join(json.dumps(r) + "\n" for r in records))
-    model = tmp_path / "model"
-    model.mkdir()
-    write_qa_config(model, {"window": dataclasses.asdict(WindowConfig()),
-                            "postprocess": dataclasses.asdict(PostprocessConfig())}, tokenizer_size=30522)
+    model = settings_dir(tmp_path / "model")
     answers = mlebench.read_answers(gold_path)
     graded = {}
     for metric in ("kaggle", "mlebench"):
