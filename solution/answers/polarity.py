@@ -32,12 +32,19 @@ def with_polarity(prediction: DocumentPrediction, polarity: DocumentPrediction, 
     if not reads_polarity(prediction) or polarity.error or polarity.yes_score == polarity.no_score == float("-inf"):
         return prediction
     margin = polarity.yes_score - polarity.no_score
-    which = "YES" if margin > cfg.polarity_offset else "NO"
+    which, raw_short = read_at(margin, cfg.polarity_offset, prediction.raw_short)
     top = max(prediction.yes_score, prediction.no_score)
     out = replace(prediction, answer_type=which, yes_score=top, no_score=top, polarity_margin=margin,
-                  raw_short=which if prediction.raw_short in YES_NO else prediction.raw_short)
+                  raw_short=raw_short)
     _, out.short = threshold_rows(score_record(out), cfg)  # the long row does not depend on the answer's type
     return out
+
+
+def read_at(margin: float, offset: float, raw_short: str) -> tuple:
+    """(answer type, raw short row) of a yes/no answer whose polarity model's margin is `margin`, cut at
+    `offset`: YES above it, NO otherwise; a raw short row that is YES or NO says the same."""
+    which = "YES" if margin > offset else "NO"
+    return which, which if raw_short in YES_NO else raw_short
 
 
 def gold_polarity(gold) -> str:
@@ -51,8 +58,9 @@ def polarity_cut(records: list, gold: dict) -> Optional[dict]:
     model read (those with a `polarity_margin`) whose gold is YES or NO alone: every cut between two margins
     is tried and 0, a tie going to the cut nearest 0. {"polarity_offset", "right", "pages", "right_at_0"};
     None where the file has no such page (nothing to tune it on)."""
-    pages = [(r["polarity_margin"], gold_polarity(gold[r["example_id"]])) for r in records
-             if "polarity_margin" in r and r["example_id"] in gold and gold_polarity(gold[r["example_id"]])]
+    read = [(r["polarity_margin"], gold_polarity(gold[r["example_id"]])) for r in records
+            if "polarity_margin" in r and r["example_id"] in gold]
+    pages = [(m, g) for m, g in read if g]
     if not pages:
         return None
     margins = sorted({m for m, _ in pages})
@@ -71,7 +79,7 @@ def with_cut(records: list, offset: float) -> list:
     out = []
     for r in records:
         if "polarity_margin" in r and r["answer_type"] in YES_NO:
-            which = "YES" if r["polarity_margin"] > offset else "NO"
-            r = {**r, "answer_type": which, "raw_short": which if r["raw_short"] in YES_NO else r["raw_short"]}
+            which, raw_short = read_at(r["polarity_margin"], offset, r["raw_short"])
+            r = {**r, "answer_type": which, "raw_short": raw_short}
         out.append(r)
     return out

@@ -158,7 +158,7 @@ class DocumentPrediction:
     yes_score: float = float("-inf")  # type score YES minus UNKNOWN (what yes_threshold compares)
     no_score: float = float("-inf")
     # Where a polarity model chose this YES or NO: its YES score minus its NO score on the page (YES above
-    # 0), kept in the scores file so that the choice can be studied or re-made from it without the model.
+    # polarity_offset), kept in the scores file so that the choice can be re-made from it without the model.
     polarity_margin: Optional[float] = None
 
 
