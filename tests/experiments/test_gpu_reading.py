@@ -266,3 +266,35 @@ def test_a_stopped_check_stops_the_commands_it_started(tmp_path):
     thread.join(60)
     assert stop.value.code == 143 and not thread.is_alive()
     assert results["r"]["returncode"] not in (0, "timeout") and not running.LIVE
+
+
+def test_a_polarity_row_is_read_at_the_cut_tuned_on_its_dev_pages(tmp_path):
+    """The call predicts at the answer model's cut (0) and keeps each page's margin: the rows read the YES or NO
+    at the cut that reads the most of dev's YES and NO pages right, as `evaluate --tune` would set it."""
+    from conftest import nq_line, write_jsonl
+    from helpers import settings_dir
+
+    # Twenty yes/no pages a polarity model read, leaning to NO: at 0 it reads 13 right, at -3.05 all 20.
+    margins = [-5 + 0.1 * k for k in range(10)] + [-2 + 0.3 * k for k in range(10)]
+    yes_no = [nq_line(example_id=str(k + 1), long=0, yes_no=g) for k, g in enumerate(["NO"] * 10 + ["YES"] * 10)]
+    main = [nq_line(example_id=str(k + 101), long=0) for k in range(2)]
+    records = [{"example_id": str(k + 1), "raw_long": "6:16", "raw_short": "YES" if m > 0 else "NO",
+                "answer_type": "YES" if m > 0 else "NO", "score": 5.0, "short_score": 0.0, "yes_score": 4.0,
+                "no_score": 4.0, "polarity_margin": m} for k, m in enumerate(margins)]
+    records += [{"example_id": line["example_id"], "raw_long": "6:16", "raw_short": "", "answer_type": "LONG",
+                 "score": 5.0, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0} for line in main]
+    for folder, prefix, lines in (("corpus", "simplified-nq-", main), ("data", "", main + yes_no)):
+        (tmp_path / folder).mkdir()
+        for split in ("dev", "test", "test-gold"):
+            write_jsonl(tmp_path / folder / f"{prefix}{split}.jsonl", [dict(x, question_form="q") for x in lines])
+    (tmp_path / "stage2-m").mkdir()
+    settings_dir(tmp_path / "stage2-m" / "model")
+    (tmp_path / "stage2-m" / "metrics.jsonl").write_text(json.dumps({"seed": 0, "train_windows": 1}) + "\n")
+    (tmp_path / "pred").mkdir()
+    for split in ("dev", "test"):
+        write_jsonl(tmp_path / "pred" / f"m-polarity-words-{split}-scores.jsonl", records)
+    rows = reading_figures.model_rows(tmp_path, "m-polarity", "words", {})
+    cut = rows["main"]["polarity_cut"]
+    assert cut["right"] == cut["pages"] == 20 and cut["right_at_0"] == 13 and cut["polarity_offset"] == pytest.approx(-3.05)
+    assert rows["yes_no"]["yes_f1"] == rows["yes_no"]["no_f1"] == 1.0  # at 0: NO on 7 of the 10 YES pages
+    assert reading_figures.at_dev_cut(records[20:], records[20:], str(tmp_path / "data" / "dev.jsonl"))[2] is None

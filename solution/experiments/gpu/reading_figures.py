@@ -108,15 +108,34 @@ def model_rows(root: Path, name: str, first_pass: str, references: dict) -> dict
     from solution.model.qa_config import read_qa_config
     from solution.scoring.tuning import read_scores
 
-    model = root / f"stage2-{name.removesuffix(POLARITY_SUFFIX)}"  # with a polarity model: the answer model's
+    answerer = name.removesuffix(POLARITY_SUFFIX)
+    model = root / f"stage2-{answerer}"  # with a polarity model: the answer model's
     cfg = PostprocessConfig(**read_qa_config(model / "model" / "qa_config.json")["postprocess"])
     dev, test = (read_scores(root / "pred" / f"{name}-{first_pass}-{split}-scores.jsonl") for split in ("dev", "test"))
     both = corpora(root)
+    cut = None
+    if answerer != name:
+        dev, test, cut = at_dev_cut(dev, test, both["yes_no"]["dev"])
     main = evaluate_records(only(dev, both["main"]["dev"]), only(test, both["main"]["test_gold"]), cfg, both["main"])
-    head = {"model": name, "first_pass": first_pass, **training_facts(model)}
+    head = {"model": name, "first_pass": first_pass, **training_facts(model), **({"polarity_cut": cut} if cut else {})}
     main = head | main | reference_deltas(references, main) | form_split(only(test, both["main"]["test_gold"]), cfg,
                                                                          main["thresholds"], both["main"]["test_gold"])
     return {"main": main, "yes_no": head | evaluate_records(dev, test, cfg, both["yes_no"])}
+
+
+def at_dev_cut(dev: list, test: list, dev_gold: str) -> tuple:
+    """(dev, test, cut): a polarity row's records with the polarity model's YES or NO chosen again at the cut
+    that reads the most of dev's YES and NO pages right (`polarity.polarity_cut`, as `evaluate --tune` sets a
+    directory's `polarity_offset` before its thresholds), and that cut's figures; the records as they are and
+    None where dev holds no such page. The call predicts at the answer model's cut (0) and keeps each page's
+    margin, so the cut is tuned here, on dev alone, as a user of the library would tune it."""
+    from solution.answers.polarity import polarity_cut, with_cut
+    from solution.experiments.answers.figures import gold_of
+
+    cut = polarity_cut(dev, gold_of(dev_gold))
+    if cut is None:
+        return dev, test, None
+    return with_cut(dev, cut["polarity_offset"]), with_cut(test, cut["polarity_offset"]), cut
 
 
 def training_facts(model: Path) -> dict:
@@ -189,7 +208,8 @@ def summary(rows: dict, pairs: dict) -> dict:
         out[f"{name} {first_pass}"] = {**{k: main.get(k) for k in SUMMARY_KEYS},
                                        "test_by_question_form": main.get("test_by_question_form"),
                                        **{k: yn.get(k) for k in ("yes_f1", "no_f1", "yes_no_f1")},
-                                       "polarity": (yn.get("test") or {}).get("polarity")}
+                                       "polarity": (yn.get("test") or {}).get("polarity"),
+                                       **({"polarity_cut": main["polarity_cut"]} if "polarity_cut" in main else {})}
     return {"rows": out, "paired": pairs, "curve": curve(rows)}
 
 
