@@ -209,14 +209,14 @@ def polarity_tuned(records: list, gold: dict, say) -> tuple:
     """(records, {"polarity_offset": cut}) with a polarity model's YES or NO chosen again at the cut tuned on
     these pages (`polarity.polarity_cut`), before the thresholds are tuned on them; (records, {}) where the
     file holds no polarity margin on a YES or NO page."""
-    from solution.answers.polarity import polarity_cut, with_cut
+    from solution.answers.polarity import tuned_cut
 
-    cut = polarity_cut(records, gold)
+    records, cut = tuned_cut(records, gold)
     if cut is None:
         return records, {}
     say(f"polarity cut: {cut['polarity_offset']:.4f} reads {cut['right']} of the {cut['pages']} YES or NO pages "
         f"a polarity model read right ({cut['right_at_0']} at 0)")
-    return with_cut(records, cut["polarity_offset"]), {"polarity_offset": cut["polarity_offset"]}
+    return records, {"polarity_offset": cut["polarity_offset"]}
 
 
 def run_tune_nq(args: argparse.Namespace, cfg, records: list) -> int:

@@ -83,3 +83,11 @@ def with_cut(records: list, offset: float) -> list:
             r = {**r, "answer_type": which, "raw_short": raw_short}
         out.append(r)
     return out
+
+
+def tuned_cut(records: list, gold: dict) -> tuple:
+    """(records, cut): the records with a polarity model's YES or NO chosen again at the cut `polarity_cut`
+    tunes on them, and that cut's figures; the records as they are and None where they hold no margin on a
+    YES or NO page."""
+    cut = polarity_cut(records, gold)
+    return (records, None) if cut is None else (with_cut(records, cut["polarity_offset"]), cut)

@@ -129,13 +129,11 @@ def at_dev_cut(dev: list, test: list, dev_gold: str) -> tuple:
     directory's `polarity_offset` before its thresholds), and that cut's figures; the records as they are and
     None where dev holds no such page. The call predicts at the answer model's cut (0) and keeps each page's
     margin, so the cut is tuned here, on dev alone, as a user of the library would tune it."""
-    from solution.answers.polarity import polarity_cut, with_cut
+    from solution.answers.polarity import tuned_cut, with_cut
     from solution.experiments.answers.figures import gold_of
 
-    cut = polarity_cut(dev, gold_of(dev_gold))
-    if cut is None:
-        return dev, test, None
-    return with_cut(dev, cut["polarity_offset"]), with_cut(test, cut["polarity_offset"]), cut
+    dev, cut = tuned_cut(dev, gold_of(dev_gold))
+    return dev, test if cut is None else with_cut(test, cut["polarity_offset"]), cut
 
 
 def training_facts(model: Path) -> dict:
