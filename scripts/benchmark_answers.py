@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from solution.common import cli  # noqa: E402
 from solution.experiments.answers.command import run_command  # noqa: E402
-from solution.experiments.answers.techniques import FULL, NUM_ENSEMBLE_MEMBERS, QUICK, TECHNIQUES  # noqa: E402
+from solution.experiments.answers.techniques import (  # noqa: E402
+    FULL,
+    NUM_ENSEMBLE_MEMBERS,
+    QUICK,
+    REFERENCES,
+    TECHNIQUES,
+)
 
 
 def int_list(text: str) -> list:
@@ -74,6 +80,11 @@ def add_plan_arguments(p) -> None:
                    help=f"the techniques' seeds (default {','.join(map(str, FULL['seeds']))}; --quick "
                         f"{','.join(map(str, QUICK['seeds']))}); ensembles add the next seeds up to "
                         f"{NUM_ENSEMBLE_MEMBERS} members")
+    p.add_argument("--references", default=",".join(REFERENCES),
+                   help=f"comma-separated no-training rows to score, of {', '.join(REFERENCES)} (default: all; the "
+                        f"sentence match embeds every dev and test page, ~40 minutes on 2 cores at 800 pages). "
+                        f"\"\": none, for a run in pieces whose record is merged after one that has them (--merge "
+                        f"NEW.json RECORD.json: RECORD's rows win), since each baseline is compared with the rows scored")
     p.add_argument("--references-only", action="store_true",
                    help="train nothing: the no-training rows alone (lexical, bm25, first_paragraph, sentences) on "
                         "the corpus the benchmark makes, without its yes/no pages or stage 1's easy pages")
@@ -89,6 +100,11 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.references_only and args.merge:
         p.error("--references-only scores a corpus and --merge reads records: give one of them")
+    args.references = [r.strip() for r in args.references.split(",") if r.strip()]
+    if any(r not in REFERENCES for r in args.references):
+        p.error(f"--references {','.join(args.references)}: each of {', '.join(REFERENCES)}")
+    if args.references_only and not args.references:
+        p.error("--references-only scores the no-training rows: --references names none")
     args.techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
     unknown = [t for t in args.techniques if t not in TECHNIQUES]
     if unknown:

@@ -28,7 +28,7 @@ def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(techniques.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "max_windows_16",
                                      "yes_no_repeat",
-                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32"}
+                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32", "polarity"}
     sets = {s for _, s_list in techniques.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
@@ -134,6 +134,22 @@ def test_references_only_scores_the_four_no_training_rows_and_trains_nothing(mon
     assert "sentences" in techniques.NO_TECHNIQUE  # never drawn as a technique's bar pair
     with pytest.raises(SystemExit):
         bench.parse_args(["--json", "x.json", "--references-only", "--merge", "a.json"])
+
+
+def test_references_names_the_no_training_rows_scored(monkeypatch, tmp_path):
+    """--references: a run in pieces may leave the sentence match (~40 CPU minutes) to the record it is merged
+    after; the rows it names alone are scored, and a name of none is refused before any work."""
+    methods = []
+    monkeypatch.setattr(references, "lexical_row", lambda corpus, method="words": methods.append(method) or {"test_f1": 0.1})
+    monkeypatch.setattr(references, "first_paragraph_row", lambda corpus: {"test_f1": 0.0})
+    rows = phases.benchmark({"dev": "d", "test": "t"}, dict(techniques.QUICK), tmp_path, [], references_only=True,
+                            reference_names=["first_paragraph", "lexical"])
+    assert [r["technique"] for r in rows] == ["lexical", "first_paragraph"] and methods == ["words"]
+    assert bench.parse_args(["--json", "x.json", "--references", ""]).references == []
+    assert bench.parse_args(["--json", "x.json"]).references == list(techniques.REFERENCES)
+    for argv in (["--references", "lexical,words"], ["--references", "", "--references-only"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--json", "x.json", *argv])
 
 
 def test_every_row_carries_its_long_rows_f1_with_an_interval(tmp_path):
@@ -266,19 +282,27 @@ def test_quick_run_rows_carry_intervals_deltas_lexical_ensembles_and_the_curve(t
     gold = tmp_path / "run" / "data" / "simplified-nq-test-gold.jsonl"
     assert score_files(tmp_path / "run" / "baseline-seed0" / "test.csv", gold)["score"] == base["test_mlebench"]
     assert out.with_suffix(".png").stat().st_size > 0 and (tmp_path / "answers-curve.png").stat().st_size > 0
-    # Stage 1 trained once per seed, and every stage 2 of a seed starts from its model.
+    # the polarity stage beside yes_no_pages's model, on the pages with the yes/no supplement (off: the baseline)
+    polarity = {x["enabled"]: x for x in rows if x["technique"] == "polarity_yes_no"}
+    assert set(polarity) == {False, True} and polarity[False]["test_f1"] == yes_no[False]["test_f1"]
+    _check_delta(polarity[True], polarity[False])
+    # Stage 1 trained once per seed, and every stage 2 of a seed starts from its model; the polarity stage from
+    # yes_no_pages's model, its replay from its first training.
     models = tmp_path / "run" / "models"
     warm = {p.name.split("-")[1]: p for p in models.iterdir() if p.name.startswith("warm-seed")}
     assert set(warm) == {"seed0", "seed1", "seed2"}
+    starts = {"polarity_whole": "yes_no_pages", "polarity_replay": "polarity_whole"}
     for p in models.iterdir():
         if not p.name.startswith("warm-"):
             command = json.loads((p / "benchmark_train.json").read_text())["command"]
-            seed = command[command.index("--seed") + 1]
-            assert command[command.index("--model_name_or_path") + 1] == str(warm[f"seed{seed}"] / "model")
-            # every page of the corpus (12), the curve its own, yes_no_pages its 3 yes/no pages more
+            seed, name = command[command.index("--seed") + 1], p.name.rsplit("-seed", 1)[0]
+            start = next(models.glob(f"{starts[name]}-seed{seed}-*")) if name in starts else warm[f"seed{seed}"]
+            assert command[command.index("--model_name_or_path") + 1] == str(start / "model")
+            # every page of the corpus (12), the curve its own, yes_no_pages its 3 yes/no pages more, the
+            # polarity stage its 3 YES and 3 NO pages, then (up to) 800 of the corpus's
             pages = command[len(command) - 1 - command[::-1].index("--max_train_examples") + 1]
-            assert pages == {"curve6": "6", "yes_no_pages": "15", "yes_no_whole": "15", "yes_no_balanced": "15"}.get(
-                p.name.rsplit("-seed", 1)[0], "12"), p.name
+            assert pages == {"curve6": "6", "yes_no_pages": "15", "yes_no_whole": "15", "yes_no_balanced": "15",
+                             "polarity_whole": "6", "polarity_replay": "800"}.get(name, "12"), p.name
 
 
 @pytest.mark.parametrize("record", ["answers.json", "answers-nq.json", "answers-nq-lexical.json"])
@@ -335,6 +359,47 @@ def test_every_model_trains_on_every_page_unless_its_row_says_otherwise(monkeypa
     runs.train("yes_no_pages", 0, techniques.TECHNIQUES["yes_no_pages"][0], corpus, plan, tmp_path)
     assert [pages(a) for a, _ in calls] == ["4000", "500", "4800"]
     assert [f for _, f in calls] == ["t.jsonl", "t.jsonl", "ty.jsonl"]
+
+
+def test_the_polarity_rows_read_yes_and_no_with_a_polarity_model_trained_from_yes_no_pages_model(monkeypatch, tmp_path):
+    """`polarity`: the answer model is `yes_no_pages`'s (the same command), the polarity stage trains from it
+    (six passes over the balanced yes/no pages, then the first 800 training pages), and both the main and the
+    yes/no rows read with it as the polarity model; off is the baseline."""
+    from solution.experiments.answers import rows as rows_module
+
+    calls, scored = [], []
+    monkeypatch.setattr(runs, "warm_start", lambda *a: (["--model_name_or_path", "stage1"], 0.0))
+    monkeypatch.setattr(runs, "train_run", lambda name, args, config, train_file, out:
+                        calls.append((name, args, train_file)) or (tmp_path / name, 1.0))
+    monkeypatch.setattr(rows_module, "evaluate", lambda models, sets, corpus, d, polarity=None:
+                        scored.append((models, corpus["dev"], polarity)) or {"test_f1": 0.5, "dev_f1_tuned": 0.5})
+    monkeypatch.setattr(rows_module, "deltas", lambda off, on: {})
+    corpus = {"train": "t.jsonl", "dev": "d.jsonl", "train_overrides": [], "num_train_documents": 4000,
+              "yes_no_train": "ty.jsonl", "yes_no_train_pages": "4800", "polarity_train": "tp.jsonl",
+              "polarity_train_pages": "1600", "yes_no": {"dev": "dy.jsonl", "added": 80}}
+    base = {"technique": "baseline", "enabled": False, "seed": 0, "_model": tmp_path / "baseline", "test_f1": 0.4}
+    main, yes_no = rows_module.polarity_rows(base, corpus, {"config": "configs/train/nq-profile.yaml"}, tmp_path)
+
+    def flag(args, name):
+        return args[len(args) - 1 - args[::-1].index(name) + 1]
+    (answer, a_args, a_file), (whole, w_args, w_file), (replay, r_args, r_file) = calls
+    assert (answer, whole, replay) == ("yes_no_pages-seed0", "polarity_whole-seed0", "polarity_replay-seed0")
+    plan = {"config": "configs/train/nq-profile.yaml"}
+    runs.train("yes_no_pages", 0, techniques.TECHNIQUES["yes_no_pages"][0], corpus, plan, tmp_path)
+    assert calls[-1][1] == a_args  # the yes_no_pages technique's own model: trained once for both
+    assert flag(a_args, "--model_name_or_path") == "stage1" and a_file == "ty.jsonl"
+    assert flag(w_args, "--model_name_or_path") == str(tmp_path / "yes_no_pages-seed0") and w_file == "tp.jsonl"
+    assert (flag(w_args, "--num_train_epochs"), flag(w_args, "--max_train_examples")) == ("6", "1600")
+    assert flag(w_args, "--long_overrun_yes_no") == "false"
+    assert flag(r_args, "--model_name_or_path") == str(tmp_path / "polarity_whole-seed0") and r_file == "t.jsonl"
+    assert flag(r_args, "--max_train_examples") == "800" and "--num_train_epochs" not in r_args
+    assert [(m, d, p) for m, d, p in scored] == [
+        ([tmp_path / "yes_no_pages-seed0"], "d.jsonl", tmp_path / "polarity_replay-seed0"),
+        ([tmp_path / "baseline"], "dy.jsonl", None),
+        ([tmp_path / "yes_no_pages-seed0"], "dy.jsonl", tmp_path / "polarity_replay-seed0")]
+    assert [(r["technique"], r["enabled"]) for r in main + yes_no] == [
+        ("polarity", False), ("polarity", True), ("polarity_yes_no", False), ("polarity_yes_no", True)]
+    assert main[0]["test_f1"] == 0.4 and main[1]["train_seconds"] == 3.0
 
 
 def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(tmp_path):

@@ -72,7 +72,7 @@ def measure(args) -> int:
     try:
         corpus = prepare_corpus(args, plan, out)
         rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args),
-                         args.ensembles, args.references_only)
+                         args.ensembles, args.references_only, args.references)
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from solution.experiments.answers.runs import StepFailed, run
-from solution.experiments.answers.techniques import REAL_TRAIN, TECHNIQUES, YES_NO_TRAIN_PAGES
+from solution.experiments.answers.techniques import POLARITY, POLARITY_PAGES, REAL_TRAIN, TECHNIQUES, YES_NO_TRAIN_PAGES
 
 REAL_TRAIN_FILE, REAL_DEV_FILE = "simplified-nq-train-sample.jsonl", "simplified-nq-dev-sample.jsonl"
 
@@ -39,6 +39,8 @@ def synthetic_corpus(args, plan: dict, out: Path) -> dict:
         corpus["yes_no"] = yes_no_corpus(corpus, plan, out, args)
     if any("{yes_no_train}" in TECHNIQUES[t][0] for t in args.techniques):
         corpus |= yes_no_train_corpus(corpus, plan, out, args)
+    if POLARITY in args.techniques:
+        corpus |= polarity_train_corpus(plan, out, args)
     return corpus
 
 
@@ -54,11 +56,12 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
     return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
 
 
-def yes_no_synth(directory: Path, seed: int, sizes: tuple, plan: dict, args) -> None:
-    """`solution.synth` pages of the profile that are all YES or NO (two YES to a NO): (train, dev, test) pages."""
+def yes_no_synth(directory: Path, seed: int, sizes: tuple, plan: dict, args, types: str = "YES,NO") -> None:
+    """`solution.synth` pages of the profile that are all of `types` (YES,NO: two YES to a NO): (train, dev,
+    test) pages."""
     run(["-m", "solution.synth", "--profile", args.profile, "--out", str(directory), "--seed", str(seed),
-         "--answer-types", "YES,NO", *[x for flag, n in zip(("--num-train", "--num-dev", "--num-test"), sizes)
-                                       for x in (flag, str(n))],
+         "--answer-types", types, *[x for flag, n in zip(("--num-train", "--num-dev", "--num-test"), sizes)
+                                    for x in (flag, str(n))],
          *(["--max-words", str(plan["max_words"])] if plan["max_words"] else [])])
 
 
@@ -89,3 +92,18 @@ def yes_no_train_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
     mixed.mkdir(parents=True, exist_ok=True)
     (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
     return {"yes_no_train": str(mixed / "simplified-nq-train.jsonl"), "yes_no_train_pages": str(len(lines))}
+
+
+def polarity_train_corpus(plan: dict, out: Path, args) -> dict:
+    """The polarity stage's training pages: POLARITY_PAGES YES-only pages (corpus seed + 3) and as many NO-only
+    ones (seed + 4), none of them the benchmark's, its supplement's or `yes_no_pages`'s; their path and count."""
+    pages = POLARITY_PAGES if plan["num_dev"] >= 100 else plan["yes_no"]  # --quick: a handful
+    lines = []
+    for types, seed in (("YES", args.corpus_seed + 3), ("NO", args.corpus_seed + 4)):
+        folder = out / f"data-polarity-{types.lower()}"
+        yes_no_synth(folder, seed, (pages, 1, 1), plan, args, types)
+        lines += (folder / "simplified-nq-train.jsonl").read_text().splitlines()
+    mixed = out / "data-polarity-train"
+    mixed.mkdir(parents=True, exist_ok=True)
+    (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
+    return {"polarity_train": str(mixed / "simplified-nq-train.jsonl"), "polarity_train_pages": str(len(lines))}

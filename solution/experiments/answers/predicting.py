@@ -25,16 +25,18 @@ def model_meta(model_dir) -> dict:
     return loaded(model_dir).meta
 
 
-def predict(models: list, cfg, path: str, out_csv: Path, window_sets: list = ()) -> tuple:
+def predict(models: list, cfg, path: str, out_csv: Path, window_sets: list = (), polarity=None) -> tuple:
     """(document predictions, {row id: PredictionString}, windows run) of one model, or of several
     averaged (equal weights), with `window_sets` (--set items of the window settings) over the first
-    model's window settings; the rows are also written as a submission CSV."""
+    model's window settings, and the model directory `polarity` as `--polarity-model` where given; the rows
+    are also written as a submission CSV."""
     from solution.answers.inference import submission_rows
     from solution.model.loading import load_ensemble, predict_input
 
     ensemble, seen = load_ensemble([loaded(m) for m in models]), {"windows": 0}
+    reader = load_ensemble([loaded(polarity)]) if polarity else None
     preds = list(predict_input(ensemble, path, cfg, window_sets,
-                               progress=lambda docs, windows: seen.update(windows=windows)))
+                               progress=lambda docs, windows: seen.update(windows=windows), polarity=reader))
     rows = dict(submission_rows(preds))
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)

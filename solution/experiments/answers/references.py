@@ -52,9 +52,10 @@ def first_paragraph_row(corpus: dict) -> dict:
     return row | split_f1s(row, dev)
 
 
-def reference_rows(corpus: dict) -> dict:
-    """{name: row} of the no-training references (REFERENCES), each scored as every row is."""
+def reference_rows(corpus: dict, names=REFERENCES) -> dict:
+    """{name: row} of the no-training references `names` (of REFERENCES, in its order), each scored as every
+    row is."""
     score = {"lexical": lambda: lexical_row(corpus), "bm25": lambda: lexical_row(corpus, "bm25"),
              "sentences": lambda: lexical_row(corpus, "sentences"), "first_paragraph": lambda: first_paragraph_row(corpus)}
     return {name: attempt({"technique": name, "enabled": None, "seed": None, "num_train_documents": 0}, score[name])
-            for name in REFERENCES}
+            for name in REFERENCES if name in names}

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from solution.experiments.answers.figures import deltas, reference_deltas
 from solution.experiments.answers.runs import StepFailed, train
-from solution.experiments.answers.techniques import NUM_ENSEMBLE_MEMBERS, TECHNIQUES, YES_NO_TECHNIQUE
+from solution.experiments.answers.techniques import (
+    NUM_ENSEMBLE_MEMBERS,
+    POLARITY,
+    POLARITY_REPLAY,
+    POLARITY_WHOLE,
+    TECHNIQUES,
+    YES_NO_TECHNIQUE,
+)
 from solution.experiments.answers.variant import evaluate
 
 
@@ -85,10 +92,11 @@ def ensemble_rows(baselines: dict, corpus: dict, plan: dict, out: Path, referenc
     return rows
 
 
-def yes_no_pair(base: dict, name: str, on_model: dict, on_head: dict, sets: list, corpus: dict, out: Path) -> list:
-    """Rows `name` off (the baseline's model) and on (`on_model`'s "_model" with `sets`) on dev and test with
-    the yes/no supplement added, the on row with its paired deltas. The window cache runs each model's
-    windows once, however many rows score them."""
+def yes_no_pair(base: dict, name: str, on_model: dict, on_head: dict, sets: list, corpus: dict, out: Path,
+                polarity=None) -> list:
+    """Rows `name` off (the baseline's model) and on (`on_model`'s "_model" with `sets`, and the polarity model
+    `polarity` where given) on dev and test with the yes/no supplement added, the on row with its paired
+    deltas. The window cache runs each model's windows once, however many rows score them."""
     seed, added = base["seed"], corpus["yes_no"]
     head = {"technique": name, "seed": seed, "num_train_documents": corpus["num_train_documents"],
             "yes_no_documents_added": added["added"]}
@@ -96,7 +104,7 @@ def yes_no_pair(base: dict, name: str, on_model: dict, on_head: dict, sets: list
         return [head | {"enabled": flag, "error": f"a model of seed {seed} failed"} for flag in (False, True)]
     off = attempt(head | {"enabled": False}, lambda: evaluate([base["_model"]], [], added, out / f"{name}-off-seed{seed}"))
     on = attempt(head | {"enabled": True, **on_head},
-                 lambda: evaluate([on_model["_model"]], sets, added, out / f"{name}-seed{seed}"))
+                 lambda: evaluate([on_model["_model"]], sets, added, out / f"{name}-seed{seed}", polarity))
     return [off, on | deltas(off, on)]
 
 
@@ -110,6 +118,40 @@ def yes_no_trained_rows(base: dict, row: dict, name: str, corpus: dict, out: Pat
     """The baseline's model (off) and technique `name`'s (on, `row`) on dev and test with the yes/no
     supplement added, with the on row's paired deltas."""
     return yes_no_pair(base, f"{name}_yes_no", row, {"train_overrides": row.get("train_overrides")}, [], corpus, out)
+
+
+def polarity_models(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:
+    """(answer model, polarity model, seconds of their trainings): the answer model is `yes_no_pages`'s (the
+    same command, so the same model, trained once for both rows), the polarity stage's two trainings from it."""
+    answer, answer_secs = train("yes_no_pages", seed, TECHNIQUES["yes_no_pages"][0], corpus, plan, out)
+    whole, whole_secs = train("polarity_whole", seed, POLARITY_WHOLE, corpus, plan, out, start=answer)
+    reader, replay_secs = train("polarity_replay", seed, POLARITY_REPLAY, corpus, plan, out, start=whole)
+    return answer, reader, round(answer_secs + whole_secs + replay_secs, 1)
+
+
+def polarity_rows(base: dict, corpus: dict, plan: dict, out: Path) -> tuple:
+    """([polarity off, on] on the corpus's pages, [polarity_yes_no off, on] with the yes/no supplement added):
+    off is the baseline, on the answer model with the polarity model beside it, its cut and thresholds tuned
+    on dev; each on row with its paired deltas against the baseline."""
+    seed = base["seed"]
+    off = base | {"technique": POLARITY, "enabled": False}
+    head = {"technique": POLARITY, "enabled": True, "seed": seed, "train_overrides": TECHNIQUES[POLARITY][0],
+            "num_train_documents": corpus["num_train_documents"]}
+    if "_model" not in base:
+        on = head | {"error": f"the baseline of seed {seed} failed"}
+        return [off, on], yes_no_pair(base, f"{POLARITY}_yes_no", on, {}, [], corpus, out) if corpus.get("yes_no") else []
+
+    def trained_pair() -> dict:
+        answer, reader, secs = polarity_models(seed, corpus, plan, out)
+        return evaluate([answer], [], corpus, out / f"{POLARITY}-seed{seed}", reader) | {
+            "train_seconds": secs, "_model": answer, "_polarity": reader}
+
+    on = attempt(head, trained_pair)
+    main = [off, on | deltas(base, on)]
+    if not corpus.get("yes_no"):
+        return main, []
+    return main, yes_no_pair(base, f"{POLARITY}_yes_no", on, {"train_overrides": head["train_overrides"]}, [], corpus,
+                             out, on.get("_polarity"))
 
 
 def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:

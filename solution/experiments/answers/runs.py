@@ -88,12 +88,14 @@ def warm_start(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:
     return ["--model_name_or_path", str(model), "--pretrained", "true"], secs
 
 
-def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path, pages: int | None = None) -> tuple:
-    """Train one model (stage 2 from the seed's stage 1, if the plan has one) on the first `pages` training
-    pages, every page of the corpus by default: the config's own max_train_examples would otherwise cap a
-    larger corpus while the row said it had trained on all of it. `extra`'s {KEY} items are the corpus's
-    (a technique's own training file). (model dir, seconds of both stages)."""
-    warm, warm_secs = warm_start(seed, corpus, plan, out)
+def train(name: str, seed: int, extra: list, corpus: dict, plan: dict, out: Path, pages: int | None = None,
+          start: Path | None = None) -> tuple:
+    """Train one model (stage 2 from the seed's stage 1, if the plan has one; from the model directory `start`
+    where given) on the first `pages` training pages, every page of the corpus by default: the config's own
+    max_train_examples would otherwise cap a larger corpus while the row said it had trained on all of it.
+    `extra`'s {KEY} items are the corpus's (a technique's own training file). (model dir, seconds of both
+    stages; of this training alone from `start`)."""
+    warm, warm_secs = (["--model_name_or_path", str(start)], 0.0) if start else warm_start(seed, corpus, plan, out)
     extra = [corpus[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in extra]
     args = ["--config", plan["config"], "--seed", str(seed), "--train_file", corpus["train"], "--dev_file",
             corpus["dev"], "--eval_strategy", "no", "--disable_tqdm", "true", *precision_args(),

@@ -33,10 +33,25 @@ TECHNIQUES = {
     # H100 the recipe's batch-8 step is launch overhead (24 ms at 8 windows, 21 ms at 32), so a batch of 32
     # trains ~4.6x the windows a second there, if it learns as well from the same pages.
     "batch_32": (["--per_device_train_batch_size", "32", "--learning_rate", "2.0e-4"], []),
+    # An answer model trained as `yes_no_pages` (it types the yes/no pages) and a polarity model trained from it
+    # (POLARITY_WHOLE, then POLARITY_REPLAY), read together (`submission.predict --polarity-model`) at the cut
+    # tuned on dev: docs/answers-techniques.md, "A polarity model beside the answer model". Its rows are
+    # `polarity_rows`'s, not a training override and --set items alone.
+    "polarity": (YES_NO_PAGES, []),
 }
 # Retraining techniques whose on row is scored again on dev and test with the yes/no supplement added,
 # beside the baseline's model there (rows named TECHNIQUE_yes_no).
 YES_NO_TRAINED = ("yes_no_repeat", "yes_no_pages", "yes_no_whole", "yes_no_balanced")
+# The polarity stage: from the answer model, six passes over POLARITY_PAGES yes/no pages of each answer (YES-only
+# pages of corpus seed + 3, NO-only of seed + 4: as many NO as YES, so no prior is learnt from the pages) with
+# YES and NO labelled only where a window holds the whole paragraph, then one pass over the first
+# POLARITY_REPLAY training pages, which wins the main figure back and keeps the polarity in the type scores.
+POLARITY = "polarity"
+POLARITY_PAGES = 800
+POLARITY_WHOLE = ["--train_file", "{polarity_train}", "--max_train_examples", "{polarity_train_pages}",
+                  "--long_overrun_yes_no", "false", "--negative_keep_rate", "0.0001", "--top_window_keep", "0",
+                  "--num_train_epochs", "6"]
+POLARITY_REPLAY = ["--max_train_examples", "800"]
 # Real NQ's training set holds ~4,400 yes/no answers (1.4% of 307,373 pages); 4,000 pages of the profile at
 # that share hold ~60. `yes_no_pages` adds this many yes/no pages (two YES to a NO) of another corpus seed.
 YES_NO_TRAIN_PAGES = 800

@@ -34,11 +34,15 @@ def tuned_row(dev: dict, dev_records: list, cfg, corpus: dict) -> tuple:
         best["result"]
 
 
-def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
+def evaluate(models: list, sets: list, corpus: dict, d: Path, polarity=None) -> dict:
     """Dev untuned, dev tuned and test with dev's thresholds for one variant; `models` has 1 or more
     directories (the first model's post-processing settings, with `sets` over them, as `submission.predict`
-    does)."""
+    does). `polarity`: a polarity model's directory, read as `--polarity-model` is, at the cut tuned on dev
+    before the thresholds (as `evaluate --tune` sets `polarity_offset`; the row's `polarity_cut`)."""
+    from dataclasses import replace
+
     from solution.answers.inference import split_overrides, with_overrides
+    from solution.answers.polarity import tuned_cut
     from solution.answers.postprocess import PostprocessConfig, score_record
     from solution.scoring.metric import read_submission
     from solution.windows.featurizer import WindowConfig
@@ -47,13 +51,18 @@ def evaluate(models: list, sets: list, corpus: dict, d: Path) -> dict:
     meta = model_meta(models[0])
     _, cfg = with_overrides(WindowConfig(**meta["window"]), PostprocessConfig(**meta["postprocess"]), sets)
     window_sets, _ = split_overrides(sets)
-    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets)
+    dev_preds, _, dev_windows = predict(models, cfg, corpus["dev"], d / "dev.csv", window_sets, polarity)
     dev = score_rows(read_submission(d / "dev.csv"), corpus["dev"])  # the CSV as the CLI would read it
-    row, tuned, after = tuned_row(dev, [score_record(p) for p in dev_preds], cfg, corpus)
-    (d / "tune.json").write_text(json.dumps({"thresholds": row["thresholds"], "after": after}) + "\n")
+    records, cut = [score_record(p) for p in dev_preds], None
+    if polarity:
+        records, cut = tuned_cut(records, gold_of(corpus["dev"]))
+    cfg = replace(cfg, polarity_offset=cut["polarity_offset"]) if cut else cfg
+    row, tuned, after = tuned_row(dev, records, cfg, corpus)
+    (d / "tune.json").write_text(json.dumps({"thresholds": row["thresholds"], "after": after, "polarity_cut": cut}) + "\n")
     row["num_dev_windows"] = dev_windows
+    row |= {"polarity_cut": cut} if cut else {}
     if corpus["test"]:
-        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets)
+        _, test_rows, test_windows = predict(models, tuned, corpus["test"], d / "test.csv", window_sets, polarity)
         row = with_test(row, read_submission(d / "test.csv"), test_rows, corpus["test_gold"])
         row["num_test_windows"] = test_windows
     return row | split_f1s(row, dev)
