@@ -61,7 +61,16 @@ Beside the techniques:
   `yes_no_pages` trains on the corpus's pages and YES_NO_TRAIN_PAGES yes/no pages of another seed
   (`solution.synth --answer-types YES,NO`, corpus seed + 2); `yes_no_whole` the same pages with
   `--long_overrun_yes_no false`; `yes_no_balanced` those and each NO window twice (`--no_repeat 2`).
-* `--references-only`: the four no-training rows alone on the corpus, nothing trained.
+* `polarity`, `polarity_yes_no`: off, the baseline; on, an answer model trained as `yes_no_pages` (the same
+  model, trained once for both rows) with a polarity model beside it (`submission.predict --polarity-model`):
+  six passes from the answer model over POLARITY_PAGES YES-only and as many NO-only pages (corpus seeds + 3
+  and + 4) with whole-paragraph labels, then one over the first 800 training pages. The polarity model's
+  YES-minus-NO margin decides a yes/no answer's polarity at the cut tuned on dev (`polarity.tuned_cut`, as
+  `evaluate --tune` sets `polarity_offset`; the row's `polarity_cut`), before the thresholds; `polarity` on
+  the corpus's pages, `polarity_yes_no` with the yes/no supplement added. `train_seconds` counts the answer
+  model and both polarity trainings.
+* `--references-only`: the four no-training rows alone on the corpus, nothing trained; `--references NAMES`:
+  the no-training rows scored (`""`: none, for a run in pieces merged after a record that has them).
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
   Each row keeps the corpus its record says (never this command's `--corpus-seed`); records of two
