@@ -327,6 +327,11 @@ def test_the_landed_record_holds_what_its_page_reports(record):
         for x in rows:
             for key in ("dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1", "test_nq_short_f1"):
                 assert x[f"{key}_ci"][0] <= x[key] <= x[f"{key}_ci"][1], (x["technique"], x["seed"], key)
+    for x in rows:  # a polarity row: its cut read the dev pages it says, YES and NO F1 inside the yes/no F1's span
+        if x["technique"].startswith("polarity") and x["enabled"] and x.get("polarity_cut"):
+            cut = x["polarity_cut"]
+            assert cut["right_at_0"] <= cut["right"] <= cut["pages"], x["technique"]
+            assert min(x["yes_f1"], x["no_f1"]) <= x["yes_no_f1"] <= max(x["yes_f1"], x["no_f1"]), x["technique"]
     page = (ROOT / "docs" / "answers.md").read_text()
     for x in base.values():
         assert f"{x['test_f1']:.3f} ({x['test_f1_ci'][0]:.3f}-{x['test_f1_ci'][1]:.3f})" in page
