@@ -276,7 +276,7 @@ def test_no_tracker_numbers_in_code_or_docs():
 README_CELL = 120  # characters: a results row reads at a glance, the detail is on the page it links to
 # {record: the fewest paired differences of techniques it holds}: the nq-shaped record (answers.json) holds the
 # references and the baselines alone, whose differences against the references are its figures.
-ANSWERS_RECORDS = {"answers.json": 0, "answers-nq.json": 20, "answers-nq-lexical.json": 20}
+ANSWERS_RECORDS = {"answers.json": 8, "answers-nq.json": 20, "answers-nq-lexical.json": 20}
 
 
 def results_rows(text: str) -> list:
