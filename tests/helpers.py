@@ -26,6 +26,18 @@ def load_script(name: str):
     return module
 
 
+def polarity_pages() -> tuple:
+    """(score records, gold lines) of twenty yes/no pages a polarity model read, leaning to NO: the NO pages'
+    margins from -5 to -4, the YES pages' from -2 to +1 (at 0 it reads the 10 NO pages and 3 YES pages right;
+    at -3.05, all 20)."""
+    margins = [-5 + 0.1 * k for k in range(10)] + [-2 + 0.3 * k for k in range(10)]
+    gold = ["NO"] * 10 + ["YES"] * 10
+    records = [{"example_id": str(k + 1), "raw_long": "1:11", "raw_short": "YES" if m > 0 else "NO",
+                "answer_type": "YES" if m > 0 else "NO", "score": 5.0, "short_score": 0.0, "yes_score": 4.0,
+                "no_score": 4.0, "polarity_margin": m} for k, m in enumerate(margins)]
+    return records, [nq_line(example_id=str(k + 1), long=0, yes_no=g) for k, g in enumerate(gold)]
+
+
 # -- tiny model directories ------------------------------------------------------------------------------
 
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}

@@ -139,16 +139,11 @@ def test_the_polarity_offset_moves_where_a_margin_reads_yes():
 
 
 def polarity_pages(tmp_path):
-    """Twenty yes/no pages a polarity model read, leaning to NO: the NO pages' margins from -5 to -4, the YES
-    pages' from -2 to +1 (at 0 it reads the 10 NO pages and 3 YES pages right; at -3, all 20)."""
-    from conftest import nq_line, write_jsonl
+    """The shared twenty yes/no pages' score records, and their gold written as a dev file."""
+    from conftest import write_jsonl
+    from helpers import polarity_pages as pages
 
-    margins = [-5 + 0.1 * k for k in range(10)] + [-2 + 0.3 * k for k in range(10)]
-    gold = ["NO"] * 10 + ["YES"] * 10
-    records = [{"example_id": str(k + 1), "raw_long": "1:11", "raw_short": "YES" if m > 0 else "NO",
-                "answer_type": "YES" if m > 0 else "NO", "score": 5.0, "short_score": 0.0, "yes_score": 4.0,
-                "no_score": 4.0, "polarity_margin": m} for k, m in enumerate(margins)]
-    lines = [nq_line(example_id=str(k + 1), long=0, yes_no=g) for k, g in enumerate(gold)]
+    records, lines = pages()
     return records, write_jsonl(tmp_path / "dev.jsonl", lines)
 
 

@@ -272,15 +272,10 @@ def test_a_polarity_row_is_read_at_the_cut_tuned_on_its_dev_pages(tmp_path):
     """The call predicts at the answer model's cut (0) and keeps each page's margin: the rows read the YES or NO
     at the cut that reads the most of dev's YES and NO pages right, as `evaluate --tune` would set it."""
     from conftest import nq_line, write_jsonl
-    from helpers import settings_dir
+    from helpers import polarity_pages, settings_dir
 
-    # Twenty yes/no pages a polarity model read, leaning to NO: at 0 it reads 13 right, at -3.05 all 20.
-    margins = [-5 + 0.1 * k for k in range(10)] + [-2 + 0.3 * k for k in range(10)]
-    yes_no = [nq_line(example_id=str(k + 1), long=0, yes_no=g) for k, g in enumerate(["NO"] * 10 + ["YES"] * 10)]
+    records, yes_no = polarity_pages()  # leaning to NO: at 0 it reads 13 of the 20 right, at -3.05 all 20
     main = [nq_line(example_id=str(k + 101), long=0) for k in range(2)]
-    records = [{"example_id": str(k + 1), "raw_long": "6:16", "raw_short": "YES" if m > 0 else "NO",
-                "answer_type": "YES" if m > 0 else "NO", "score": 5.0, "short_score": 0.0, "yes_score": 4.0,
-                "no_score": 4.0, "polarity_margin": m} for k, m in enumerate(margins)]
     records += [{"example_id": line["example_id"], "raw_long": "6:16", "raw_short": "", "answer_type": "LONG",
                  "score": 5.0, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0} for line in main]
     for folder, prefix, lines in (("corpus", "simplified-nq-", main), ("data", "", main + yes_no)):

@@ -53,7 +53,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                     per_technique[seed, name], per_technique[seed, f"{name}_yes_no"] = polarity_rows(
                         baselines[seed], corpus, plan, out)
                     partial(rows())
-                elif bool(TECHNIQUES[name][0]) == retrains and name != POLARITY:
+                elif bool(TECHNIQUES[name][0]) == retrains:  # polarity (it retrains) is the branch above
                     per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
                     partial(rows())
                 if retrains and name in YES_NO_TRAINED and corpus.get("yes_no"):
