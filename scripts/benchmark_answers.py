@@ -8,6 +8,9 @@
         --out runs/seed7                 # the documented recipe alone, retrained on a corpus of another seed
     python scripts/benchmark_answers.py --seeds 1 --no-ensembles --techniques thresholds --json runs/a1.json
     python scripts/benchmark_answers.py --merge runs/a0.json runs/a1.json --json runs/merged.json
+    python scripts/benchmark_answers.py --profile nq-shaped --references-only --references "" \
+        --first-pass words,meaning --first-pass-keep-first 2 --real-lines ../shared/data/nq-real \
+        --json runs/first-pass.json      # the first pass's recall alone, on test pages and the real lines
 
 The method, the rows and the record are described in solution/experiments/answers/__init__.py, whose
 modules do the work; this file parses the arguments.
@@ -31,6 +34,7 @@ from solution.experiments.answers.techniques import (  # noqa: E402
     REFERENCES,
     TECHNIQUES,
 )
+from solution.windows.first_pass import METHODS as FIRST_PASS_METHODS  # noqa: E402
 
 
 def int_list(text: str) -> list:
@@ -49,9 +53,9 @@ def add_corpus_arguments(p) -> None:
                    help="nq: a synthetic corpus of --profile made with --corpus-seed; real: the real NQ sample "
                         "(--real-lines)")
     p.add_argument("--real-lines", metavar="DIR", default=os.environ.get("NQ_REAL_LINES") or None,
-                   help="with --corpus real: the folder of the real NQ sample (simplified-nq-train-sample.jsonl, "
-                        "simplified-nq-dev-sample.jsonl), e.g. ../shared/data/nq-real beside the project's CI "
-                        "checkout (default: the environment variable NQ_REAL_LINES)")
+                   help="with --corpus real, or --first-pass: the folder of the real NQ sample "
+                        "(simplified-nq-train-sample.jsonl, simplified-nq-dev-sample.jsonl), e.g. ../shared/data/nq-real "
+                        "beside the project's CI checkout (default: the environment variable NQ_REAL_LINES)")
     p.add_argument("--profile", choices=("nq", "nq-lexical", "nq-shaped"), default="nq",
                    help="the synthetic corpus's profile (nq: questions that need reading; nq-lexical: questions "
                         "in the statements' words; nq-shaped: nq with the gold near the top as real NQ's, a lead, "
@@ -85,6 +89,14 @@ def add_plan_arguments(p) -> None:
                         f"sentence match embeds every dev and test page, ~40 minutes on 2 cores at 800 pages). "
                         f"\"\": none, for a run in pieces whose record is merged after one that has them (--merge "
                         f"NEW.json RECORD.json: RECORD's rows win), since each baseline is compared with the rows scored")
+    p.add_argument("--first-pass", default="", metavar="NAMES",
+                   help=f"comma-separated first passes, of {', '.join(FIRST_PASS_METHODS)}, whose recall of the gold "
+                        "long answer at 4, 8 and 16 windows (with intervals) is recorded on the corpus's test pages, "
+                        "and on the real lines where --real-lines names them (default \"\": none; meaning and fused "
+                        "embed every sentence: ~2 CPU seconds a page)")
+    p.add_argument("--first-pass-keep-first", type=int, default=0, metavar="N",
+                   help="with --first-pass: each page's first N windows are kept whatever their rank "
+                        "(window.first_pass_keep_first; default 0)")
     p.add_argument("--references-only", action="store_true",
                    help="train nothing: the no-training rows alone (lexical, bm25, first_paragraph, sentences) on "
                         "the corpus the benchmark makes, without its yes/no pages or stage 1's easy pages")
@@ -103,8 +115,15 @@ def parse_args(argv):
     args.references = [r.strip() for r in args.references.split(",") if r.strip()]
     if any(r not in REFERENCES for r in args.references):
         p.error(f"--references {','.join(args.references)}: each of {', '.join(REFERENCES)}")
-    if args.references_only and not args.references:
-        p.error("--references-only scores the no-training rows: --references names none")
+    args.first_pass = [m.strip() for m in args.first_pass.split(",") if m.strip()]
+    if any(m not in FIRST_PASS_METHODS for m in args.first_pass):
+        p.error(f"--first-pass {','.join(args.first_pass)}: each of {', '.join(FIRST_PASS_METHODS)}")
+    if args.first_pass and args.merge:
+        p.error("--first-pass measures a corpus and --merge reads records: give one of them")
+    if args.first_pass_keep_first < 0:
+        p.error(f"--first-pass-keep-first must be >= 0, got {args.first_pass_keep_first}")
+    if args.references_only and not args.references and not args.first_pass:
+        p.error("--references-only scores the no-training rows: --references and --first-pass name none")
     args.techniques = [t.strip() for t in args.techniques.split(",") if t.strip()]
     unknown = [t for t in args.techniques if t not in TECHNIQUES]
     if unknown:

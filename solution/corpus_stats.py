@@ -241,7 +241,7 @@ class CorpusStats:
         self.chunks = self.empty_chunks = 0
         self.gold_words, self.gold_top = [], 0
         self.coverage = []  # question_coverage of each document that has one
-        self.first_pass = {m: dict.fromkeys(FIRST_PASS_WINDOWS, 0) for m in self.first_passes}
+        self.first_pass = {m: [] for m in self.first_passes}  # each document's {N: gold window kept}, for intervals
         self.first_pass_seconds = dict.fromkeys(self.first_passes, 0.0)  # CPU seconds ranking, summed
         self.first_pass_documents = 0
         self.shape = ShapeStats()  # SHAPE_ROWS
@@ -311,8 +311,8 @@ class CorpusStats:
                 hits = first_pass_hits(ex, doc, windows, method=method, embed=self.embed,
                                        keep_first=f.config.first_pass_keep_first)
                 self.first_pass_seconds[method] += time.process_time() - t0
-                for n, hit in (hits or {}).items():
-                    self.first_pass[method][n] += hit
+                if hits is not None:
+                    self.first_pass[method].append(hits)
             self.first_pass_documents += hits is not None  # the same documents for every ranking
 
     def figures(self) -> dict:
@@ -330,6 +330,15 @@ class CorpusStats:
             "gold_long_answers": len(self.gold_words),
         } | self._need_figures() | self.shape.figures()
 
+    def first_pass_recall(self, method: str) -> dict:
+        """{N: the recall of the ranking `method` at N windows with its 95% bootstrap interval over the documents
+        it was scored on (`intervals.share_interval`)}; {} where no document was."""
+        from solution.scoring.intervals import share_interval
+
+        self._count_window_needs()
+        hits = self.first_pass[method]
+        return {n: share_interval([h[n] for h in hits]) for n in FIRST_PASS_WINDOWS} if hits else {}
+
     def _need_figures(self) -> dict:
         self._count_window_needs()
         return dict(self.needs) | self._overlap_figures()
@@ -342,7 +351,8 @@ class CorpusStats:
         if self.featurizer is not None:
             d = self.first_pass_documents
             for m in self.first_passes:
-                out |= {recall_key(m, n): round(self.first_pass[m][n] / d, 4) if d else None for n in FIRST_PASS_WINDOWS}
+                out |= {recall_key(m, n): round(sum(h[n] for h in self.first_pass[m]) / d, 4) if d else None
+                        for n in FIRST_PASS_WINDOWS}
                 out[f"first_pass_{m}_cpu_seconds_per_document"] = round(self.first_pass_seconds[m] / d, 4) if d else None
             out["first_pass_documents"] = d
         return out
@@ -422,14 +432,20 @@ def sentence_embed(featurizer, methods):
     return SentenceEncoder(featurizer.config.first_pass_model).embed
 
 
-def corpus_figures(paths, featurizer=None, first_passes=("words",), embed=None) -> dict:
-    """The table's figures over all examples of `paths` (one pooled corpus); the window needs with `featurizer`,
-    and the recall of each ranking of `first_passes` (`embed`: the sentence vectors `meaning` and `fused` need)."""
+def pooled_stats(paths, featurizer=None, first_passes=("words",), embed=None) -> CorpusStats:
+    """Every example of `paths` (one pooled corpus) added to one CorpusStats; the window needs with
+    `featurizer`, and the recall of each ranking of `first_passes` (`embed`: the sentence vectors `meaning`
+    and `fused` need)."""
     stats = CorpusStats(featurizer, first_passes, embed)
     for path in paths:
         for ex in read_examples(path):
             stats.add(ex)
-    return stats.figures()
+    return stats
+
+
+def corpus_figures(paths, featurizer=None, first_passes=("words",), embed=None) -> dict:
+    """The table's figures over all examples of `paths` (`pooled_stats`)."""
+    return pooled_stats(paths, featurizer, first_passes, embed).figures()
 
 
 def format_table(figures: dict, title: str = "figure") -> str:

@@ -207,15 +207,16 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def polarity_tuned(records: list, gold: dict, say) -> tuple:
     """(records, {"polarity_offset": cut}) with a polarity model's YES or NO chosen again at the cut tuned on
-    these pages (`polarity.polarity_cut`), before the thresholds are tuned on them; (records, {}) where the
-    file holds no polarity margin on a YES or NO page."""
+    these pages (`polarity.polarity_cut`: the YES and the NO pages weighed alike), before the thresholds are
+    tuned on them; (records, {}) where the file holds no polarity margin on a YES or NO page."""
     from solution.answers.polarity import tuned_cut
 
     records, cut = tuned_cut(records, gold)
     if cut is None:
         return records, {}
     say(f"polarity cut: {cut['polarity_offset']:.4f} reads {cut['right']} of the {cut['pages']} YES or NO pages "
-        f"a polarity model read right ({cut['right_at_0']} at 0)")
+        f"a polarity model read right ({cut['right_at_0']} at 0); the YES and NO pages' mean share right "
+        f"{cut['balanced']:.3f} ({cut['balanced_at_0']:.3f} at 0)")
     return records, {"polarity_offset": cut["polarity_offset"]}
 
 

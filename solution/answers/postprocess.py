@@ -124,8 +124,8 @@ class PostprocessConfig:
     polarity_offset: float = 0.0
     """With a polarity model (`submission.predict --polarity-model`): a yes/no answer is YES where that
     model's YES-minus-NO score on the page is above this, NO otherwise. `solution.evaluate --tune` sets it
-    from dev's yes/no pages when the scores file holds the margins (`solution.answers.polarity.polarity_cut`):
-    a polarity model can lean to one answer beyond what it reads."""
+    from dev's yes/no pages (YES and NO pages weighed alike) when the scores file holds the margins
+    (`solution.answers.polarity.polarity_cut`): a polarity model can lean to one answer beyond what it reads."""
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -51,6 +51,17 @@ def paired_difference(counts_a: list, counts_b: list, num_resamples: int = NUM_R
             "num_documents": len(a)}
 
 
+def share_interval(hits: list, num_resamples: int = NUM_RESAMPLES, seed: int = 0) -> dict:
+    """{"share", "ci", "num_documents"}: the share of documents where something holds (a first pass's recall:
+    the gold's window among those kept), with a 95% bootstrap interval resampling the documents."""
+    h = np.asarray(hits, dtype=np.float64)
+    if len(h) == 0:
+        raise ValueError("no documents to resample")
+    idx = np.random.default_rng(seed).integers(0, len(h), size=(num_resamples, len(h)))
+    lo, hi = np.percentile(h[idx].mean(axis=1), [2.5, 97.5])
+    return {"share": float(h.mean()), "ci": [float(lo), float(hi)], "num_documents": len(h)}
+
+
 def polarity_gap(polarity: dict, num_resamples: int = NUM_RESAMPLES, seed: int = 0) -> dict:
     """{"gap", "ci"}: the share of NO pages a model says NO on minus the share of YES pages it says NO on
     (`metric.yes_no_polarity`), with a 95% bootstrap interval resampling each kind's pages. 0: the model

@@ -162,6 +162,25 @@ def test_the_polarity_cut_reads_the_most_pages_right_and_a_tie_goes_to_the_cut_n
     assert polarity_cut([{k: v for k, v in r.items() if k != "polarity_margin"} for r in records], gold) is None
 
 
+def test_the_polarity_cut_weighs_the_no_pages_as_much_as_the_yes_pages(tmp_path):
+    """Ten YES pages and two NO pages whose margins sit among the YES ones: the cut that reads the most pages
+    right says YES everywhere (10 of 12, NO F1 0); the balanced cut gives up three YES pages to read both NO
+    pages right (9 of 12, each kind's share 0.7 and 1.0)."""
+    from solution.answers.polarity import polarity_cut
+    from solution.scoring.metric import load_gold
+
+    records, dev = polarity_pages(tmp_path)
+    gold = load_gold(dev)
+    no, yes = records[:2], records[10:]
+    pages = [dict(r, polarity_margin=m) for r, m in zip(no + yes, [2.5, 3.5, *range(1, 11)])]
+    cut = polarity_cut(pages, gold)
+    assert cut["polarity_offset"] == pytest.approx(3.75)
+    assert (cut["right"], cut["pages"], cut["right_at_0"]) == (9, 12, 10)
+    assert cut["balanced"] == pytest.approx(0.85) and cut["balanced_at_0"] == pytest.approx(0.5)
+    only_yes = polarity_cut([dict(r, polarity_margin=float(m)) for r, m in zip(yes, range(-5, 5))], gold)
+    assert only_yes["right"] == 10 and only_yes["balanced"] == 1.0  # one kind alone: its share, no division by 0
+
+
 def test_tune_sets_the_polarity_offset_in_the_model_directory_from_the_scores_margins(tmp_path, capsys):
     import json
 

@@ -314,6 +314,11 @@ def test_the_landed_record_holds_what_its_page_reports(record):
     one was measured before those columns existed, its models are gone."""
     rows = json.loads((ROOT / "docs" / "benchmarks" / record).read_text())
     assert not [x for x in rows if "error" in x]
+    for x in [x for x in rows if x["technique"] == techniques.FIRST_PASS]:  # recall, not answers
+        assert x["recall_at_4"] <= x["recall_at_8"] <= x["recall_at_16"], (x["ranking"], x["split"])
+        for n in (4, 8, 16):
+            assert x[f"recall_at_{n}_ci"][0] <= x[f"recall_at_{n}"] <= x[f"recall_at_{n}_ci"][1]
+    rows = [x for x in rows if x["technique"] != techniques.FIRST_PASS]
     base = {x["seed"]: x for x in rows if x["technique"] == "baseline"}
     lexical = next(x for x in rows if x["technique"] == "lexical")
     for x in rows:
@@ -329,8 +334,9 @@ def test_the_landed_record_holds_what_its_page_reports(record):
                 assert x[f"{key}_ci"][0] <= x[key] <= x[f"{key}_ci"][1], (x["technique"], x["seed"], key)
     for x in rows:  # a polarity row: its cut read the dev pages it says, YES and NO F1 inside the yes/no F1's span
         if x["technique"].startswith("polarity") and x["enabled"] and x.get("polarity_cut"):
-            cut = x["polarity_cut"]
-            assert cut["right_at_0"] <= cut["right"] <= cut["pages"], x["technique"]
+            cut = x["polarity_cut"]  # the YES and NO pages weighed alike (a cut of most pages right: older rows)
+            assert cut.get("balanced_at_0", 0) <= cut.get("balanced", 1) and cut["right"] <= cut["pages"]
+            assert "balanced" in cut or cut["right_at_0"] <= cut["right"], x["technique"]
             assert min(x["yes_f1"], x["no_f1"]) <= x["yes_no_f1"] <= max(x["yes_f1"], x["no_f1"]), x["technique"]
     page = (ROOT / "docs" / "answers.md").read_text()
     for x in base.values():
@@ -599,3 +605,70 @@ def test_the_real_lines_are_the_folder_the_command_is_given(monkeypatch, tmp_pat
     assert (corpus["train"], corpus["dev"], corpus["test"]) == (
         str(tmp_path / "simplified-nq-train-sample.jsonl"), str(tmp_path / "simplified-nq-dev-sample.jsonl"), None)
     assert not (tmp_path / "a.json").exists()
+
+
+def test_the_first_pass_rows_record_recall_with_intervals_on_test_pages_and_the_real_lines(tmp_path):
+    """--first-pass: a row per ranking and set of pages (the corpus's test pages; the real lines' two samples
+    pooled), each recall at 4, 8 and 16 windows as `corpus_stats` measures it on the same files, inside its
+    interval, with the pages it was scored on; they merge apart from each other and are read as a record's
+    rows (they have no test F1, no seed and no bar)."""
+    import shutil
+
+    from solution import corpus_stats, synth
+    from solution.experiments.answers.first_pass import first_pass_rows, first_pass_table
+
+    assert synth.main(["--profile", "nq-shaped", "--out", str(tmp_path / "c"), "--seed", "3", "--num-train", "1",
+                       "--num-dev", "1", "--num-test", "12"]) == 0
+    gold = tmp_path / "c" / "simplified-nq-test-gold.jsonl"
+    real = tmp_path / "real"
+    real.mkdir()
+    for name in (corpus_files.REAL_TRAIN_FILE, corpus_files.REAL_DEV_FILE):
+        shutil.copy(gold, real / name)
+    rows = first_pass_rows({"test_gold": str(gold)}, ["words", "stems"], 1, str(real))
+    assert [(r["ranking"], r["split"], r["keep_first"]) for r in rows] == [
+        ("words", "test", 1), ("stems", "test", 1), ("words", "real_lines", 1), ("stems", "real_lines", 1)]
+    featurizer = corpus_stats.default_featurizer()
+    featurizer.config = featurizer.config.__class__(**{**featurizer.config.__dict__, "first_pass_keep_first": 1})
+    alone = corpus_stats.corpus_figures([str(gold)], featurizer, ["words", "stems"])
+    for r in rows:
+        assert "error" not in r and r["seed"] is None and r["num_train_documents"] == 0
+        assert r["num_documents"] == alone["first_pass_documents"] * (2 if r["split"] == "real_lines" else 1) > 0
+        assert r["recall_at_8"] == pytest.approx(alone[corpus_stats.recall_key(r["ranking"], 8)])
+        assert r["recall_at_4"] <= r["recall_at_8"] <= r["recall_at_16"]
+        for n in (4, 8, 16):
+            assert r[f"recall_at_{n}_ci"][0] <= r[f"recall_at_{n}"] <= r[f"recall_at_{n}_ci"][1]
+        assert record.row_problem(r | {"corpus": "nq-shaped", "corpus_seed": 3}) is None
+    assert "| stems | 1 | real_lines |" in first_pass_table(rows)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = {"technique": "baseline", "enabled": False, "seed": 0, "num_train_documents": 4000, "test_f1": 0.5}
+    tagged = [r | {"corpus": "nq-shaped", "corpus_seed": 3} for r in rows]
+    a.write_text(json.dumps([base | {"corpus": "nq-shaped", "corpus_seed": 3}] + tagged[:2]))
+    b.write_text(json.dumps(tagged[2:]))
+    merged = record.merge_records([a, b])
+    assert [(r["technique"], r.get("split")) for r in merged] == [
+        ("first_pass", "test"), ("first_pass", "test"), ("first_pass", "real_lines"), ("first_pass", "real_lines"),
+        ("baseline", None)]
+    assert techniques.FIRST_PASS in techniques.NO_TECHNIQUE  # never drawn as a technique's bar pair
+
+
+def test_first_pass_options_are_checked_before_any_work(tmp_path, capsys):
+    """A first pass that is not one, --first-pass with --merge, a negative keep, or a real-lines folder without
+    its two samples: refused in one line, before a page is written."""
+    assert bench.parse_args(["--json", "x.json"]).first_pass == []
+    args = bench.parse_args(["--json", "x.json", "--first-pass", "words, meaning", "--references-only",
+                             "--references", ""])
+    assert (args.first_pass, args.first_pass_keep_first, args.references) == (["words", "meaning"], 0, [])
+    for argv in (["--first-pass", "bm25"], ["--first-pass", "words", "--merge", "a.json"],
+                 ["--first-pass", "words", "--first-pass-keep-first", "-1"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--json", "x.json", *argv])
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / corpus_files.REAL_TRAIN_FILE).write_text("")
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert bench.main(["--profile", "nq-shaped", "--first-pass", "words", "--real-lines", str(real), "--json",
+                       str(tmp_path / "a.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {real / corpus_files.REAL_DEV_FILE} not found: the real NQ sample's folder holds it\n"
+    assert not out.exists() and not (tmp_path / "a.json").exists()

@@ -71,6 +71,11 @@ Beside the techniques:
   model and both polarity trainings.
 * `--references-only`: the four no-training rows alone on the corpus, nothing trained; `--references NAMES`:
   the no-training rows scored (`""`: none, for a run in pieces merged after a record that has them).
+* `first_pass` (`--first-pass NAMES`, `--first-pass-keep-first N`; `first_pass.py`): the recall of the
+  window holding the gold long answer among the 4, 8 and 16 windows each named ranking keeps (`recall_at_8`
+  and its `_ci`, bootstrap over pages), on the corpus's test pages and, with `--real-lines`, on the real
+  lines' two samples pooled, as `solution.corpus_stats --first-pass` measures them; a row per ranking and
+  pages (`ranking`, `keep_first`, `split`), no model, no seed, no bar in the charts.
 * `--no-ensembles`: the techniques of `--seeds` alone; `--merge A.json B.json ...`: the records of a run
   made in pieces (one seed, then another) written as one, a later record's row replacing the same row.
   Each row keeps the corpus its record says (never this command's `--corpus-seed`); records of two

@@ -3,7 +3,6 @@ records, or prepare the corpus, measure every row and write the record, its tabl
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 from solution.common import cli
 from solution.experiments.answers.benchmark import benchmark
 from solution.experiments.answers.corpus import prepare_corpus
+from solution.experiments.answers.first_pass import first_pass_rows
 from solution.experiments.answers.record import corpus_of, corpus_text, merge_records
 from solution.experiments.answers.report import SCRIPT, write_outputs, write_partial
 from solution.experiments.answers.runs import StepFailed
@@ -48,14 +48,18 @@ def plan_of(args) -> dict:
 
 
 def real_lines_missing(args) -> str | None:
-    """Why --corpus real cannot run (no folder of real lines given, or none there); None when it can."""
-    if args.corpus != "real":
+    """Why --corpus real, or --first-pass on the real lines, cannot run (no folder of real lines given, or not
+    the files it needs there); None when it can."""
+    from solution.experiments.answers.corpus import REAL_DEV_FILE, REAL_TRAIN_FILE
+
+    if args.corpus != "real" and not (args.first_pass and args.real_lines):
         return None
     if not args.real_lines:
         return "--corpus real needs the real NQ sample: give --real-lines DIR (or set NQ_REAL_LINES)"
     if not Path(args.real_lines).is_dir():
-        return f"{args.real_lines} not found: --corpus real needs the folder of the real NQ sample (--real-lines)"
-    return None
+        return f"{args.real_lines} not found: --real-lines names the folder of the real NQ sample"
+    missing = [f for f in (REAL_TRAIN_FILE, REAL_DEV_FILE) if not (Path(args.real_lines) / f).is_file()]
+    return f"{Path(args.real_lines) / missing[0]} not found: the real NQ sample's folder holds it" if missing else None
 
 
 def measure(args) -> int:
@@ -71,8 +75,9 @@ def measure(args) -> int:
     t0 = time.perf_counter()
     try:
         corpus = prepare_corpus(args, plan, out)
-        rows = benchmark(corpus, plan, out, args.techniques, functools.partial(write_partial, args),
-                         args.ensembles, args.references_only, args.references)
+        first = first_pass_rows(corpus, args.first_pass, args.first_pass_keep_first, args.real_lines)
+        rows = first + benchmark(corpus, plan, out, args.techniques, lambda rows: write_partial(args, first + rows),
+                                 args.ensembles, args.references_only, args.references)
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

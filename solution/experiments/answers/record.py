@@ -7,14 +7,16 @@ import json
 import re
 
 from solution.experiments.answers.runs import StepFailed
-from solution.experiments.answers.techniques import REFERENCES
+from solution.experiments.answers.techniques import FIRST_PASS, REFERENCES
 
 ROW_KEY = ("technique", "enabled", "seed", "num_train_documents")  # one row of a record; pages may be absent (old records)
+# What tells two first-pass rows apart (absent from every other row).
+FIRST_PASS_KEY = ("ranking", "keep_first", "split")
 # The figures the table and the charts read: a number, or null where there is none (no test gold).
 FIGURES = ("dev_f1_untuned", "dev_f1_tuned", "test_f1", "test_mlebench", "dev_mlebench", "long_f1", "short_f1",
            "yes_f1", "no_f1", "test_f1_delta", "dev_f1_delta", "best_reference_delta", "best_long_reference_delta",
            "train_seconds", "dev_long_f1", "test_long_f1", "dev_nq_long_f1", "dev_nq_short_f1", "test_nq_long_f1",
-           "test_nq_short_f1")
+           "test_nq_short_f1", "recall_at_4", "recall_at_8", "recall_at_16", "cpu_seconds_per_page")
 ENSEMBLE_SEEDS = re.compile(r"[0-9]+(\+[0-9]+)*")
 
 
@@ -51,9 +53,10 @@ def row_problem(r) -> str | None:
     if missing:
         return f"field '{missing[0]}': missing (not a row benchmark_answers wrote)"
     seed, technique = r["seed"], r["technique"]
+    no_model = technique in (*REFERENCES, FIRST_PASS)  # rows of no trained model have no seed
     checks = {"technique": isinstance(technique, str),
               "enabled": r["enabled"] in (None, True, False) and not is_number(r["enabled"]),
-              "seed": (isinstance(seed, int) and not isinstance(seed, bool)) or (seed is None and technique in REFERENCES)
+              "seed": (isinstance(seed, int) and not isinstance(seed, bool)) or (seed is None and no_model)
               or (technique == "ensemble" and isinstance(seed, str) and bool(ENSEMBLE_SEEDS.fullmatch(seed))),
               "num_train_documents": (r.get("num_train_documents") is None and technique != "learning_curve")
               or (isinstance(r.get("num_train_documents"), int) and not isinstance(r["num_train_documents"], bool)),
@@ -91,9 +94,12 @@ def record_corpus(path, rows: list) -> tuple:
 
 
 def merged_order(r: dict) -> tuple:
-    """A merged record's order: references first, then each seed's rows, the ensembles, the curve by pages."""
+    """A merged record's order: the first passes and references first (as a run writes them), then each seed's
+    rows, the ensembles, the curve by pages."""
     if r["technique"] in REFERENCES:
         return 0, REFERENCES.index(r["technique"])
+    if r["technique"] == FIRST_PASS:
+        return 0, -1
     if r["technique"] == "ensemble":
         return 2, 0
     if r["technique"] == "learning_curve":
@@ -103,7 +109,8 @@ def merged_order(r: dict) -> tuple:
 
 def merge_records(paths: list) -> list:
     """The rows of several records of one corpus (a benchmark run in pieces) as one record: a row of a later
-    file replaces the same row (technique, enabled, seed, pages) of an earlier one; references first, then
+    file replaces the same row (technique, enabled, seed, pages; a first pass's ranking, kept windows and pages) of
+    an earlier one; first passes and references first, then
     each seed's rows, the ensembles, the curve by pages. Every row keeps the corpus its record says; records
     of two corpora, or two whose rows do not say their seed (they cannot be told apart), are refused."""
     merged, first = {}, None  # first: (corpus, the file that gave it)
@@ -119,5 +126,5 @@ def merge_records(paths: list) -> list:
                              "merge records whose rows carry corpus and corpus_seed")
         first = first or (corpus, p)
         for r in rows:
-            merged[tuple(r.get(k) for k in ROW_KEY)] = r
+            merged[tuple(r.get(k) for k in ROW_KEY + FIRST_PASS_KEY)] = r
     return sorted(merged.values(), key=merged_order)

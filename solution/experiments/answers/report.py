@@ -8,7 +8,8 @@ from pathlib import Path
 
 from solution.common.fsutil import mark_written, write_record
 from solution.experiments.answers.charts import chart, curve_chart, curve_projection
-from solution.experiments.answers.techniques import REAL_NOTE
+from solution.experiments.answers.first_pass import first_pass_table
+from solution.experiments.answers.techniques import FIRST_PASS, REAL_NOTE
 
 SCRIPT = "scripts/benchmark_answers.py"  # whose records (--json, its charts) it may write over
 
@@ -98,7 +99,9 @@ def write_outputs(rows: list, args, label: str) -> Path:
     """The record, its table on stdout, the two charts beside it, and the curve's projection where it rises."""
     path = Path(args.json)
     write_rows(rows, args, path)
-    print("\n" + table(rows, label))
+    first_pass = [r for r in rows if r["technique"] == FIRST_PASS]
+    rows = [r for r in rows if r["technique"] != FIRST_PASS]  # no answers: their own table, no bar
+    print("\n" + table(rows, label) + ("\n\n" + first_pass_table(first_pass) if first_pass else ""))
     ok = [r for r in rows if "error" not in r]
     for png, draw, title in ((path.with_suffix(".png"), chart, "answer techniques"),
                              (path.with_name(path.stem + "-curve.png"), curve_chart, "learning curve")):

@@ -57,8 +57,10 @@ POLARITY_REPLAY = ["--max_train_examples", "800"]
 YES_NO_TRAIN_PAGES = 800
 # The no-training rows, in the record's order (`reference_rows`).
 REFERENCES = ("lexical", "bm25", "first_paragraph", "sentences")
+# The first pass's recall (`--first-pass`): rows of no model, like the references, one per ranking and pages.
+FIRST_PASS = "first_pass"
 # Rows that are not a TECHNIQUES pair.
-NO_TECHNIQUE = ("baseline", *REFERENCES, "ensemble", "learning_curve")
+NO_TECHNIQUE = ("baseline", *REFERENCES, FIRST_PASS, "ensemble", "learning_curve")
 # `thresholds` again, on dev and test with yes/no questions added (`yes_no` of them, `solution.synth
 # --answer-types YES,NO`): at NQ's 1.5% the 400 dev pages hold 6, too few for the YES and NO thresholds to
 # be measured; the rows are named apart, since their documents are not the other rows'.

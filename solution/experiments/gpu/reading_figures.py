@@ -125,7 +125,7 @@ def model_rows(root: Path, name: str, first_pass: str, references: dict) -> dict
 
 def at_dev_cut(dev: list, test: list, dev_gold: str) -> tuple:
     """(dev, test, cut): a polarity row's records with the polarity model's YES or NO chosen again at the cut
-    that reads the most of dev's YES and NO pages right (`polarity.polarity_cut`, as `evaluate --tune` sets a
+    that reads dev's YES and NO pages best, each kind by its own share (`polarity.polarity_cut`, as `evaluate --tune` sets a
     directory's `polarity_offset` before its thresholds), and that cut's figures; the records as they are and
     None where dev holds no such page. The call predicts at the answer model's cut (0) and keeps each page's
     margin, so the cut is tuned here, on dev alone, as a user of the library would tune it."""
