@@ -62,6 +62,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 from solution.data.nq import is_html_token, read_examples
 from solution.data.words import content_words, page_title, segments, stem
@@ -413,8 +414,6 @@ def default_featurizer():
 
 def model_featurizer(model_dir):
     """A Featurizer cutting windows as the model directory `model_dir` does (its tokenizer and window settings)."""
-    from pathlib import Path
-
     from solution.model.qa_config import read_qa_config
     from solution.model.qa_model import read_tokenizer
     from solution.windows.featurizer import Featurizer, WindowConfig
@@ -436,9 +435,11 @@ def pooled_stats(paths, featurizer=None, first_passes=("words",), embed=None) ->
     """Every example of `paths` (one pooled corpus) added to one CorpusStats; the window needs with
     `featurizer`, and the recall of each ranking of `first_passes` (`embed`: the sentence vectors `meaning`
     and `fused` need)."""
+    from solution.common.cli import progress
+
     stats = CorpusStats(featurizer, first_passes, embed)
-    for path in paths:
-        for ex in read_examples(path):
+    for path in paths:  # a bar: the sentence rankings take seconds a page
+        for ex in progress(read_examples(path), desc=f"pages of {Path(path).name}", unit="page"):
             stats.add(ex)
     return stats
 
