@@ -89,9 +89,8 @@ def yes_no_train_corpus(corpus: dict, plan: dict, out: Path, args) -> dict:
     yes_no_synth(extra, args.corpus_seed + 2, (pages, 1, 1), plan, args)
     lines = Path(corpus["train"]).read_text().splitlines()
     lines += (extra / "simplified-nq-train.jsonl").read_text().splitlines()
-    mixed.mkdir(parents=True, exist_ok=True)
-    (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
-    return {"yes_no_train": str(mixed / "simplified-nq-train.jsonl"), "yes_no_train_pages": str(len(lines))}
+    path, count = training_file(mixed, lines)
+    return {"yes_no_train": path, "yes_no_train_pages": count}
 
 
 def polarity_train_corpus(plan: dict, out: Path, args) -> dict:
@@ -103,7 +102,12 @@ def polarity_train_corpus(plan: dict, out: Path, args) -> dict:
         folder = out / f"data-polarity-{types.lower()}"
         yes_no_synth(folder, seed, (pages, 1, 1), plan, args, types)
         lines += (folder / "simplified-nq-train.jsonl").read_text().splitlines()
-    mixed = out / "data-polarity-train"
-    mixed.mkdir(parents=True, exist_ok=True)
-    (mixed / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
-    return {"polarity_train": str(mixed / "simplified-nq-train.jsonl"), "polarity_train_pages": str(len(lines))}
+    path, count = training_file(out / "data-polarity-train", lines)
+    return {"polarity_train": path, "polarity_train_pages": count}
+
+
+def training_file(folder: Path, lines: list) -> tuple:
+    """(path, page count as the training command's text) of `lines` written as `folder`'s training file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "simplified-nq-train.jsonl").write_text("\n".join(lines) + "\n")
+    return str(folder / "simplified-nq-train.jsonl"), str(len(lines))
