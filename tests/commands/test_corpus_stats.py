@@ -3,6 +3,7 @@
 from conftest import nq_line, write_jsonl
 
 from solution import corpus_stats
+from solution.scoring import corpus_figures
 
 DOC = ("Vemoria - wikipedia <H1> Vemoria </H1> <Table> <Tr> <Td> Capital </Td> <Td> Drel </Td> </Tr> </Table> "
        "<P> Vemoria is a small kingdom on the Kessa Sea . </P> <P> The capital of Vemoria is Drel since 1204 . </P> "
@@ -12,7 +13,7 @@ DOC = ("Vemoria - wikipedia <H1> Vemoria </H1> <Table> <Tr> <Td> Capital </Td> <
 
 def test_sentence_shape_takes_out_what_differs_between_pages():
     words = "The capital of Vemoria is Drel Tarsk since 1204 .".split()
-    assert corpus_stats.sentence_shape(words, frozenset({"vemoria"})) == "the capital of T is N since 0 ."
+    assert corpus_figures.sentence_shape(words, frozenset({"vemoria"})) == "the capital of T is N since 0 ."
 
 
 def test_shape_rows_on_hand_made_lines(tmp_path):

@@ -8,12 +8,12 @@ import statistics
 
 import pytest
 
-from solution.corpus_stats import sentence_shape
 from solution.data.nq import read_examples
 from solution.data.synth import corpus as synth_corpus
 from solution.data.synth import nq_pages
 from solution.data.synth.nq_shaped import compose_filler, make_nq_shaped_example
 from solution.data.words import content_words, page_title, segments, stem
+from solution.scoring.corpus_figures import sentence_shape
 
 PAGES = 50
 

@@ -14,6 +14,7 @@ from solution.data import nq
 from solution.data.nq import is_html_token, read_examples
 from solution.data.synth import corpus as synth_corpus
 from solution.data.synth import nq_pages
+from solution.scoring import corpus_figures
 
 FILES = {"train": True, "dev": True, "test": False, "test-gold": True}  # name -> require_annotations
 CANDIDATE_TAGS = ("P", "Table", "Tr", "Ul", "Li")
@@ -528,7 +529,7 @@ def test_window_needs_follow_the_windows_that_hold_a_span(tmp_path):
     line = nq_line("1", document="<P> " + "w " * 60 + "</P>", long=0, shorts=[(31, 33)])
     ex = next(read_examples(write_jsonl(tmp_path / "one.jsonl", [line])))
     doc = DocumentEncoding(np.zeros(60, dtype=np.int32), np.arange(1, 61, dtype=np.int32))
-    needs = corpus_stats.window_needs
+    needs = corpus_figures.window_needs
     assert needs(ex, doc, [(0, 60)]) == {"short_in_several_windows_documents": False,
                                          "short_near_edge_documents": False, "long_overrun_documents": False}
     assert needs(ex, doc, [(0, 45), (20, 60)]) == {"short_in_several_windows_documents": True,
@@ -596,7 +597,7 @@ def _overlap_lines(tmp_path):
 
 def test_question_coverage_of_the_gold_long_answer(tmp_path):
     exs = list(read_examples(_overlap_lines(tmp_path)))
-    assert [corpus_stats.question_coverage(ex) for ex in exs] == [0.5, 0.5, 1.0, None, None, 0.0]
+    assert [corpus_figures.question_coverage(ex) for ex in exs] == [0.5, 0.5, 1.0, None, None, 0.0]
     figures = corpus_stats.corpus_figures([tmp_path / "overlap.jsonl"])
     assert {k: figures[k] for k in ("question_coverage_mean", "question_coverage_none_share", "coverage_documents")} \
         == {"question_coverage_mean": 0.5, "question_coverage_none_share": 0.25, "coverage_documents": 4}
@@ -628,10 +629,10 @@ def test_first_pass_recall_counts_the_windows_the_first_pass_keeps(tmp_path):
         return out
 
     # The paragraphs' windows: {founded, x} shares 1/2, 0, 1/2, 0; a tie goes to the earlier window.
-    assert corpus_stats.first_pass_hits(ex, doc, windows(5, (4, 9, 14, 19)), ns=(1, 2)) == {1: False, 2: True}
+    assert corpus_figures.first_pass_hits(ex, doc, windows(5, (4, 9, 14, 19)), ns=(1, 2)) == {1: False, 2: True}
     # Windows of 3 pieces hold no paragraph whole: a window holding the gold's first piece (14) counts. "founded"
     # is piece 6 (windows starting at 4 and 6) and piece 15 (the window starting at 14, which holds piece 14).
-    hits = corpus_stats.first_pass_hits(ex, doc, windows(3, range(0, 24, 2)), ns=(1, 2, 3))
+    hits = corpus_figures.first_pass_hits(ex, doc, windows(3, range(0, 24, 2)), ns=(1, 2, 3))
     assert hits == {1: False, 2: False, 3: True}
 
 

@@ -148,8 +148,8 @@ def test_corpus_stats_scores_each_named_first_pass(tmp_path):
     """One hand-cut window a paragraph: `words` ranks the title's paragraph first, `stems` the founder's."""
     from conftest import write_jsonl
 
-    from solution import corpus_stats
     from solution.data.nq import is_html_token, read_examples
+    from solution.scoring import corpus_figures
     from solution.windows.featurizer import DocumentEncoding, Window
 
     ex = next(read_examples(write_jsonl(tmp_path / "fp.jsonl", [
@@ -161,8 +161,8 @@ def test_corpus_stats_scores_each_named_first_pass(tmp_path):
         nq_idx = np.concatenate([[-1, -1], text[s:s + 5], [-1]]).astype(np.int32)
         types = np.array([0, 0] + [1] * 6, dtype=np.int8)
         windows.append(Window("1", k, np.zeros(len(nq_idx), np.int32), types, nq_idx, doc_start=s))
-    assert corpus_stats.first_pass_hits(ex, doc, windows, ns=(1,)) == {1: False}
-    assert corpus_stats.first_pass_hits(ex, doc, windows, ns=(1,), method="stems") == {1: True}
+    assert corpus_figures.first_pass_hits(ex, doc, windows, ns=(1,)) == {1: False}
+    assert corpus_figures.first_pass_hits(ex, doc, windows, ns=(1,), method="stems") == {1: True}
 
 
 def test_corpus_stats_first_pass_names_and_a_bad_one(tmp_path, capsys):

@@ -25,7 +25,7 @@ def first_pass_pages(corpus: dict, real_lines: str | None) -> list:
 
 
 def recall_row(stats, ranking: str) -> dict:
-    """One ranking's figures from a `corpus_stats.CorpusStats` that scored it."""
+    """One ranking's figures from a `corpus_figures.CorpusStats` that scored it."""
     recall = stats.first_pass_recall(ranking)  # first: it scores the pages still waiting for a batch
     pages = stats.first_pass_documents
     if not pages:
@@ -42,7 +42,7 @@ def first_pass_rows(corpus: dict, rankings: list, keep_first: int, real_lines: s
     page's first `keep_first` windows whatever their rank (`window.first_pass_keep_first`)."""
     if not rankings:
         return []
-    from solution.corpus_stats import default_featurizer, pooled_stats, sentence_embed
+    from solution.scoring.corpus_figures import default_featurizer, pooled_stats, sentence_embed
 
     featurizer = default_featurizer()
     featurizer.config = replace(featurizer.config, first_pass_keep_first=keep_first)
