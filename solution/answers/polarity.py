@@ -10,6 +10,7 @@ yes/no answer's polarity changes: every other answer, and every span, is the ans
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from typing import Optional
 
@@ -70,7 +71,7 @@ def polarity_cut(records: list, gold: dict) -> Optional[dict]:
         return None
     margins = sorted({m for m, _ in pages})
     cuts = [0.0, margins[0] - 1.0, *((a + b) / 2 for a, b in zip(margins, margins[1:])), margins[-1] + 1.0]
-    kinds = {g: sum(k == g for _, k in pages) for g in YES_NO if any(k == g for _, k in pages)}
+    kinds = Counter(g for _, g in pages)  # the pages of each kind present
 
     def right(cut: float, kind: str = "") -> int:
         return sum(("YES" if m > cut else "NO") == g for m, g in pages if not kind or g == kind)

@@ -613,6 +613,7 @@ def test_the_first_pass_rows_record_recall_with_intervals_on_test_pages_and_the_
     interval, with the pages it was scored on; they merge apart from each other and are read as a record's
     rows (they have no test F1, no seed and no bar)."""
     import shutil
+    from dataclasses import replace
 
     from solution import corpus_stats, synth
     from solution.experiments.answers.first_pass import first_pass_rows, first_pass_table
@@ -628,7 +629,7 @@ def test_the_first_pass_rows_record_recall_with_intervals_on_test_pages_and_the_
     assert [(r["ranking"], r["split"], r["keep_first"]) for r in rows] == [
         ("words", "test", 1), ("stems", "test", 1), ("words", "real_lines", 1), ("stems", "real_lines", 1)]
     featurizer = corpus_stats.default_featurizer()
-    featurizer.config = featurizer.config.__class__(**{**featurizer.config.__dict__, "first_pass_keep_first": 1})
+    featurizer.config = replace(featurizer.config, first_pass_keep_first=1)
     alone = corpus_stats.corpus_figures([str(gold)], featurizer, ["words", "stems"])
     for r in rows:
         assert "error" not in r and r["seed"] is None and r["num_train_documents"] == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from solution.common import cli
 from solution.experiments.answers.benchmark import benchmark
-from solution.experiments.answers.corpus import prepare_corpus
+from solution.experiments.answers.corpus import REAL_DEV_FILE, REAL_TRAIN_FILE, prepare_corpus
 from solution.experiments.answers.first_pass import first_pass_rows
 from solution.experiments.answers.record import corpus_of, corpus_text, merge_records
 from solution.experiments.answers.report import SCRIPT, write_outputs, write_partial
@@ -50,8 +50,6 @@ def plan_of(args) -> dict:
 def real_lines_missing(args) -> str | None:
     """Why --corpus real, or --first-pass on the real lines, cannot run (no folder of real lines given, or not
     the files it needs there); None when it can."""
-    from solution.experiments.answers.corpus import REAL_DEV_FILE, REAL_TRAIN_FILE
-
     if args.corpus != "real" and not (args.first_pass and args.real_lines):
         return None
     if not args.real_lines:

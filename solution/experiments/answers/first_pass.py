@@ -6,9 +6,11 @@ NQ lines (`--real-lines`). Windows are cut as the nq-profile recipe cuts them (`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
+from solution.experiments.answers.corpus import REAL_DEV_FILE, REAL_TRAIN_FILE
 from solution.experiments.answers.rows import attempt
 from solution.experiments.answers.techniques import FIRST_PASS
 
@@ -16,8 +18,6 @@ from solution.experiments.answers.techniques import FIRST_PASS
 def first_pass_pages(corpus: dict, real_lines: str | None) -> list:
     """[(name, files)] the recall is measured on: the corpus's test pages where it has test gold, and the real
     lines' train and dev samples pooled where a folder of them is given."""
-    from solution.experiments.answers.corpus import REAL_DEV_FILE, REAL_TRAIN_FILE
-
     pages = [("test", [corpus["test_gold"]])] if corpus.get("test_gold") else []
     if real_lines:
         pages.append(("real_lines", [str(Path(real_lines) / REAL_TRAIN_FILE), str(Path(real_lines) / REAL_DEV_FILE)]))
@@ -26,10 +26,10 @@ def first_pass_pages(corpus: dict, real_lines: str | None) -> list:
 
 def recall_row(stats, ranking: str) -> dict:
     """One ranking's figures from a `corpus_figures.CorpusStats` that scored it."""
-    recall = stats.first_pass_recall(ranking)  # first: it scores the pages still waiting for a batch
-    pages = stats.first_pass_documents
-    if not pages:
+    recall = stats.first_pass_recall(ranking)
+    if not recall:
         raise ValueError("no page with a gold long answer and a question content word to measure recall on")
+    pages = next(iter(recall.values()))["num_documents"]
     row = {"num_documents": pages,
            "cpu_seconds_per_page": round(stats.first_pass_seconds[ranking] / pages, 4)}
     for n, r in recall.items():
@@ -51,16 +51,10 @@ def first_pass_rows(corpus: dict, rankings: list, keep_first: int, real_lines: s
     for name, files in first_pass_pages(corpus, real_lines):
         print(f"--> first pass {', '.join(rankings)} (keep first {keep_first}) on {name}: {', '.join(files)}",
               flush=True)
-        stats = {}
-
-        def scored(ranking):
-            if not stats:  # every ranking in one pass over the pages
-                stats["s"] = pooled_stats(files, featurizer, rankings, embed)
-            return recall_row(stats["s"], ranking)
-
+        stats = functools.cache(lambda: pooled_stats(files, featurizer, rankings, embed))  # one pass, every ranking
         rows += [attempt({"technique": FIRST_PASS, "enabled": None, "seed": None, "num_train_documents": 0,
                           "ranking": r, "keep_first": keep_first, "split": name, "files": files},
-                         lambda r=r: scored(r)) for r in rankings]
+                         lambda r=r: recall_row(stats(), r)) for r in rankings]
     return rows
 
 
