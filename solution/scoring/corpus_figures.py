@@ -421,9 +421,9 @@ def sentence_embed(featurizer, methods):
     """The sentence vectors of the window settings' `first_pass_model`, if a ranking of `methods` needs them."""
     if featurizer is None or not set(methods) & SENTENCE_METHODS:
         return None
-    from solution.model.sentences import SentenceEncoder
+    from solution.model.sentences import shared_encoder
 
-    return SentenceEncoder(featurizer.config.first_pass_model).embed
+    return shared_encoder(featurizer.config.first_pass_model).embed  # the process's one: its vectors are kept
 
 
 def pooled_stats(paths, featurizer=None, first_passes=("words",), embed=None) -> CorpusStats:

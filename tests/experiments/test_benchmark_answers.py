@@ -27,12 +27,12 @@ spec.loader.exec_module(bench)
 def test_every_technique_of_the_winning_solutions_is_a_row():
     assert set(techniques.TECHNIQUES) == {"top_level", "no_answer_score", "thresholds", "n_best", "max_context",
                                      "structure_tokens", "max_windows", "max_windows_4", "max_windows_16",
-                                     "yes_no_repeat",
+                                     "first_pass_meaning", "yes_no_repeat",
                                      "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32", "polarity"}
     sets = {s for _, s_list in techniques.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
-                                               "max_windows_per_document"}
+                                               "max_windows_per_document", "first_pass", "first_pass_keep_first"}
     assert {"max_windows_per_document=0", "max_windows_per_document=4", "max_windows_per_document=16"} <= sets
     assert techniques.FULL["config"] == "configs/train/nq-profile.yaml" and techniques.FULL["train"] == []
 
@@ -411,6 +411,7 @@ def test_the_polarity_rows_read_yes_and_no_with_a_polarity_model_trained_from_ye
     assert [(r["technique"], r["enabled"]) for r in main + yes_no] == [
         ("polarity", False), ("polarity", True), ("polarity_yes_no", False), ("polarity_yes_no", True)]
     assert main[0]["test_f1"] == 0.4 and main[1]["train_seconds"] == 3.0
+    assert yes_no[1]["train_seconds"] == 3.0 and "train_seconds" not in yes_no[0]  # the same model's training
 
 
 def test_records_of_one_corpus_merge_into_one_a_later_row_replacing_an_earlier(tmp_path):

@@ -83,3 +83,22 @@ def test_first_pass_embed_builds_the_encoder_on_the_device_given(monkeypatch):
 class FakeEncoder:
     def embed(self, texts):
         return np.ones((len(texts), 2), dtype=np.float32) / np.sqrt(2)
+
+
+def test_a_list_asked_again_is_not_computed_again_and_gets_the_same_floats():
+    """Two models read with one first pass ask a page's sentences twice: the second time costs no forward
+    pass and gives the first time's vectors; the memo holds at most `memo_vectors`, the oldest lists leaving."""
+    encoder = SentenceEncoder(batch_size=2, memo_vectors=4)
+    forwards = []
+    encoder.model.register_forward_hook(lambda *_: forwards.append(1))
+    first = encoder.embed(TEXTS)
+    ran = len(forwards)
+    again = encoder.embed(list(TEXTS))
+    assert len(forwards) == ran and np.array_equal(first, again)
+    again[0] = 0  # the caller's copy: the memo keeps its own
+    assert np.array_equal(encoder.embed(TEXTS), first)
+    encoder.embed(TEXTS[::-1])  # another list (order counts): computed, and 6 vectors > 4 evicts the first
+    assert len(forwards) > ran
+    held = len(forwards)
+    encoder.embed(TEXTS)
+    assert len(forwards) > held and encoder.memo_held <= 4
