@@ -239,7 +239,6 @@ class CorpusStats:
         self.coverage = []  # question_coverage of each document that has one
         self.first_pass = {m: [] for m in self.first_passes}  # each document's {N: gold window kept}, for intervals
         self.first_pass_seconds = dict.fromkeys(self.first_passes, 0.0)  # CPU seconds ranking, summed
-        self.first_pass_documents = 0
         self.shape = ShapeStats()  # SHAPE_ROWS
 
     def add(self, ex) -> None:
@@ -309,7 +308,6 @@ class CorpusStats:
                 self.first_pass_seconds[method] += time.process_time() - t0
                 if hits is not None:
                     self.first_pass[method].append(hits)
-            self.first_pass_documents += hits is not None  # the same documents for every ranking
 
     def figures(self) -> dict:
         def share(a, b):
@@ -325,6 +323,11 @@ class CorpusStats:
             "gold_top_level_share": share(self.gold_top, len(self.gold_words)),
             "gold_long_answers": len(self.gold_words),
         } | self._need_figures() | self.shape.figures()
+
+    @property
+    def first_pass_documents(self) -> int:
+        """Documents the rankings were scored on: the same for each (a gold long answer, a content word asked)."""
+        return len(self.first_pass[self.first_passes[0]]) if self.first_passes else 0
 
     def first_pass_recall(self, method: str) -> dict:
         """{N: the recall of the ranking `method` at N windows with its 95% bootstrap interval over the documents
