@@ -22,6 +22,9 @@ TECHNIQUES = {
     # The recipe's model read with the first pass by meaning (the backbone's sentence vectors, each page's first
     # two windows kept): the 8 windows hold the gold long answer on ~97% of test pages, the words' on ~89%.
     "first_pass_meaning": ([], ["first_pass=meaning", "first_pass_keep_first=2"]),
+    # The recipe trained with the stems ranking (its negatives, `top_window_keep`, ranked by it) and read with it:
+    # whether a reader read with another ranking than its training's loses by the change of ranking alone.
+    "first_pass_stems": (["--first_pass", "stems"], []),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
