@@ -25,6 +25,10 @@ TECHNIQUES = {
     # The recipe trained with the stems ranking (its negatives, `top_window_keep`, ranked by it) and read with it:
     # whether a reader read with another ranking than its training's loses by the change of ranking alone.
     "first_pass_stems": (["--first_pass", "stems"], []),
+    # The recipe trained with the meaning first pass and read with it: its negatives ranked by the word part
+    # (stems; sentence vectors for every training page are past a CPU), the first 2 windows kept, and its dev
+    # pass and the benchmark's read with the sentence vectors.
+    "first_pass_meaning_trained": (["--first_pass", "meaning", "--first_pass_keep_first", "2"], []),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
