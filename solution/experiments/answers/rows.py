@@ -114,11 +114,11 @@ def yes_no_rows(base: dict, corpus: dict, out: Path) -> list:
     return yes_no_pair(base, name, base, {"set": sets}, sets, corpus, out)
 
 
-def yes_no_trained_rows(base: dict, row: dict, name: str, corpus: dict, out: Path) -> list:
-    """The baseline's model (off) and technique `name`'s (on, `row`) on dev and test with the yes/no
-    supplement added, with the on row's paired deltas."""
+def yes_no_trained_rows(base: dict, row: dict, name: str, corpus: dict, out: Path, polarity=None) -> list:
+    """The baseline's model (off) and technique `name`'s (on, `row`, with the polarity model `polarity` where
+    given) on dev and test with the yes/no supplement added, with the on row's paired deltas."""
     trained_as = {"train_overrides": row.get("train_overrides"), "train_seconds": row.get("train_seconds")}
-    return yes_no_pair(base, f"{name}_yes_no", row, trained_as, [], corpus, out)
+    return yes_no_pair(base, f"{name}_yes_no", row, trained_as, [], corpus, out, polarity)
 
 
 def polarity_models(seed: int, corpus: dict, plan: dict, out: Path) -> tuple:
@@ -151,8 +151,7 @@ def polarity_rows(base: dict, corpus: dict, plan: dict, out: Path) -> tuple:
     main = [off, on | deltas(base, on)]
     if not corpus.get("yes_no"):
         return main, []
-    trained_as = {"train_overrides": head["train_overrides"], "train_seconds": on.get("train_seconds")}
-    return main, yes_no_pair(base, f"{POLARITY}_yes_no", on, trained_as, [], corpus, out, on.get("_polarity"))
+    return main, yes_no_trained_rows(base, on, POLARITY, corpus, out, on.get("_polarity"))
 
 
 def curve_rows(base: dict, corpus: dict, plan: dict, out: Path) -> list:
