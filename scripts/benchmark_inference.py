@@ -49,7 +49,6 @@ from solution.experiments.inference_bench import (  # noqa: E402  (none of them 
     hf_pipeline,
     matmul_ceiling,
     pipeline_env,
-    plot_only,
     repeated_file,
     report,
     window_lengths,
@@ -169,12 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from solution.common import cli
     from solution.common.fsutil import mark_written, write_record
+    from solution.experiments.charts import chart_path, redraw
 
     args = build_parser().parse_args(argv)
-    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
+    png = chart_path(args.plot_only or args.json, args.png)
     cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
     if args.plot_only:
-        return plot_only(args.plot_only, args.png)
+        return redraw(args.plot_only, png, chart, "benchmark_inference")
     for path, what in ((args.model, "model directory"), (args.input, "input")):
         if not Path(path).exists():
             print(f"error: {what} {path} not found (make demo writes runs/demo/model and data/synth)", file=sys.stderr)

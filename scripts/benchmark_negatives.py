@@ -144,18 +144,6 @@ def chart(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_only(json_path: str, png) -> int:
-    try:
-        result = json.loads(Path(json_path).read_text())
-        png = Path(png or Path(json_path).with_suffix(".png"))
-        chart(result, png)
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
-        print(f"error: {json_path}: not a benchmark_negatives JSON ({type(e).__name__}: {e})", file=sys.stderr)
-        return 2
-    print(f"chart: {png}")
-    return 0
-
-
 def build_parser():
     from solution.common import cli  # both --a-b and --a_b spellings
 
@@ -206,12 +194,13 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from solution.common import cli
     from solution.common.fsutil import mark_written, write_record
+    from solution.experiments.charts import chart_path, redraw
 
     args = build_parser().parse_args(argv)
-    png = Path(args.png or Path(args.json).with_suffix(".png")) if (args.json or args.png) else None
+    png = chart_path(args.plot_only or args.json, args.png)
     cli.claim_records(SCRIPT, args.overwrite, json=None if args.plot_only else args.json, png=png)
     if args.plot_only:
-        return plot_only(args.plot_only, args.png)
+        return redraw(args.plot_only, png, chart, "benchmark_negatives")
     corpus = CORPORA[args.corpus]
     if not Path(ROOT, corpus["train"]).is_file():
         sys.exit(f"benchmark_negatives: {corpus['train']} not found"

@@ -208,18 +208,6 @@ def chart(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_only(json_path: str, png) -> int:
-    try:
-        result = json.loads(Path(json_path).read_text())
-        png = Path(png or Path(json_path).with_suffix(".png"))
-        chart(result, png)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        print(f"error: {json_path}: not a benchmark_inference JSON ({type(e).__name__}: {e})", file=sys.stderr)
-        return 2
-    print(f"chart: {png}")
-    return 0
-
-
 def choose_precisions(spec: str, device: str) -> list:
     """--precisions as a list: auto is fp32, and bf16 where `device` computes it natively."""
     if spec == "auto":

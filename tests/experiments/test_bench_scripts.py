@@ -325,6 +325,24 @@ def test_plot_only_redraws_the_chart_from_json(script, json_name, tmp_path):
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.parametrize("script,json_name", [("benchmark_inference.py", "inference.json"),
+                                              ("benchmark_negatives.py", "negatives-synth.json")])
+def test_plot_only_beside_the_json_never_replaces_a_users_file(script, json_name, tmp_path):
+    """With no --png the chart goes beside the JSON read: a file there that is not a chart is the user's, and is
+    refused before anything is drawn, as a run's --png is."""
+    record = tmp_path / "record.json"
+    record.write_bytes((ROOT / "docs" / "benchmarks" / json_name).read_bytes())
+    notes = tmp_path / "record.png"
+    notes.write_text("my notes, not a chart")
+    proc = run_script(script, "--plot-only", str(record))
+    assert proc.returncode == 2 and proc.stderr.startswith("error:") and "--png" in proc.stderr, proc.stderr
+    assert notes.read_text() == "my notes, not a chart"
+    notes.unlink()
+    proc = run_script(script, "--plot-only", str(record))
+    assert proc.returncode == 0, proc.stderr
+    assert notes.read_bytes()[:8] == PNG_MAGIC
+
+
 @pytest.mark.parametrize("script", ["benchmark_inference.py", "benchmark_negatives.py"])
 def test_plot_only_bad_json_is_a_clear_error(script, tmp_path):
     bad = tmp_path / "bad.json"
