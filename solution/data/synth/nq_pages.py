@@ -7,6 +7,7 @@ other names, phrasings held out of training).
 
 import math
 import random
+from typing import Callable, Optional
 
 from solution.data.synth.easy import (
     ATTRIBUTES,
@@ -491,9 +492,11 @@ class Reading:
         return text.replace("{e}", subject).replace("{v}", value.lower())
 
 
-def _reading_question(rng: random.Random, names: Names, reading: Reading, answer_type: str, stated: list,
-                      topics: list, values: dict):
-    """The asked key and the question (`make_question`'s choices, asked as `reading` asks)."""
+def reading_question(rng: random.Random, names: Names, reading: Reading, answer_type: str, stated: list,
+                      topics: list, values: dict, no_value: Optional[Callable[[str], str]] = None):
+    """The asked key and the question (`make_question`'s choices, asked as `reading` asks). A NO question
+    names the value `no_value(asked)` picks (a profile's own choice), or another value of the kind where that
+    is the true one or no `no_value` is given."""
     if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
         pool = topics if answer_type == "LONG" else [t for t in TOPICS if t not in topics]
         t = rng.choice(pool)
@@ -501,7 +504,7 @@ def _reading_question(rng: random.Random, names: Names, reading: Reading, answer
     asked = rng.choice(stated if answer_type != "NONE" else [a for a in ATTRIBUTES if a not in stated])
     if answer_type not in ("YES", "NO"):
         return asked, reading.ask(asked)
-    v = values[asked]
+    v = no_value(asked) if answer_type == "NO" and no_value else values[asked]
     while answer_type == "NO" and v == values[asked]:  # NO: the question names another value of the kind
         v = names.value(ATTRIBUTES[asked][0])
     return asked, reading.ask_yes_no(asked, v)
@@ -563,7 +566,7 @@ def make_nq_reading_example(rng: random.Random, answer_type: str, min_words: int
     names, doc, reading, target, stated, topics, values = reading_page_plan(rng, Doc, Reading, min_words,
                                                                               max_words, held_out)
     entity, kind = doc.entity, reading.kind
-    asked, question = _reading_question(rng, names, reading, answer_type, stated, topics, values)
+    asked, question = reading_question(rng, names, reading, answer_type, stated, topics, values)
     page = NQPage(rng, doc)
     head = [title_and_nav(rng, page, kind), ("Table", infobox_rows(rng, entity, reading))]
     top_nav, refs, bottom_nav = (round(target * rng.uniform(*r)) for r in ((0.02, 0.08), (0.17, 0.38), (0.03, 0.1)))

@@ -22,7 +22,7 @@ split by it (`python -m solution.evaluate --split-by question_form`).
 
 import random
 
-from solution.data.synth.easy import ATTRIBUTES, NONE_ASKS_ATTRIBUTE, TOPICS, Doc, Names
+from solution.data.synth.easy import ATTRIBUTES, TOPICS, Doc, Names
 from solution.data.synth.nq_pages import (
     NQ_DISTRACTOR,
     NQ_FACT_HEADING,
@@ -33,6 +33,7 @@ from solution.data.synth.nq_pages import (
     nq_sections,
     reading_fact_block,
     reading_page_plan,
+    reading_question,
     title_and_nav,
 )
 from solution.data.synth.nq_render import NQ_CANDIDATE_TAGS, nq_words, page_record
@@ -173,24 +174,17 @@ def _same_kind_values(key: str, values: dict, neighbour: dict) -> list:
 
 def _shaped_question(rng, names: Names, reading: _ShapedReading, answer_type: str, stated: list, topics: list,
                      values: dict, neighbour: dict):
-    """The asked key and the question (nq_pages._reading_question's choices); a NO question names a value
-    stated elsewhere on the page (SHAPED_NO_VALUE_ON_PAGE), forcing the neighbour's copy onto the page if
-    that is the value it names."""
-    if answer_type == "LONG" or (answer_type == "NONE" and rng.random() >= NONE_ASKS_ATTRIBUTE):
-        pool = topics if answer_type == "LONG" else [t for t in TOPICS if t not in topics]
-        t = rng.choice(pool)
-        return "topic:" + t, reading.ask_topic(t)
-    asked = rng.choice(stated if answer_type != "NONE" else [a for a in ATTRIBUTES if a not in stated])
-    if answer_type not in ("YES", "NO"):
-        return asked, reading.ask(asked)
-    v = values[asked]
-    if answer_type == "NO" and rng.random() < SHAPED_NO_VALUE_ON_PAGE:
+    """The asked key and the question (nq_pages.reading_question); a NO question names a value stated
+    elsewhere on the page (SHAPED_NO_VALUE_ON_PAGE), forcing the neighbour's copy onto the page if that is the
+    value it names; else a value the page never states."""
+    def no_value(asked: str) -> str:
+        if rng.random() >= SHAPED_NO_VALUE_ON_PAGE:
+            return values[asked]  # the true one: reading_question draws another of the kind
         while neighbour.get(asked, values[asked]) == values[asked]:  # commodities repeat: not the true one
             neighbour[asked] = names.value(ATTRIBUTES[asked][0])
-        v = rng.choice([x for x in _same_kind_values(asked, values, neighbour) if x != values[asked]])
-    while answer_type == "NO" and v == values[asked]:  # a value the page never states
-        v = names.value(ATTRIBUTES[asked][0])
-    return asked, reading.ask_yes_no(asked, v)
+        return rng.choice([x for x in _same_kind_values(asked, values, neighbour) if x != values[asked]])
+
+    return reading_question(rng, names, reading, answer_type, stated, topics, values, no_value)
 
 
 def _where_stated(rng, stated: list, asked: str) -> dict:
