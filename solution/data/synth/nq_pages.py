@@ -493,7 +493,7 @@ class Reading:
 
 
 def reading_question(rng: random.Random, names: Names, reading: Reading, answer_type: str, stated: list,
-                      topics: list, values: dict, no_value: Optional[Callable[[str], str]] = None):
+                     topics: list, values: dict, no_value: Optional[Callable[[str], str]] = None):
     """The asked key and the question (`make_question`'s choices, asked as `reading` asks). A NO question
     names the value `no_value(asked)` picks (a profile's own choice), or another value of the kind where that
     is the true one or no `no_value` is given."""
