@@ -265,6 +265,11 @@ class TrainConfig:
             resume_from_checkpoint=self.resume_from_checkpoint)
 
     @property
+    def evaluates_dev(self) -> bool:
+        """Whether the dev file is scored after each epoch (eval_strategy `epoch`, a dev file, files as data)."""
+        return bool(self.eval_strategy == "epoch" and self.dev_file and self.data_source == "files")
+
+    @property
     def backbone_overrides(self) -> dict:
         out = dict(self.model_config_overrides)
         if self.dropout is not None:

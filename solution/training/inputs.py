@@ -37,7 +37,7 @@ def check_inputs(cfg: TrainConfig) -> None:
     _check_model_path(cfg.model_name_or_path)
     if cfg.data_source == "files":
         _check_input_path("train_file", cfg.train_file)
-        if cfg.dev_file and cfg.eval_strategy == "epoch":
+        if cfg.evaluates_dev:
             _check_input_path("dev_file", cfg.dev_file)
         if cfg.sampling.hard_negatives_file:
             _check_input_path("hard_negatives_file", cfg.sampling.hard_negatives_file)

@@ -104,7 +104,7 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
         # The dev evaluation's sentence encoder, built before training (a missing package fails now, not after
         # an epoch), and only for a run that evaluates: without one it would hold a model for nothing.
-        self.first_pass_embed = first_pass_embed(cfg.window, self.accelerator.device) if self.evaluates else None
+        self.first_pass_embed = first_pass_embed(cfg.window, self.accelerator.device) if cfg.evaluates_dev else None
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         known = len(self.tokenizer)
         if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows
@@ -545,16 +545,10 @@ class Trainer:
             return self.end_of_epoch(run.model, run.epoch, run.step, run.skip)
         return None
 
-    @property
-    def evaluates(self) -> bool:
-        """Whether the dev file is scored after each epoch (eval_strategy `epoch`, a dev file, files as data)."""
-        cfg = self.cfg
-        return bool(cfg.eval_strategy == "epoch" and cfg.dev_file and cfg.data_source == "files")
-
     def end_of_epoch(self, model, epoch: int, step: int, batches: int) -> dict | None:
         """Dev scores after the epoch when eval_strategy is `epoch` (None: no evaluation). A stop request
         ends the evaluation at its next batch with a checkpoint at `step` (`batches` into `epoch`)."""
-        if not self.evaluates:
+        if not self.cfg.evaluates_dev:
             return None
         try:
             result = self.evaluate(model)

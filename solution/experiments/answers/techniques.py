@@ -26,8 +26,8 @@ TECHNIQUES = {
     # whether a reader read with another ranking than its training's loses by the change of ranking alone.
     "first_pass_stems": (["--first_pass", "stems"], []),
     # The recipe trained with the meaning first pass and read with it: its negatives ranked by the word part
-    # (stems; sentence vectors for every training page are past a CPU), the first 2 windows kept, and its dev
-    # pass and the benchmark's read with the sentence vectors.
+    # (stems; sentence vectors for every training page are past a CPU), the first 2 windows kept; the benchmark
+    # reads dev and test with the sentence vectors (its trainings run no dev pass).
     "first_pass_meaning_trained": (["--first_pass", "meaning", "--first_pass_keep_first", "2"], []),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
