@@ -47,6 +47,35 @@ def score_rows(predictions: dict, gold_path: str) -> dict:
     return score(predictions, gold) | yes_no_split(predictions, gold)
 
 
+FORM_FIELD = "question_form"
+"""The gold lines' field saying whether a question was asked in a form training showed ("seen") or one held
+out of it ("held_out"): nq-shaped's pages carry it, every other corpus's none."""
+
+
+@functools.lru_cache(maxsize=None)
+def forms_of(path: str) -> tuple | None:
+    """Each gold document's question form, in file order, or None for a file whose first line has none (every
+    profile but nq-shaped, the real lines). Once the first line has it, every line must
+    (`split_by.field_values` names the one that does not): a page left out of both groups is never silent."""
+    from solution.common.jsonio import loads
+    from solution.data.nq import iter_lines
+    from solution.scoring.split_by import field_values
+    first = next((text for _, text in iter_lines(path) if text.strip()), None)
+    if first is None or FORM_FIELD not in loads(first, f"{path}: field '<json>'"):
+        return None
+    return tuple(field_values(path, FORM_FIELD))
+
+
+def form_split(split: str, predictions: dict, gold_path: str) -> dict:
+    """{SPLIT_by_question_form: {form: documents, micro-F1, interval}} where the gold says each question's form:
+    whether the reader learnt to read or learnt training's phrasings, which one overall figure averages."""
+    from solution.scoring.split_by import scores_by_value
+    forms = forms_of(gold_path)
+    if forms is None:
+        return {}
+    return {f"{split}_by_question_form": scores_by_value(predictions, gold_of(gold_path), list(forms))}
+
+
 @functools.lru_cache(maxsize=None)
 def nq_gold_of(path: str):
     from solution.scoring.nq_official import load_gold

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from solution.experiments.answers.figures import figures, gold_of, score_rows, split_f1s
+from solution.experiments.answers.figures import figures, form_split, gold_of, score_rows, split_f1s
 from solution.experiments.answers.predicting import model_meta, predict
 
 
 def with_test(row: dict, scored: dict, rows: dict, gold_path: str) -> dict:
     """`row` with the test split's figures: `scored` (the rows as the CLI reads them) scored against the test
-    gold, `rows` (the same predictions) for the intervals, MLE-bench's score and the NQ figures."""
+    gold, `rows` (the same predictions) for the intervals, MLE-bench's score, the NQ figures and, where the
+    gold says each question's form, the score on the forms training saw and on those it did not."""
     test = score_rows(scored, gold_path)
     test_figures, counts = figures("test", rows, gold_path)
     row["_counts"] |= counts
-    return row | {"test_f1": test["micro_f1"], **test_figures, "test": test}
+    return row | {"test_f1": test["micro_f1"], **test_figures, **form_split("test", rows, gold_path), "test": test}
 
 
 def tuned_row(dev: dict, dev_records: list, cfg, corpus: dict) -> tuple:

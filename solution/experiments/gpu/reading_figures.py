@@ -118,8 +118,7 @@ def model_rows(root: Path, name: str, first_pass: str, references: dict) -> dict
         dev, test, cut = at_dev_cut(dev, test, both["yes_no"]["dev"])
     main = evaluate_records(only(dev, both["main"]["dev"]), only(test, both["main"]["test_gold"]), cfg, both["main"])
     head = {"model": name, "first_pass": first_pass, **training_facts(model), **({"polarity_cut": cut} if cut else {})}
-    main = head | main | reference_deltas(references, main) | form_split(only(test, both["main"]["test_gold"]), cfg,
-                                                                         main["thresholds"], both["main"]["test_gold"])
+    main = head | main | reference_deltas(references, main)
     return {"main": main, "yes_no": head | evaluate_records(dev, test, cfg, both["yes_no"])}
 
 
@@ -142,18 +141,6 @@ def training_facts(model: Path) -> dict:
     return {"seed": start.get("seed"), "num_train_documents": start.get("train_data", {}).get("documents"),
             "train_windows": start.get("train_windows"),
             "train_file": Path(start.get("train_data_source", {}).get("path", "")).name or None}
-
-
-def form_split(test_records: list, cfg, thresholds: dict, gold_path: str) -> dict:
-    """Test micro-F1 (under dev's thresholds) on the questions in forms training saw and in forms it did not,
-    each with its interval."""
-    from dataclasses import replace
-
-    from solution.scoring.split_by import split_scores
-    from solution.scoring.tuning import predictions_with
-
-    predictions = predictions_with(test_records, replace(cfg, **thresholds))
-    return {"test_by_question_form": split_scores(predictions, gold_path, "question_form")["groups"]}
 
 
 def paired(rows: dict) -> dict:
