@@ -41,6 +41,8 @@ def check_inputs(cfg: TrainConfig) -> None:
             _check_input_path("dev_file", cfg.dev_file)
         if cfg.sampling.hard_negatives_file:
             _check_input_path("hard_negatives_file", cfg.sampling.hard_negatives_file)
+        if cfg.sampling.top_window_ranking_file:
+            _check_input_path("top_window_ranking_file", cfg.sampling.top_window_ranking_file)
         if Path(cfg.cache_dir).exists() and not Path(cfg.cache_dir).is_dir():
             raise ValueError(f"cache_dir {cfg.cache_dir}: a file, not a folder; give a folder for the feature cache")
     if cfg.distributed.deepspeed:

@@ -66,6 +66,9 @@ def assemble_train_features(path: str, parts: list, tokenizer, window: WindowCon
     if sampling.hard_negatives_file:
         raise ValueError("assemble_train_features: hard-negative sampling (hard_negatives_file) is not supported: "
                          "its scores belong to one training file; featurise the file with build_train_features")
+    if sampling.top_window_ranking_file:
+        raise ValueError("assemble_train_features: a rankings file (top_window_ranking_file) is not supported: it "
+                         "ranks one training file's pages; featurise the file with build_train_features")
     if not parts:
         raise ValueError("assemble_train_features: no parts given")
     state, part_states = _file_state(path), [_file_state(part) for part in parts]

@@ -81,7 +81,7 @@ from solution.windows.featurizer import (
     top_window_indices,
 )
 from solution.windows.first_pass import word_method
-from solution.windows.sampling import HardNegativeWeights, NegativeSampling
+from solution.windows.sampling import HardNegativeWeights, NegativeSampling, WindowRankings
 
 FEATURES_VERSION = 6  # bump when windows, labels or the cache layout change (6: files proven by size, rows, sha256)
 
@@ -119,15 +119,28 @@ def windows_source(path: str, tokenizer, window: WindowConfig, sampling: Negativ
 
 def window_key(window: WindowConfig, sampling: NegativeSampling) -> dict:
     """The window settings as the features depend on them. The first pass decides only which windows
-    inference runs, except through `top_window_keep`, whose ranking is its word part: that part is named
-    when it is not the first ranking, so a cache made before the setting existed keeps its key."""
+    inference runs, except through `top_window_keep`, whose ranking is its word part (or the first pass
+    itself, from `top_window_ranking_file`): the ranking is named when it is not the first one, so a cache
+    made before the setting existed keeps its key."""
     out = asdict(window)
     del out["first_pass"], out["first_pass_model"], out["first_pass_keep_first"]
-    if sampling.top_window_keep and word_method(window.first_pass) != "words":
-        out["top_window_ranking"] = word_method(window.first_pass)
+    ranking = top_window_ranking(window, sampling)
+    if sampling.top_window_keep and ranking != "words":
+        out["top_window_ranking"] = ranking
     if sampling.top_window_keep and window.first_pass_keep_first:
         out["top_window_keep_first"] = window.first_pass_keep_first
     return out
+
+
+def top_window_ranking(window: WindowConfig, sampling: NegativeSampling) -> str:
+    """The ranking `top_window_keep` keeps by: the first pass itself from a rankings file, else its word part."""
+    return window.first_pass if sampling.top_window_ranking_file else word_method(window.first_pass)
+
+
+def rankings_made_with(tokenizer, window: WindowConfig) -> dict:
+    """What a rankings file must have been ranked with to serve training's windows (`WindowRankings.check`):
+    its windows are cut by these settings and this tokenizer, and ranked by the first pass they name."""
+    return {"window": asdict(window), "tokenizer": tokenizer_fingerprint(tokenizer)}
 
 
 def cache_key(path: str, tokenizer, window: WindowConfig, sampling: NegativeSampling,
@@ -294,10 +307,11 @@ PROGRESS_SECONDS = 10.0
 
 
 def window_rates(sampling: NegativeSampling, example, windows: list, answerable: bool,
-                 first_pass: str = "words", keep_first: int = 0) -> list:
+                 first_pass: str = "words", keep_first: int = 0, top: Optional[list] = None) -> list:
     """Each window's keep rate if it holds no answer (windows with an answer are always kept). `first_pass`
     and `keep_first` are the window settings: `top_window_keep` ranks by the first pass's word part
-    (`first_pass.word_method`), the first `keep_first` windows kept as inference keeps them."""
+    (`first_pass.word_method`), the first `keep_first` windows kept as inference keeps them; `top`, where
+    given, are the windows it keeps instead (a rankings file's, `WindowRankings.top`)."""
     if sampling.question_word_keep_rate is None:
         rates = [sampling.rate(answerable)] * len(windows)
     else:
@@ -305,8 +319,10 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
         rates = [sampling.window_rate(answerable, question_word_share(words, example.tokens, w.nq_token_index))
                  for w in windows]
     if sampling.top_window_keep:
-        for i in top_window_indices(example, windows, sampling.top_window_keep, word_method(first_pass),
-                                    keep_first=keep_first):
+        if top is None:
+            top = top_window_indices(example, windows, sampling.top_window_keep, word_method(first_pass),
+                                     keep_first=keep_first)
+        for i in top:
             rates[i] = 1.0
     return rates
 
@@ -318,6 +334,8 @@ def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: 
     featurizer = Featurizer(job["tokenizer"], job["window"])
     hard = (HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
             if sampling.hard_negatives_file else None)
+    job = job | {"rankings": WindowRankings(sampling.top_window_ranking_file)
+                 if sampling.top_window_ranking_file else None}
     # `limit` counts lines, so every worker stops at the same place.
     examples = read_examples(path, job["on_error"], stats, require_annotations=True, shard=(shard, num_shards),
                              max_lines=job["limit"], check_duplicates=False)
@@ -343,9 +361,12 @@ def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: 
 
 def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional[HardNegativeWeights]) -> list:
     """The windows of one document that training keeps, each as many times as its answer type's copies."""
-    sampling, seed = job["sampling"], job["seed"]
+    sampling, seed, rankings = job["sampling"], job["seed"], job["rankings"]
+    top = rankings.top(ex.example_id, len(windows), sampling.top_window_keep) if rankings else None
+    if rankings and top is None:
+        raise NQFormatError(job["path"], ex.line, "example_id", rankings.mismatch(ex.example_id, len(windows)))
     rates = window_rates(sampling, ex, windows, answerable, job["window"].first_pass,
-                         job["window"].first_pass_keep_first)
+                         job["window"].first_pass_keep_first, top)
     if hard is None:
         kept = [w for w, rate in zip(windows, rates) if keep_window(w, rate, seed)]
     else:
@@ -450,6 +471,8 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
         # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
         # hit above means this same file, by size and mtime, was read already).
         HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
+    if sampling.top_window_ranking_file:  # the same: a file ranked for other windows is one line, before the work
+        WindowRankings(sampling.top_window_ranking_file).check(rankings_made_with(tokenizer, window))
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
     job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": sampling.draw_seed(seed),
            "on_error": on_error, "limit": limit, "num_shards": num_proc, "key": key, "source": source}

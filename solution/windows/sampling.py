@@ -6,7 +6,9 @@ Most training windows hold no answer, so only a share of them is kept
 in documents that have none), drawn deterministically per window (see
 `solution.windows.featurizer.keep_window`). A hard-negative pass (`python -m
 solution.hard_negatives`) writes a scores file; `HardNegativeWeights` reads it
-and turns each window's score into a keep weight with the same expected count.
+and turns each window's score into a keep weight with the same expected count. A ranking pass (`python -m
+solution.rank_windows`) writes each page's windows in the order the first pass ranks them, sentence vectors
+and all; `WindowRankings` reads it for `top_window_keep`.
 No torch here: numpy and the standard library.
 """
 
@@ -22,9 +24,17 @@ from solution.common.jsonio import JsonError, loads
 
 FORMAT = "nq-hard-negative-scores"
 VERSION = 1
+RANKINGS_FORMAT = "nq-window-rankings"
+RANKINGS_VERSION = 1
 # Copies of one yes/no window: at 100 the yes/no windows (1.5% of NQ's pages) already outnumber all the
 # others, and every copy is written to the feature cache (`--yes_no_repeat 10000000` fills a disk).
 MAX_REPEAT = 100
+
+
+def file_identity(path: str) -> dict:
+    """A file's identity for cache keys: a file written again is a new entry."""
+    st = os.stat(path)
+    return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
 
 
 class HardNegativeWeights:
@@ -87,11 +97,67 @@ class HardNegativeWeights:
                 f"{len(rec[1])} windows, the training file gives answerable={answerable} and {num_windows}); "
                 "score this training file with python -m solution.hard_negatives")
 
-    @staticmethod
-    def stat(path: str) -> dict:
-        """The file's identity for cache keys."""
-        st = os.stat(path)
-        return {"path": os.path.abspath(path), "size": st.st_size, "mtime": st.st_mtime_ns}
+
+class WindowRankings:
+    """A rankings file (`python -m solution.rank_windows`), read for `top_window_keep`: per page, its windows
+    holding a candidate in the order the first pass keeps them. Its header says what made the windows (window
+    settings, tokenizer) and the ranking; `check` compares them with training's before any page is kept by it,
+    and `top` refuses a page whose windows are not the ones ranked."""
+
+    def __init__(self, path: str):
+        self.path, self.rankings, self.header = path, {}, None
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such window rankings file (write one with python -m "
+                                    "solution.rank_windows)")
+        with open(path, encoding="utf-8") as f:
+            for line_no, text in enumerate(f, 1):
+                rec = loads(text, f"{path} line {line_no}")
+                if line_no == 1:
+                    if not isinstance(rec, dict) or rec.get("format") != RANKINGS_FORMAT:
+                        raise ValueError(f"{path}: not a window rankings file (line 1 has no format "
+                                         f"{RANKINGS_FORMAT!r}; write one with python -m solution.rank_windows)")
+                    self.header = rec
+                    continue
+                self.rankings[self._example_id(rec, line_no)] = (rec["windows"], rec["ranking"])
+        if self.header is None:
+            raise ValueError(f"{path}: empty, not a window rankings file")
+        if self.header.get("version") != RANKINGS_VERSION:
+            raise ValueError(f"{path}: rankings format version {self.header.get('version')!r}, this code reads "
+                             f"{RANKINGS_VERSION}; rank the training file again")
+
+    def _example_id(self, rec, line_no: int) -> str:
+        ok = (isinstance(rec, dict) and isinstance(rec.get("windows"), int) and isinstance(rec.get("ranking"), list)
+              and all(isinstance(i, int) and 0 <= i < rec["windows"] for i in rec["ranking"]) and "example_id" in rec)
+        if not ok:
+            raise ValueError(f"{self.path}:{line_no}: expected example_id, windows (an integer) and ranking (window "
+                             "indices below it), got {!r}".format(str(rec)[:200]))
+        return str(rec["example_id"])
+
+    def check(self, made_with: dict) -> None:
+        """`made_with` ({window: the window settings as a dict, tokenizer: its fingerprint}) is what the file was
+        ranked with, or a ValueError naming each difference."""
+        diff = [f"{k}: file {self.header.get(k)!r}, training {v!r}" for k, v in made_with.items()
+                if self.header.get(k) != v]
+        if diff:
+            raise ValueError(f"{self.path}: ranked for other windows than training makes ({'; '.join(diff)}); rank "
+                             "the training file again with training's settings (python -m solution.rank_windows "
+                             "with the same --config and settings)")
+
+    def top(self, example_id: str, num_windows: int, limit: int) -> Optional[list]:
+        """The indices of the page's `limit` first-ranked windows, in page order; None where the file has no
+        ranking of these windows (`mismatch` says why)."""
+        rec = self.rankings.get(str(example_id))
+        if rec is None or rec[0] != num_windows:
+            return None
+        return sorted(rec[1][:limit])
+
+    def mismatch(self, example_id: str, num_windows: int) -> str:
+        rec = self.rankings.get(str(example_id))
+        if rec is None:
+            return (f"{example_id}: not in {self.path} ({len(self.rankings)} pages ranked): a rankings file of "
+                    "another training file, or of fewer of its lines; rank this one with python -m solution.rank_windows")
+        return (f"{example_id}: {self.path} ranked {rec[0]} windows of it, featurisation makes {num_windows}: "
+                "ranked with other windows; rank the training file again")
 
 
 @dataclass
@@ -122,6 +188,10 @@ class NegativeSampling:
     question's content words (among the windows holding a candidate; ranked as `max_windows_per_document`
     ranks them at inference); 0: no such rule. Set it with the same N as `max_windows_per_document`: the model
     then learns on exactly the windows it is run on, the neighbour's fact in the question's words among them."""
+    top_window_ranking_file: Optional[str] = None
+    """The rankings `top_window_keep` keeps by, written by `python -m solution.rank_windows` with training's own
+    settings: the first pass itself (`window.first_pass`, sentence vectors and all), as inference ranks. Null:
+    the first pass's word part (`first_pass.word_method`: stems for meaning and fused), which needs no vectors."""
 
     yes_no_repeat: int = 1
     """How many times each window labelled YES or NO is trained on. Yes/no answers are about 1.5% of NQ's
@@ -147,6 +217,8 @@ class NegativeSampling:
             (isinstance(self.top_window_keep, int) and self.top_window_keep >= 0, "top_window_keep", "an integer >= 0"),
         ] + [(isinstance(n, int) and not isinstance(n, bool) and n >= 1, name, "an integer >= 1")
              for name, n in (("yes_no_repeat", self.yes_no_repeat), ("no_repeat", self.no_repeat))]
+        checks.append((self.top_window_ranking_file is None or self.top_window_keep > 0, "top_window_ranking_file",
+                       "null unless top_window_keep is above 0 (it ranks the windows that setting keeps)"))
         seed = self.sampling_seed
         checks.append((seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0),
                        "sampling_seed", "an integer >= 0 or null"))
@@ -190,7 +262,11 @@ class NegativeSampling:
             if d[name] == 1:  # as before the setting existed: those caches stay valid too
                 del d[name]
         if self.hard_negatives_file:  # the file's identity, so a rescored file is a new cache entry
-            d["hard_negatives_file"] = HardNegativeWeights.stat(self.hard_negatives_file)
+            d["hard_negatives_file"] = file_identity(self.hard_negatives_file)
+        if self.top_window_ranking_file:  # likewise: a file ranked again makes other windows
+            d["top_window_ranking_file"] = file_identity(self.top_window_ranking_file)
+        else:  # as before the setting existed: those caches stay valid
+            del d["top_window_ranking_file"]
         return d
 
 
