@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 
 from solution.experiments.answers.runs import StepFailed, run
-from solution.experiments.answers.techniques import POLARITY, POLARITY_PAGES, REAL_TRAIN, TECHNIQUES, YES_NO_TRAIN_PAGES
+from solution.experiments.answers.techniques import (
+    MEANING_FIRST_PASS,
+    POLARITY,
+    POLARITY_PAGES,
+    REAL_TRAIN,
+    TECHNIQUES,
+    YES_NO_TRAIN_PAGES,
+)
 
 REAL_TRAIN_FILE, REAL_DEV_FILE = "simplified-nq-train-sample.jsonl", "simplified-nq-dev-sample.jsonl"
 
@@ -53,7 +60,38 @@ def prepare_corpus(args, plan: dict, out: Path) -> dict:
         run(["-m", "solution.synth", "--out", str(easy), "--seed", "0", *plan["warm_start"]["synth"]])
         corpus |= {"warm_train": str(easy / "simplified-nq-train.jsonl"), "warm_dev": str(easy / "simplified-nq-dev.jsonl")}
     n = num_lines(corpus["train"])  # the baseline's pages: a larger size is the whole file, and the curve ends there
-    return corpus | {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
+    corpus |= {"num_train_documents": n, "train_sizes": sorted({min(s, n) for s in plan["train_sizes"]} | {n})}
+    if any("{rankings}" in TECHNIQUES[t][0] for t in args.techniques):
+        corpus["rankings"] = rankings_corpus(corpus, plan, out)
+    return corpus
+
+
+def rankings_corpus(corpus: dict, plan: dict, out: Path) -> str:
+    """The training pages' windows ranked by the meaning first pass (`solution.rank_windows`) with the settings
+    stage 2 trains with, for `first_pass_meaning_negatives`; a file of an earlier run is kept when its header
+    names these pages (the training file's digest and page count) and ranking, since it costs seconds a page.
+    Training proves it again against its own windows."""
+    from solution.common.fsutil import file_digest
+    from solution.common.jsonio import JsonError, loads
+
+    path = out / "data-rankings" / "meaning-keep2.jsonl"
+    settings = [*corpus["train_overrides"], "--max_train_examples", str(corpus["num_train_documents"]),
+                *MEANING_FIRST_PASS]
+    try:
+        header = loads(path.open("rb").readline(), str(path)) if path.is_file() else {}
+    except JsonError:
+        header = {}
+    window = header.get("window") or {}
+    if (header.get("train_file_sha256") == file_digest(corpus["train"])
+            and header.get("max_train_examples") == corpus["num_train_documents"]
+            and (window.get("first_pass"), window.get("first_pass_keep_first")) == ("meaning", 2)):
+        print(f"rankings: reusing {path} (ranked for these pages)", flush=True)
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # --overwrite: the run folder's own file, ranked for other pages or settings by an earlier run.
+    run(["-m", "solution.rank_windows", "--out", str(path), "--overwrite", "--quiet", "--config", plan["config"],
+         "--train_file", corpus["train"], *settings])
+    return str(path)
 
 
 def yes_no_synth(directory: Path, seed: int, sizes: tuple, plan: dict, args, types: str = "YES,NO") -> None:

@@ -6,6 +6,8 @@ REAL_NOTE = "10 real dev documents: far too few to decide anything"
 # The training file with the yes/no pages added (`yes_no_train_corpus`), every page of it.
 YES_NO_PAGES = ["--train_file", "{yes_no_train}", "--max_train_examples", "{yes_no_train_pages}"]
 YES_NO_WHOLE = [*YES_NO_PAGES, "--long_overrun_yes_no", "false"]
+# The meaning first pass, each page's first two windows kept: the recipe's reader trained to be read with it.
+MEANING_FIRST_PASS = ["--first_pass", "meaning", "--first_pass_keep_first", "2"]
 # technique -> (training overrides, prediction --set overrides). Names as docs/answers-method.md's tables give them.
 TECHNIQUES = {
     "top_level": (["--nested_to_top_level", "true"], ["top_level_only=true"]),
@@ -28,7 +30,11 @@ TECHNIQUES = {
     # The recipe trained with the meaning first pass and read with it: its negatives ranked by the word part
     # (stems; sentence vectors for every training page are past a CPU), the first 2 windows kept; the benchmark
     # reads dev and test with the sentence vectors (its trainings run no dev pass).
-    "first_pass_meaning_trained": (["--first_pass", "meaning", "--first_pass_keep_first", "2"], []),
+    "first_pass_meaning_trained": (MEANING_FIRST_PASS, []),
+    # The same with the negatives ranked by meaning itself (`solution.rank_windows` over every training page,
+    # `rankings_corpus`): the reader learns to turn down the windows it will be read with. ~2-5 CPU seconds a
+    # training page for the ranking.
+    "first_pass_meaning_negatives": ([*MEANING_FIRST_PASS, "--top_window_ranking_file", "{rankings}"], []),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
@@ -84,11 +90,13 @@ FULL = {"config": "configs/train/nq-profile.yaml", "seeds": [0, 1], "train_sizes
         "num_dev": 400, "num_test": 400, "yes_no": 80, "max_words": None, "train": [],
         "warm_start": {"config": "configs/train/demo.yaml", "synth": []}}
 # The tiny random model on a dozen short pages; the recipe's first pass (8 windows) so that both
-# max_windows rows change something, its overrun labels (which `yes_no_whole` needs), and a tiny stage 1
-# so that the warm start runs.
+# max_windows rows change something, and its negatives among the first-ranked windows (which the first_pass_*
+# rows rank anew, and `first_pass_meaning_negatives` needs), its overrun labels (which `yes_no_whole` needs),
+# and a tiny stage 1 so that the warm start runs.
 QUICK = {"config": "configs/train/tiny.yaml", "seeds": [0], "train_sizes": [6, 12], "num_dev": 6, "num_test": 6,
          "yes_no": 3, "max_words": 3000, "train": ["--max_train_examples", "null", "--max_dev_examples", "null",
-                                      "--max_windows_per_document", "8", "--long_overrun_labels", "true",
+                                      "--max_windows_per_document", "8", "--top_window_keep", "3",
+                                      "--long_overrun_labels", "true",
                                       "--long_overrun", "true"],
          "warm_start": {"config": "configs/train/tiny.yaml",
                         "synth": ["--num-train", "12", "--num-dev", "4", "--num-test", "4"]}}
