@@ -113,6 +113,9 @@ def check(p, args, cfg) -> None:
 
     try:
         check_input_file(cfg.train_file)
+    except (ValueError, FileNotFoundError) as e:
+        p.error(f"train_file {e}")
+    try:
         check_device(args.device)
         claim_output(args.out, "--out", owned=starts_with(json.dumps({"format": RANKINGS_FORMAT})[:-1].encode()),
                      overwrite=args.overwrite, inputs=[("train_file", cfg.train_file)])

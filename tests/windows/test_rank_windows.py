@@ -8,6 +8,7 @@ say which sentences answer, so the meaning ranking is known.)"""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -110,3 +111,17 @@ def test_the_command_never_replaces_what_it_did_not_write(tmp_path, encoder, cap
     assert mine.read_text() == "a user's file\n" and "--out" in capsys.readouterr().err
     out = ranked(tmp_path, train)
     assert ranked(tmp_path, train) == out  # its own file: written again
+
+
+def test_every_input_is_checked_before_the_encoder_loads(tmp_path, capsys):
+    """No fake encoder here: a run that got past its checks would load the real one."""
+    train = write_jsonl(tmp_path / "train.jsonl", [page("7")])
+    cases = [(["--train_file", str(tmp_path / "missing.jsonl")], "train_file .*missing.jsonl: no such file"),
+             (["--first_pas", "meaning"], "unknown config key 'first_pas' \\(did you mean 'first_pass'\\?\\)"),
+             (["--train_file", str(train), "--device", "cuda:7"], "--device cuda:7")]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as e:
+            rank_windows.main(["--out", str(tmp_path / "r.jsonl"), *SETTINGS, *extra])
+        assert e.value.code == 2
+        assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "r.jsonl").exists()
