@@ -78,8 +78,9 @@ def rank_file(cfg, out: str, device: str = "cpu", quiet: bool = False) -> dict:
         f.write(json.dumps(header(cfg, tokenizer)) + "\n")
         for example_id, num_windows, ranking in ranked_pages(cfg, tokenizer, embed, stats):
             f.write(json.dumps({"example_id": example_id, "windows": num_windows, "ranking": ranking}) + "\n")
-            counts = {"pages": counts["pages"] + 1, "windows": counts["windows"] + num_windows,
-                      "ranked": counts["ranked"] + len(ranking)}
+            counts["pages"] += 1
+            counts["windows"] += num_windows
+            counts["ranked"] += len(ranking)
             bar.update()
     return counts | {"seconds": round(time.perf_counter() - t0, 1), "skipped": stats.num_skipped,
                      "read_report": stats.report()}

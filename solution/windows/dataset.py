@@ -330,12 +330,8 @@ def window_rates(sampling: NegativeSampling, example, windows: list, answerable:
 def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: ReadStats):
     """The kept windows of this shard's lines (every num_shards-th), as dicts; counts go to `summary`,
     `ids` and `stats`."""
-    path, num_shards, sampling = job["path"], job["num_shards"], job["sampling"]
+    path, num_shards = job["path"], job["num_shards"]
     featurizer = Featurizer(job["tokenizer"], job["window"])
-    hard = (HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
-            if sampling.hard_negatives_file else None)
-    job = job | {"rankings": WindowRankings(sampling.top_window_ranking_file)
-                 if sampling.top_window_ranking_file else None}
     # `limit` counts lines, so every worker stops at the same place.
     examples = read_examples(path, job["on_error"], stats, require_annotations=True, shard=(shard, num_shards),
                              max_lines=job["limit"], check_duplicates=False)
@@ -351,7 +347,7 @@ def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: 
                 print(f"features: worker {shard + 1}/{num_shards}: {len(ids) + 1} documents, line {ex.line}, "
                       f"{(len(ids) + 1) / (now - t0):.0f} documents/s", file=sys.stderr, flush=True)
             answerable = has_answer(ex)
-            kept = _kept_windows(ex, windows, answerable, job, hard)
+            kept = _kept_windows(ex, windows, answerable, job)
             ids.append((ex.example_id, ex.line, len(kept)))  # its line orders its windows (`_merge_sides`)
             summary.add(ex, windows, kept, answerable, featurizer)
             yield from (w.as_dict() for w in kept)
@@ -359,9 +355,9 @@ def _shard_windows(shard: int, job: dict, summary: "Summary", ids: list, stats: 
         bar.close()
 
 
-def _kept_windows(ex, windows: list, answerable: bool, job: dict, hard: Optional[HardNegativeWeights]) -> list:
+def _kept_windows(ex, windows: list, answerable: bool, job: dict) -> list:
     """The windows of one document that training keeps, each as many times as its answer type's copies."""
-    sampling, seed, rankings = job["sampling"], job["seed"], job["rankings"]
+    sampling, seed, hard, rankings = job["sampling"], job["seed"], job["hard"], job["rankings"]
     top = rankings.top(ex.example_id, len(windows), sampling.top_window_keep) if rankings else None
     if rankings and top is None:
         raise NQFormatError(job["path"], ex.line, "example_id", rankings.mismatch(ex.example_id, len(windows)))
@@ -467,16 +463,26 @@ def build_train_features(path: str, tokenizer, window: WindowConfig, sampling: O
     found = existing_entry(final, key, verify, log)
     if found:
         return found
-    if sampling.hard_negatives_file:
-        # Read here first, so a bad file is an error naming it rather than a worker's failure (a cache
-        # hit above means this same file, by size and mtime, was read already).
-        HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction).check_window(window)
-    if sampling.top_window_ranking_file:  # the same: a file ranked for other windows is one line, before the work
-        WindowRankings(sampling.top_window_ranking_file).check(rankings_made_with(tokenizer, window))
+    hard, rankings = sampling_files(sampling, tokenizer, window)
     log(f"features: featurising {path} with {num_proc} process(es) -> {final}")
     job = {"path": path, "tokenizer": tokenizer, "window": window, "sampling": sampling, "seed": sampling.draw_seed(seed),
-           "on_error": on_error, "limit": limit, "num_shards": num_proc, "key": key, "source": source}
+           "on_error": on_error, "limit": limit, "num_shards": num_proc, "key": key, "source": source,
+           "hard": hard, "rankings": rankings}
     return publish_entry(final, lambda tmp: _build_entry(job | {"tmp": tmp}), log)
+
+
+def sampling_files(sampling: NegativeSampling, tokenizer, window: WindowConfig) -> tuple:
+    """(hard-negative weights, window rankings) of the sampling's files, None where not set: each read once
+    and checked against training's windows here, before the work, so a bad file is an error naming it rather
+    than a worker's failure; the forked workers inherit them."""
+    hard = rankings = None
+    if sampling.hard_negatives_file:
+        hard = HardNegativeWeights(sampling.hard_negatives_file, sampling.hard_negative_fraction)
+        hard.check_window(window)
+    if sampling.top_window_ranking_file:
+        rankings = WindowRankings(sampling.top_window_ranking_file)
+        rankings.check(rankings_made_with(tokenizer, window))
+    return hard, rankings
 
 
 def existing_entry(final: Path, key: str, verify: bool, log) -> Optional[tuple]:
