@@ -49,6 +49,9 @@ TECHNIQUES = {
     # H100 the recipe's batch-8 step is launch overhead (24 ms at 8 windows, 21 ms at 32), so a batch of 32
     # trains ~4.6x the windows a second there, if it learns as well from the same pages.
     "batch_32": (["--per_device_train_batch_size", "32", "--learning_rate", "2.0e-4"], []),
+    # Two passes over the same pages: whether a curve that bends as pages double (8,000 pages gained less than
+    # 4,000 did) is short of pages or of steps over them.
+    "epochs_2": (["--num_train_epochs", "2"], []),
     # An answer model trained as `yes_no_pages` (it types the yes/no pages) and a polarity model trained from it
     # (POLARITY_WHOLE, then POLARITY_REPLAY), read together (`submission.predict --polarity-model`) at the cut
     # tuned on dev: docs/answers-techniques.md, "A polarity model beside the answer model". Its rows are
