@@ -73,6 +73,11 @@ def add_plan_arguments(p) -> None:
     p.add_argument("--train-sizes", type=int_list, default=None,
                    help=f"training pages of the learning curve, the largest the baseline's (default "
                         f"{','.join(map(str, FULL['train_sizes']))}; --quick {','.join(map(str, QUICK['train_sizes']))})")
+    p.add_argument("--num-test", type=int, default=None, metavar="N",
+                   help=f"test pages of the synthetic corpus (default {FULL['num_test']}; --quick "
+                        f"{QUICK['num_test']}). The training and dev pages do not depend on it, so a run in the same "
+                        "--out reuses the models trained there and scores them on N test pages; the test pages do "
+                        "(another N is another draw of pages, the folder's test files and CSVs are replaced)")
     p.add_argument("--merge", nargs="+", metavar="RECORD", default=None,
                    help="train nothing: write the rows of these records of one corpus (a run in pieces) to --json as "
                         "one record, with its table and charts; a later record's row replaces the same row of an earlier; "
@@ -130,6 +135,10 @@ def parse_args(argv):
         p.error(f"unknown technique(s) {unknown}; choose from {sorted(TECHNIQUES)}")
     if args.train_sizes is not None and min(args.train_sizes) < 1:
         p.error(f"--train-sizes: every size must be at least 1 page, got {args.train_sizes}")
+    if args.num_test is not None and args.num_test < 1:
+        p.error(f"--num-test must be at least 1 page, got {args.num_test}")
+    if args.num_test is not None and (args.corpus == "real" or args.merge):
+        p.error("--num-test sizes a synthetic corpus's test split: the real lines have none, and --merge makes none")
     if args.corpus_seed < 0:
         p.error(f"--corpus-seed must be >= 0, got {args.corpus_seed}")
     return args

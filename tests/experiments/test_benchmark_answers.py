@@ -675,3 +675,34 @@ def test_first_pass_options_are_checked_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"error: {real / corpus_files.REAL_DEV_FILE} not found: the real NQ sample's folder holds it\n"
     assert not out.exists() and not (tmp_path / "a.json").exists()
+
+
+def test_num_test_sizes_the_synthetic_test_split_alone(monkeypatch, tmp_path, capsys):
+    """--num-test reaches the corpus's synth command as the plan's test pages; the training and dev pages do
+    not move with it (so a run in the same --out keeps its models' keys), and it is refused where it would
+    change nothing."""
+    from solution.experiments.answers import command
+
+    args = bench.parse_args(["--json", "x.json", "--num-test", "600", "--techniques", ""])
+    plan = command.plan_of(args)
+    assert plan["num_test"] == 600 and plan["num_dev"] == techniques.FULL["num_dev"]
+    assert command.plan_of(bench.parse_args(["--json", "x.json"]))["num_test"] == techniques.FULL["num_test"]
+    ran = []
+    monkeypatch.setattr(corpus_files, "run", lambda cmd: ran.append(cmd) or 0.0)
+    corpus_files.synthetic_corpus(args, plan | {"yes_no": 0}, tmp_path)
+    synth = ran[0]
+    assert synth[synth.index("--num-test") + 1] == "600" and synth[synth.index("--num-dev") + 1] == "400"
+    # Its rows name their own corpus, so a record of those test pages is never merged into one of the plan's.
+    assert report.corpus_name(args) == "nq-test600"
+    assert report.corpus_name(bench.parse_args(["--json", "x.json", "--num-test", "400"])) == "nq"
+    assert report.corpus_name(bench.parse_args(["--json", "x.json", "--quick", "--num-test", "9"])) == "nq-test9-quick"
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    row = {"technique": "baseline", "enabled": False, "seed": 0, "num_train_documents": 4000, "corpus_seed": 0}
+    a.write_text(json.dumps([row | {"corpus": "nq"}]))
+    b.write_text(json.dumps([row | {"corpus": "nq-test600"}]))
+    with pytest.raises(runs.StepFailed, match="one corpus"):
+        record.merge_records([a, b])
+    for argv in (["--num-test", "0"], ["--num-test", "5", "--corpus", "real"], ["--num-test", "5", "--merge", "a.json"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--json", "x.json", *argv])
+        assert "--num-test" in capsys.readouterr().err

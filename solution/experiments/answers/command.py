@@ -38,9 +38,9 @@ def merge(args) -> int:
 
 
 def plan_of(args) -> dict:
-    """The plan (FULL or QUICK) with the command's sizes and seeds; --references-only trains nothing."""
+    """The plan (FULL or QUICK) with the command's sizes, seeds and test pages; --references-only trains nothing."""
     plan = dict(QUICK if args.quick else FULL)
-    plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds") if getattr(args, k) is not None}
+    plan |= {k: getattr(args, k) for k in ("train_sizes", "seeds", "num_test") if getattr(args, k) is not None}
     if args.references_only:  # the corpus's own pages alone: no yes/no supplement, no stage 1
         plan |= {"yes_no": 0, "warm_start": None}
         args.techniques = []
@@ -79,7 +79,8 @@ def measure(args) -> int:
     except StepFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    label = f"{args.profile} profile, corpus seed {args.corpus_seed}" if args.corpus == "nq" else REAL_NOTE
+    label = (f"{args.profile} profile, corpus seed {args.corpus_seed}, {plan['num_test']} test pages"
+             if args.corpus == "nq" else REAL_NOTE)
     path = write_outputs(rows, args, label)
     failed = [r for r in rows if "error" in r]
     print(f"\n{len(rows)} rows ({len(failed)} failed) in {time.perf_counter() - t0:.0f}s -> {path}, "

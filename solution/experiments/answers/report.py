@@ -9,7 +9,7 @@ from pathlib import Path
 from solution.common.fsutil import mark_written, write_record
 from solution.experiments.answers.charts import chart, curve_chart, curve_projection
 from solution.experiments.answers.first_pass import first_pass_table
-from solution.experiments.answers.techniques import FIRST_PASS, REAL_NOTE
+from solution.experiments.answers.techniques import FIRST_PASS, FULL, QUICK, REAL_NOTE
 
 SCRIPT = "scripts/benchmark_answers.py"  # whose records (--json, its charts) it may write over
 
@@ -76,11 +76,21 @@ def table(rows: list, title: str) -> str:
     return "\n".join(lines)
 
 
+def corpus_name(args) -> str:
+    """The rows' `corpus`: the profile (or `real`), `-testN` where --num-test drew other test pages than the
+    plan's (a record of those pages is not merged with one of the plan's), `-quick` for the quick plan."""
+    name = args.profile if args.corpus == "nq" else args.corpus
+    default = (QUICK if args.quick else FULL)["num_test"]
+    if args.corpus == "nq" and args.num_test not in (None, default):
+        name += f"-test{args.num_test}"
+    return name + ("-quick" if args.quick else "")
+
+
 def write_rows(rows: list, args, path: Path) -> None:
     """The public rows to `path`, each labelled with the corpus of this run (merged rows keep their own)."""
     if not args.merge:  # merged rows keep the corpus their record says, even none: this run's options are not theirs
         for r in rows:
-            r["corpus"] = (args.profile if args.corpus == "nq" else args.corpus) + ("-quick" if args.quick else "")
+            r["corpus"] = corpus_name(args)
             if args.corpus == "nq":
                 r["corpus_seed"] = args.corpus_seed
             if args.corpus == "real":
