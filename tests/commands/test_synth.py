@@ -263,11 +263,10 @@ def test_nq_lexical_questions_words_also_appear_in_distractor_passages(lexical_c
     assert outside / questions > 0.5
 
 
-def test_nq_profile_is_deterministic_and_fast(tmp_path):
-    import time
-    t0 = time.perf_counter()
+def test_nq_profile_is_deterministic(tmp_path):
+    # No clock here: a test machine busy with other work would fail a timed assert (the speed of page making
+    # is the GPU reading part's figure, measured where it runs).
     a = _write(tmp_path / "a", profile="nq", num_train=100)
-    assert time.perf_counter() - t0 < 20  # seconds for hundreds of documents (~1 s per 100 on one core)
     b, c = _write(tmp_path / "b", profile="nq", num_train=100), _write(tmp_path / "c", profile="nq", num_train=100, seed=1)
     for name in FILES:
         assert a[name].read_bytes() == b[name].read_bytes() != c[name].read_bytes(), name
