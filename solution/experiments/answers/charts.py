@@ -76,7 +76,8 @@ def chart(rows: list, path: Path, title: str) -> None:
     test F1 where there is a test gold, else dev tuned; the best no-training row as a line."""
     plt = pyplot()
     key, groups = figure_key(rows), chart_groups(rows)
-    fig, ax = plt.subplots(figsize=(1.3 * len(groups) + 2, 4.5))
+    # at least the curve chart's width: a record of one or two techniques keeps its title whole
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(groups) + 2), 4.5))
     for k, side in enumerate(("off", "on")):
         bars = [bar(g[1 + k], key) for g in groups]
         ax.bar([i + (k - 0.5) * 0.38 for i in range(len(groups))], [b[0] for b in bars], 0.38, label=side,
