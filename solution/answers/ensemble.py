@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from solution.answers.inference import predict_documents, window_arrays
+from solution.answers.inference import match_sentences, predict_documents, window_arrays
 from solution.answers.postprocess import (
     DocumentPrediction,
     DocumentScores,
@@ -119,7 +119,8 @@ def predict_ensemble(groups: Sequence[ModelGroup], examples: Iterable[Example], 
                 yield failed
                 continue
             try:
-                yield decide(combine_scores(parts, [g.weight for g in groups]), cfg)
+                scores = combine_scores(parts, [g.weight for g in groups])
+                yield decide(match_sentences(ex, scores, cfg, groups[0].featurizer.embed), cfg)
             except Exception as e:  # one document's post-processing must not cost the others their rows
                 yield blank_prediction(ex.example_id, error=f"{type(e).__name__}: {e}")
         docs_done += len(chunk)

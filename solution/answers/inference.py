@@ -10,6 +10,8 @@ windows, scored and answered `docs_per_chunk` at a time.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 from contextlib import nullcontext
 from typing import Callable, Iterable, Iterator, Optional
@@ -19,14 +21,17 @@ import torch
 
 from solution.answers.postprocess import (
     DocumentPrediction,
+    DocumentScores,
     PostprocessConfig,
     blank_prediction,
-    postprocess_document,
+    decide,
+    score_document,
+    sentence_matched,
 )
 from solution.common.settings import apply_overrides
 from solution.data.nq import Example, candidate_array
 from solution.windows.featurizer import Featurizer, WindowConfig, top_windows, windows_with_candidates
-from solution.windows.first_pass import SENTENCE_METHODS
+from solution.windows.first_pass import SENTENCE_METHODS, candidate_cosines
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
@@ -133,8 +138,9 @@ def predict_documents(run: Callable, featurizer: Featurizer, examples: Iterable[
     with different windows takes each document's scores instead); a failed document still
     yields a blank prediction.
     """
-    answer = answer or _answer
+    answer = answer or functools.partial(_answer, embed=featurizer.embed)
     check_first_pass(featurizer)
+    check_sentence_match(featurizer, cfg)
     pad_id = featurizer.tokenizer.pad_token_id or 0
     docs_done = windows_done = 0
     chunk: list = []  # (example, windows) or (example, the exception that stopped it)
@@ -221,16 +227,36 @@ def check_first_pass(featurizer: Featurizer) -> None:
                          "embed=solution.model.sentences.first_pass_embed(window)")
 
 
+def check_sentence_match(featurizer: Featurizer, cfg: PostprocessConfig) -> None:
+    """Post-processing's sentence match needs the featurizer's `embed`: said before any document is read."""
+    if cfg.sentence_weight and featurizer.embed is None:
+        raise ValueError("post-processing setting sentence_weight is set, which adds the sentence match's cosines "
+                         "to the reader's scores, and the Featurizer has no embed callable: build it with "
+                         "embed=solution.model.sentences.first_pass_embed(window, sentence_match=True)")
+
+
+def match_sentences(example: Example, scores: DocumentScores, cfg: PostprocessConfig,
+                    embed: Optional[Callable]) -> DocumentScores:
+    """`scores` with the sentence match's cosines of its `sentence_matched` candidates, where `sentence_weight`
+    asks for them (`embed`: the backbone's sentence vectors); as they are otherwise."""
+    if not cfg.sentence_weight or scores.empty:
+        return scores
+    matched = sentence_matched(scores, cfg)
+    return dataclasses.replace(scores, candidate_cosines=candidate_cosines(example, matched.tolist(), embed))
+
+
 def _blank(example: Example, error: Exception) -> DocumentPrediction:
     return blank_prediction(example.example_id, error=f"{type(error).__name__}: {error}")
 
 
-def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig) -> DocumentPrediction:
+def _answer(example: Example, windows: list, logits: list, cfg: PostprocessConfig,
+            embed: Optional[Callable] = None) -> DocumentPrediction:
     if not windows:  # nothing that could hold an answer
         return blank_prediction(example.example_id)
     start, end, types, nq_idx, doc_starts = window_arrays(windows, logits)
-    return postprocess_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg,
-                                doc_starts)
+    scores = score_document(example.example_id, candidate_array(example), start, end, types, nq_idx, cfg,
+                            doc_starts)
+    return decide(match_sentences(example, scores, cfg, embed), cfg)
 
 
 class NonFiniteLogits(ValueError):

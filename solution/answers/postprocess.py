@@ -44,6 +44,9 @@ Scoring, per document (the settings are `PostprocessConfig` fields; all off is t
   * the window holding the best score of either kind gives the type scores.
 
 Deciding:
+  * `sentence_weight` (off at 0): first, the reader's best candidates and the candidates of its best spans
+    add the weight times the backbone's sentence match on them (`with_sentence_match`; the cosines come
+    with the scores, computed by the caller, which has the page and the sentence vectors);
   * answer type: argmax over YES/NO/SHORT/LONG of the type scores;
   * the short span is the best one and the long answer the best candidate; with
     `n_best_aggregation` the pair (candidate, span inside it) with the highest sum
@@ -121,6 +124,13 @@ class PostprocessConfig:
     """A candidate that no window holds whole is scored in each window where it starts, from its first
     text piece to the window's last piece: how a model trained with `window.long_overrun_labels` marks
     a long answer longer than a window (without it such a candidate cannot be chosen)."""
+    sentence_weight: float = 0.0
+    """A long-answer candidate's score adds this times the backbone's sentence match on it (its best
+    sentence's cosine with the question, as `solution.lexical --method sentences` scores candidates), and a
+    short span its candidate's: where the reader and a no-training reading agree. 0: off. On, only the
+    reader's best `SENTENCE_MATCHED` candidates and the candidates of its best `SENTENCE_MATCHED` spans are
+    matched (the rest cannot be chosen), and the scores the thresholds compare are the fused ones, so tune
+    them with it on."""
     polarity_offset: float = 0.0
     """With a polarity model (`submission.predict --polarity-model`): a yes/no answer is YES where that
     model's YES-minus-NO score on the page is above this, NO otherwise. `solution.evaluate --tune` sets it
@@ -137,6 +147,8 @@ class PostprocessConfig:
             raise ValueError(f"top_k must be >= 1, got {self.top_k}")
         if self.max_answer_length < 1:
             raise ValueError(f"max_answer_length must be >= 1, got {self.max_answer_length}")
+        if self.sentence_weight < 0:  # a negative weight would prefer the sentences unlike the question
+            raise ValueError(f"sentence_weight must be >= 0, got {self.sentence_weight}")
         if self.n_best_size < 1:
             raise ValueError(f"n_best_size must be >= 1, got {self.n_best_size}")
         if self.score_space not in SCORE_SPACES:
@@ -219,6 +231,44 @@ class DocumentScores:
     span_scores: np.ndarray  # float [num_spans], descending
     type_scores: np.ndarray  # float [5]: the answer window's type scores (logits, or probabilities)
     empty: bool = False  # no window, or nothing that could be scored: the answer is blank
+    # float [num_candidates]: the sentence match's cosine of the `sentence_matched` candidates, NaN elsewhere;
+    # None where none was computed (`sentence_weight` 0).
+    candidate_cosines: Optional[np.ndarray] = None
+
+
+SENTENCE_MATCHED = 8
+"""Candidates and spans the sentence match scores a page (`sentence_weight`): the reader's best of each. The
+match costs ~3 CPU seconds on a whole page of the nq profile, a few hundred milliseconds on these."""
+
+
+def sentence_matched(s: DocumentScores, cfg: PostprocessConfig) -> np.ndarray:
+    """Sorted candidate indices the sentence match scores: the best SENTENCE_MATCHED candidates by the reader's
+    score and the candidates holding its best SENTENCE_MATCHED short spans."""
+    finite = np.flatnonzero(np.isfinite(s.candidate_scores))
+    best = finite[np.argsort(-s.candidate_scores[finite], kind="stable")[:SENTENCE_MATCHED]]
+    holders = [containing_candidate(s.candidates, int(a), int(b), cfg.top_level_only)
+               for a, b in s.span_bounds[:SENTENCE_MATCHED]]
+    return np.unique(np.concatenate([best, [h for h in holders if h >= 0]]).astype(np.int64))
+
+
+def with_sentence_match(s: DocumentScores, cfg: PostprocessConfig) -> DocumentScores:
+    """`s` with `sentence_weight` times the sentence match added to each matched candidate's score and to each
+    short span's (its candidate's cosine); what was not matched can no longer be chosen."""
+    if s.empty or not cfg.sentence_weight:
+        return s
+    if s.candidate_cosines is None:
+        raise ValueError("sentence_weight is set and the page has no sentence match "
+                         "(solution.answers.inference.match_sentences computes it)")
+    cos = np.where(np.isnan(s.candidate_cosines), -np.inf, s.candidate_cosines)
+    cand_scores = s.candidate_scores + cfg.sentence_weight * cos
+    holders = np.array([containing_candidate(s.candidates, int(a), int(b), cfg.top_level_only)
+                        for a, b in s.span_bounds], dtype=np.int64)
+    span_cos = np.where(holders >= 0, cos[np.maximum(holders, 0)], -np.inf) if len(cos) else np.full(len(holders), -np.inf)
+    span_scores = s.span_scores + cfg.sentence_weight * span_cos
+    keep = np.isfinite(span_scores)
+    order = np.flatnonzero(keep)[np.argsort(-span_scores[keep], kind="stable")]  # best first, as score_document's
+    return dataclasses.replace(s, candidate_scores=np.where(np.isfinite(cand_scores), cand_scores, -np.inf),
+                               span_bounds=s.span_bounds[order], span_scores=span_scores[order])
 
 
 def postprocess_document(example_id: str, candidates: np.ndarray, start_logits: np.ndarray,
@@ -426,7 +476,7 @@ def decide(scores: DocumentScores, cfg: PostprocessConfig) -> DocumentPrediction
     """The answer and its rows from a document's scores (see the module docstring). Candidates with exactly
     equal scores: the first is taken (window order, which `score_document` also uses for the answer
     window, is not part of NQ-keyed scores)."""
-    s = scores
+    s = with_sentence_match(scores, cfg)
     if s.empty:
         return blank_prediction(s.example_id)
     candidates = s.candidates

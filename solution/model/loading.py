@@ -161,14 +161,16 @@ def timed(run: Callable, record: dict) -> Callable:
     return timed_run
 
 
-def with_window_sets(groups: Sequence[ModelGroup], window_sets=(), device: str = "cpu") -> list:
+def with_window_sets(groups: Sequence[ModelGroup], window_sets=(), device: str = "cpu",
+                     sentence_match: bool = False) -> list:
     """The groups with each --set KEY=VALUE of the window settings (`inference.WINDOW_OVERRIDES`: which
-    windows run) over each group's own, and the sentence vectors their first pass ranks by, if it does,
-    computed on `device`."""
+    windows run) over each group's own, and the sentence vectors their first pass ranks by, if it does, or
+    post-processing's sentence match needs (`sentence_match`), computed on `device`."""
     out = []
     for group in groups:
         window = apply_overrides(group.featurizer.config, window_sets)
-        featurizer = Featurizer(group.featurizer.tokenizer, window, embed=first_pass_embed(window, device))
+        embed = first_pass_embed(window, device, sentence_match)
+        featurizer = Featurizer(group.featurizer.tokenizer, window, embed=embed)
         out.append(replace(group, featurizer=featurizer))
     return out
 
@@ -185,9 +187,9 @@ def predict_input(ensemble: Ensemble, input_path, post: Optional[PostprocessConf
     chunk; `polarity`: a polarity model whose YES or NO replaces the answer's where the answer is one
     (`solution.answers.polarity`), run on those documents alone with its own settings. The windows'
     settings and the input are set up here, the documents read as the result is."""
-    groups = with_window_sets(ensemble.groups, window_sets, ensemble.device)
-    examples = read_examples(input_path, on_error=on_error, stats=stats)
     post = post or ensemble.post
+    groups = with_window_sets(ensemble.groups, window_sets, ensemble.device, post.sentence_weight > 0)
+    examples = read_examples(input_path, on_error=on_error, stats=stats)
     if polarity is None:
         return predict_ensemble(groups, examples, post, batch_size, progress=progress)
     held: dict = {}  # the documents read and not yet answered (at most a chunk's)
@@ -206,7 +208,7 @@ def polarity_read(answers, held: dict, polarity: Ensemble, post: PostprocessConf
                   batch_size: int) -> Iterator[DocumentPrediction]:
     """The answers, each yes/no one with the polarity model's YES or NO (`with_polarity`), that model run on
     that document alone."""
-    groups = with_window_sets(polarity.groups, (), polarity.device)
+    groups = with_window_sets(polarity.groups, (), polarity.device, polarity.post.sentence_weight > 0)
     for answer in answers:
         example = held.pop(answer.example_id, None)
         if example is not None and reads_polarity(answer):

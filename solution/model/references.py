@@ -16,6 +16,7 @@ import numpy as np
 
 from solution.data.nq import is_text_token, read_examples
 from solution.data.words import CELL_TAGS, SEGMENT_ENDS, STOP_WORDS, content_words, mask_subject, page_title, segments, stem  # noqa: F401
+from solution.windows.first_pass import candidate_cosines
 
 YES_NO_OPENINGS = frozenset("is are was were does do did can has have".split())
 
@@ -147,21 +148,14 @@ def sentence_answer(example, embed) -> dict:
     -> unit-length rows, one a text (`SentenceEncoder.embed`)."""
     record = {"example_id": example.example_id, "raw_long": "", "raw_short": "", "answer_type": "LONG",
               "score": 0.0, "short_score": 0.0, "yes_score": 0.0, "no_score": 0.0}
-    toks, title = example.tokens, page_title(example.tokens)
-    cands, texts = [], []  # texts[k]: the masked segments of cands[k]
-    for cand in (c for c in example.candidates if c.top_level):
-        segs = [mask_subject([toks[i] for i in seg], title) for seg in segments(toks, cand.start_token, cand.end_token)]
-        if segs:
-            cands.append(cand)
-            texts.append(segs)
-    if not cands:
+    top = [k for k, c in enumerate(example.candidates) if c.top_level]
+    cosines = candidate_cosines(example, top, embed)  # the match post-processing's sentence_weight fuses
+    scored = [k for k in top if not np.isnan(cosines[k])]  # a candidate with no segment is no answer
+    if not scored:
         return record
-    unique = list(dict.fromkeys(t for segs in texts for t in segs))  # pages repeat sentences: each embedded once
-    vectors = np.asarray(embed([mask_subject(example.question_text.split(), title)] + unique), dtype=np.float32)
-    cosine = dict(zip(unique, (vectors[1:] @ vectors[0]).tolist()))
-    scores = [max(cosine[t] for t in segs) for segs in texts]
-    best = max(range(len(cands)), key=lambda k: (scores[k], -k))  # a tie goes to the earlier candidate
-    return record | {"raw_long": f"{cands[best].start_token}:{cands[best].end_token}", "score": scores[best]}
+    best = max(scored, key=lambda k: (cosines[k], -k))  # a tie goes to the earlier candidate
+    cand = example.candidates[best]
+    return record | {"raw_long": f"{cand.start_token}:{cand.end_token}", "score": float(cosines[best])}
 
 
 @functools.lru_cache(maxsize=1)

@@ -86,11 +86,13 @@ class SentenceEncoder:
         return out
 
 
-def first_pass_embed(window: WindowConfig, device="cpu") -> Optional[Callable]:
+def first_pass_embed(window: WindowConfig, device="cpu", sentence_match: bool = False) -> Optional[Callable]:
     """The `embed` a Featurizer needs for these window settings' first pass (`Featurizer(..., embed=)`):
-    the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, computed on
+    the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, or where
+    post-processing's sentence match needs them (`sentence_match`: its `sentence_weight` is set), computed on
     `device` (the one the reader predicts on), else None."""
-    if window.first_pass not in SENTENCE_METHODS or not window.max_windows_per_document:
+    ranks = window.first_pass in SENTENCE_METHODS and window.max_windows_per_document
+    if not ranks and not sentence_match:
         return None
     return shared_encoder(window.first_pass_model, str(device)).embed
 

@@ -104,7 +104,8 @@ class Trainer:
         self.tokenizer = load_tokenizer(cfg.model_name_or_path)
         # The dev evaluation's sentence encoder, built before training (a missing package fails now, not after
         # an epoch), and only for a run that evaluates: without one it would hold a model for nothing.
-        self.first_pass_embed = first_pass_embed(cfg.window, self.accelerator.device) if cfg.evaluates_dev else None
+        self.first_pass_embed = (first_pass_embed(cfg.window, self.accelerator.device, cfg.postprocess.sentence_weight > 0)
+                                 if cfg.evaluates_dev else None)
         self.model = build_model(cfg.model_name_or_path, cfg.pretrained, cfg.backbone_overrides)
         known = len(self.tokenizer)
         if add_structure_tokens(self.tokenizer, cfg.window):  # window.structure_tokens: new vocabulary rows

@@ -145,6 +145,15 @@ def stem_scores(example: Example, windows: list) -> np.ndarray:
     return np.array([sum(idf[s] for s in h) for h in held], dtype=np.float64)
 
 
+def question_cosines(example: Example, texts: list, embed: Callable) -> dict:
+    """{text: its cosine with the question}, the texts already masked (`mask_subject`) and the question masked
+    alike, in one `embed` call (a repeated text once: pages repeat sentences)."""
+    unique = list(dict.fromkeys(texts))
+    masked = mask_subject(example.question_text.split(), page_title(example.tokens))
+    vectors = np.asarray(embed([masked] + unique), dtype=np.float32)
+    return dict(zip(unique, vectors[1:] @ vectors[0]))
+
+
 def meaning_scores(example: Example, windows: list, embed: Callable) -> np.ndarray:
     """Each window's best cosine between the question and a segment it holds (-inf for a window holding none),
     the page title's words masked in both."""
@@ -155,9 +164,7 @@ def meaning_scores(example: Example, windows: list, embed: Callable) -> np.ndarr
         return np.full(len(windows), -np.inf)
     segs = list(segments(tokens, min(a for a, _ in spans), max(b for _, b in spans)))
     texts = [mask_subject([tokens[i] for i in seg], title) for seg in segs]
-    unique = list(dict.fromkeys(texts))  # pages repeat sentences: each is embedded once
-    vectors = np.asarray(embed([mask_subject(example.question_text.split(), title)] + unique), dtype=np.float32)
-    cosine = dict(zip(unique, vectors[1:] @ vectors[0]))
+    cosine = question_cosines(example, texts, embed)
     seg_cos = np.array([cosine[t] for t in texts], dtype=np.float64)
     firsts = np.array([seg[0] for seg in segs])
     lasts = np.array([seg[-1] for seg in segs])
@@ -166,6 +173,27 @@ def meaning_scores(example: Example, windows: list, embed: Callable) -> np.ndarr
         inside = (lasts >= a) & (firsts < b)  # a segment the window holds at least part of
         if inside.any():
             out[k] = seg_cos[inside].max()
+    return out
+
+
+def candidate_cosines(example: Example, indices, embed: Callable) -> np.ndarray:
+    """float [number of candidates]: for each candidate index in `indices`, the best cosine between the question
+    and one of its segments (sentences, list items, table rows), the page title's words masked in both; NaN for
+    the other candidates and for one with no segment. The sentence match of `solution.lexical --method
+    sentences`, and what post-processing's `sentence_weight` adds to the reader's scores."""
+    tokens, title = example.tokens, page_title(example.tokens)
+    out = np.full(len(example.candidates), np.nan, dtype=np.float64)
+    texts = {}  # candidate index -> its masked segments
+    for k in indices:
+        c = example.candidates[k]
+        segs = [mask_subject([tokens[i] for i in seg], title) for seg in segments(tokens, c.start_token, c.end_token)]
+        if segs:
+            texts[k] = segs
+    if not texts:
+        return out
+    cosine = question_cosines(example, [t for segs in texts.values() for t in segs], embed)
+    for k, segs in texts.items():
+        out[k] = max(cosine[t] for t in segs)
     return out
 
 

@@ -29,11 +29,13 @@ def test_every_technique_of_the_winning_solutions_is_a_row():
                                      "structure_tokens", "max_windows", "max_windows_4", "max_windows_16",
                                      "first_pass_meaning", "first_pass_stems", "first_pass_meaning_trained",
                                      "first_pass_meaning_negatives", "yes_no_repeat",
-                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32", "epochs_2", "polarity"}
+                                     "yes_no_pages", "yes_no_whole", "yes_no_balanced", "batch_32", "epochs_2", "polarity",
+                                     "sentence_weight_2", "sentence_weight_8", "sentence_weight_32"}
     sets = {s for _, s_list in techniques.TECHNIQUES.values() for s in s_list}
     assert {s.split("=")[0] for s in sets} == {"top_level_only", "subtract_type_null", "score_space",
                                                "separate_thresholds", "n_best_aggregation", "max_context",
-                                               "max_windows_per_document", "first_pass", "first_pass_keep_first"}
+                                               "max_windows_per_document", "first_pass", "first_pass_keep_first",
+                                               "sentence_weight"}
     assert {"max_windows_per_document=0", "max_windows_per_document=4", "max_windows_per_document=16"} <= sets
     assert techniques.FULL["config"] == "configs/train/nq-profile.yaml" and techniques.FULL["train"] == []
 

@@ -4,6 +4,7 @@ Two tiny random models (different seeds) predict six synthetic documents in-proc
 bit-for-bit comparisons of the CSV and of --scores-out.
 """
 
+import json
 import shutil
 import subprocess
 import sys
@@ -230,3 +231,33 @@ def test_kaggle_kernel_refuses_bad_weights(models, tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "error: --weights '1': 1 weights for 2 models" in proc.stderr
     assert not (tmp_path / "k").exists()
+
+
+def test_models_with_different_windows_fuse_the_sentence_match_after_averaging(models, corpus, tmp_path, monkeypatch):
+    """The averaged document scores get the sentence match once (the first group's encoder), then `decide`."""
+    from solution.model import sentences
+    from submission import predict as cli
+
+    built = []
+
+    class Encoder:  # every text along the question: each matched candidate's cosine is 1
+        def __init__(self, name, device="cpu"):
+            built.append(name)
+
+        def embed(self, texts):
+            return np.tile(np.array([[1.0, 0.0]], np.float32), (len(texts), 1))
+
+    monkeypatch.setattr(sentences, "shared_encoder", Encoder)
+    scores = {}
+    for weight in ("0", "2"):
+        out = tmp_path / f"w{weight}"
+        argv = ["--model", models["a"], "--model", models["a-wide"], "--input", str(corpus), "--output",
+                str(out.with_suffix(".csv")), "--scores-out", str(out.with_suffix(".jsonl")), "--quiet",
+                "--precision", "fp32", "--set", f"sentence_weight={weight}"]
+        assert cli.main(argv) == 0
+        scores[weight] = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert len(built) == 2  # one encoder a group's featurizer (the shared one in production), none at weight 0
+    # Each matched candidate and span scores 2 more; what was not matched (a span outside every candidate) drops.
+    raised = [on["score"] - off["score"] for off, on in zip(scores["0"], scores["2"]) if off["raw_long"]]
+    assert raised and max(raised) <= 2.0 + 1e-5
+    assert sum(abs(r - 2.0) < 1e-5 for r in raised) >= len(raised) // 2

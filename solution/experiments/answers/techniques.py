@@ -35,6 +35,14 @@ TECHNIQUES = {
     # `rankings_corpus`): the reader learns to turn down the windows it will be read with. ~2-5 CPU seconds a
     # training page for the ranking.
     "first_pass_meaning_negatives": ([*MEANING_FIRST_PASS, "--top_window_ranking_file", "{rankings}"], []),
+    # The reader's long-answer scores fused with the backbone's sentence match (`sentence_weight`: a candidate's
+    # score plus the weight times its best sentence's cosine with the question, a short span its candidate's;
+    # the reader's best 8 of each matched), at three weights a factor 4 apart, the thresholds tuned with it on:
+    # the weight is chosen on dev, and test confirms the one chosen. A cosine spans ~0.1-0.5 between a page's
+    # candidates; the reader's logit scores, a few units.
+    "sentence_weight_2": ([], ["sentence_weight=2"]),
+    "sentence_weight_8": ([], ["sentence_weight=8"]),
+    "sentence_weight_32": ([], ["sentence_weight=32"]),
     # Yes/no windows trained on 8 times (sampling.yes_no_repeat): scored also on the yes/no supplement.
     "yes_no_repeat": (["--yes_no_repeat", "8"], []),
     # The training pages and YES_NO_TRAIN_PAGES yes/no pages more (`yes_no_train_corpus`): as many yes/no
