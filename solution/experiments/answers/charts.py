@@ -63,8 +63,11 @@ def pyplot():
 
 def finish(plt, fig, ax, path: Path, title: str) -> None:
     """Limits, title and legend as both charts have them; the figure saved to `path` and closed."""
+    import textwrap
+
     ax.set_ylim(0, 1)
-    ax.set_title(title)
+    # ~11 characters an inch at the title's size: a longer title goes on two lines, not off the figure's edge
+    ax.set_title(textwrap.fill(title, int(fig.get_figwidth() * 11)))
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
