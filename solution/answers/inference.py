@@ -31,7 +31,7 @@ from solution.answers.postprocess import (
 from solution.common.settings import apply_overrides
 from solution.data.nq import Example, candidate_array
 from solution.windows.featurizer import Featurizer, WindowConfig, top_windows, windows_with_candidates
-from solution.windows.first_pass import SENTENCE_METHODS, candidate_cosines
+from solution.windows.first_pass import candidate_cosines
 
 
 def collate(windows: list, pad_token_id: int = 0, pad_to: Optional[int] = None) -> dict:
@@ -221,7 +221,7 @@ def select_windows(example: Example, windows: list, cfg: PostprocessConfig, wind
 def check_first_pass(featurizer: Featurizer) -> None:
     """A first pass by sentence vectors needs the featurizer's `embed`: said before any document is read."""
     window = featurizer.config
-    if window.max_windows_per_document and window.first_pass in SENTENCE_METHODS and featurizer.embed is None:
+    if window.ranks_by_sentences and featurizer.embed is None:
         raise ValueError(f"window setting first_pass is {window.first_pass!r}, which ranks windows by sentence "
                          "vectors, and the Featurizer has no embed callable: build it with "
                          "embed=solution.model.sentences.first_pass_embed(window)")

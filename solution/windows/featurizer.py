@@ -47,7 +47,7 @@ from solution.data.nq import (
 )
 
 # The first pass's rankings live in first_pass.py; these names stay importable from here, as before.
-from solution.windows.first_pass import check_method, top_window_indices, top_windows, windows_with_candidates  # noqa: F401
+from solution.windows.first_pass import SENTENCE_METHODS, check_method, top_window_indices, top_windows, windows_with_candidates  # noqa: F401
 
 # The answer-type head's classes, in the order of its logits (saved weights and every model directory's
 # `answer_types` depend on it): UNKNOWN, "no answer in this window" (any window of an unanswered document, and
@@ -114,6 +114,12 @@ class WindowConfig:
     """The first pass keeps a page's first N windows (among those holding a candidate) whatever their rank, and
     ranks only the rest: real NQ's gold long answer sits near the top of the page (59% in its first tenth).
     Training's negatives (`top_window_keep`) keep them too."""
+
+    @property
+    def ranks_by_sentences(self) -> bool:
+        """Whether the first pass runs and ranks by sentence vectors (`meaning`, `fused` with a window limit):
+        the windows' Featurizer then needs the `first_pass_model` encoder's `embed`."""
+        return bool(self.max_windows_per_document) and self.first_pass in SENTENCE_METHODS
 
     def __post_init__(self):
         check_method(self.first_pass)
