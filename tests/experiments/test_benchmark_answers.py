@@ -104,6 +104,17 @@ def test_deltas_are_the_row_minus_its_reference_on_the_same_documents():
     assert figures.reference_deltas({"lexical": {}}, row) == {}
 
 
+def test_a_technique_s_on_row_is_paired_against_the_no_training_rows_as_the_baseline_is(monkeypatch, tmp_path):
+    """A technique that may become the recipe (two passes did) states its margin over the references too."""
+    base = {"technique": "baseline", "seed": 0, "_model": "m", "_counts": {"test": [(1, 0, 0), (0, 1, 1), (0, 0, 2)]}}
+    on = {"_counts": {"test": [(1, 0, 0), (1, 0, 0), (1, 0, 1)]}}
+    lexical = {"_counts": {"test": [(0, 1, 1), (1, 0, 0), (0, 0, 2)]}, "test_f1": 0.4}
+    monkeypatch.setattr(row_steps, "evaluate", lambda *a: dict(on))
+    rows = row_steps.technique_rows(base, ["thresholds"], {"num_train_documents": 3}, {}, tmp_path, {"lexical": lexical})
+    assert rows[-1]["lexical_delta"] == pytest.approx(f1(on["_counts"]["test"]) - f1(lexical["_counts"]["test"]))
+    assert rows[-1]["best_reference"] == "lexical" and "test_f1_delta" in rows[-1]
+
+
 def test_the_recipe_s_margin_is_also_stated_on_long_answers_against_the_best_reference_there():
     """A reference that answers long only (the sentence match) can be the best on the long rows while word
     matching is the best on both rows: each margin is paired against its own best."""

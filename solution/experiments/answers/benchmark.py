@@ -54,7 +54,7 @@ def benchmark(corpus: dict, plan: dict, out: Path, techniques: list, partial=lam
                         baselines[seed], corpus, plan, out)
                     partial(rows())
                 elif bool(TECHNIQUES[name][0]) == retrains:  # polarity (it retrains) is the branch above
-                    per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out)
+                    per_technique[seed, name] = technique_rows(baselines[seed], [name], corpus, plan, out, references)
                     partial(rows())
                 if retrains and name in YES_NO_TRAINED and corpus.get("yes_no"):
                     per_technique[seed, f"{name}_yes_no"] = yes_no_trained_rows(

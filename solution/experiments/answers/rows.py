@@ -45,8 +45,9 @@ def baseline(seed: int, corpus: dict, plan: dict, out: Path, references: dict) -
     return row | reference_deltas(references, row)
 
 
-def technique_rows(base: dict, techniques: list, corpus: dict, plan: dict, out: Path) -> list:
-    """Each technique's off row (the baseline) and on row, with the on row's paired deltas against it."""
+def technique_rows(base: dict, techniques: list, corpus: dict, plan: dict, out: Path, references: dict) -> list:
+    """Each technique's off row (the baseline) and on row, with the on row's paired deltas against it and, as
+    the baseline has them, against each no-training row scored (a technique may change what the recipe is)."""
     rows, seed = [], base["seed"]
     for name in techniques:
         train_extra, sets = TECHNIQUES[name]
@@ -60,7 +61,7 @@ def technique_rows(base: dict, techniques: list, corpus: dict, plan: dict, out: 
             row = attempt(head, lambda n=name, t=train_extra, s=sets: trained(n, seed, t, s, corpus, plan, out))
         else:
             row = attempt(head, lambda n=name, s=sets: evaluate([base["_model"]], s, corpus, out / f"{n}-seed{seed}"))
-        rows.append(row | deltas(base, row))
+        rows.append(row | deltas(base, row) | reference_deltas(references, row))
     return rows
 
 
