@@ -604,6 +604,27 @@ def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_pa
     assert len(trained) == 2
 
 
+def test_a_model_is_found_whether_its_paths_were_given_from_the_repository_or_whole(monkeypatch, tmp_path):
+    """`--out runs/x` and `--out /checkout/runs/x` train the same model: the second finds the first's."""
+    trained = []
+
+    def fake_run(args, stdout=None):
+        model = Path(args[args.index("--output_dir") + 1]) / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "qa_config.json").write_text("{}")
+        trained.append(args)
+        return 1.0
+    monkeypatch.setattr(runs, "run", fake_run)
+    train_file = write_jsonl(tmp_path / "train.jsonl", [nq_line()])
+    relative = ["--seed", "0", "--model_name_or_path", "runs/x/models/warm/model"]
+    whole = ["--seed", "0", "--model_name_or_path", str(ROOT / "runs/x/models/warm/model")]
+    first = runs.train_run("baseline", relative, "configs/train/tiny.yaml", str(train_file), tmp_path)
+    assert runs.train_run("baseline", whole, "configs/train/tiny.yaml", str(train_file), tmp_path) == first
+    assert len(trained) == 1
+    outside = ["--seed", "0", "--model_name_or_path", str(tmp_path / "warm")]  # outside the repository: as given
+    assert runs.key_args(outside) == outside and runs.key_args(whole) == relative
+
+
 def test_the_real_lines_are_the_folder_the_command_is_given(monkeypatch, tmp_path, capsys):
     """--corpus real reads the folder --real-lines (or NQ_REAL_LINES) names, never a path outside the checkout
     it guesses; without one, or with a folder that is not there, one line says so and nothing is trained."""

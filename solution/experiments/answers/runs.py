@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -52,7 +53,8 @@ def train_run(name: str, args: list, config: str, train_file: str, out: Path) ->
     model of an earlier plan (other sizes, another corpus) is never taken for this one, nor overwritten."""
     from solution.common.fsutil import atomic_write_text
 
-    key = hashlib.sha1(json.dumps([args, file_digest(str(ROOT / config)), file_digest(train_file)]).encode()).hexdigest()[:10]
+    key = hashlib.sha1(json.dumps([key_args(args), file_digest(str(ROOT / config)),
+                                   file_digest(train_file)]).encode()).hexdigest()[:10]
     d = out / "models" / f"{name}-{key}"
     done = d / "benchmark_train.json"
     secs = trained_seconds(done) if (d / "model" / "qa_config.json").is_file() else None
@@ -62,6 +64,14 @@ def train_run(name: str, args: list, config: str, train_file: str, out: Path) ->
     secs = run(["-m", "solution.train", *args, "--output_dir", str(d), "--overwrite_output_dir", "true"])
     atomic_write_text(done, json.dumps({"command": args, "train_seconds": round(secs, 1)}) + "\n")
     return d / "model", round(secs, 1)
+
+
+def key_args(args: list) -> list:
+    """The command as a model's name digests it: a path inside the repository spelt from the repository, as
+    the commands run there, however --out was given (`runs/x` and `/checkout/runs/x` are one training and
+    must find one model, not train it twice). Relative spellings, the usual ones, are kept as they are."""
+    return [os.path.relpath(a, ROOT) if os.path.isabs(a) and Path(os.path.abspath(a)).is_relative_to(ROOT) else a
+            for a in args]
 
 
 def trained_seconds(done: Path) -> float | None:
