@@ -580,9 +580,8 @@ def test_merge_refuses_a_pipe_or_folder_before_reading(tmp_path, capsys, kind):
     assert err.startswith(f"error: {bad}") and err.count("\n") == 1, err
 
 
-def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_path):
-    """A model's `benchmark_train.json` that will not parse (a run killed while writing it) is no proof that the
-    model finished: it is trained again, not a JSONDecodeError."""
+def fake_trainings(monkeypatch, seconds: float) -> list:
+    """`runs.run` standing in for solution.train: it writes a model directory and records each command."""
     trained = []
 
     def fake_run(args, stdout=None):
@@ -590,8 +589,15 @@ def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_pa
         model.mkdir(parents=True, exist_ok=True)
         (model / "qa_config.json").write_text("{}")
         trained.append(args)
-        return 12.34
+        return seconds
     monkeypatch.setattr(runs, "run", fake_run)
+    return trained
+
+
+def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_path):
+    """A model's `benchmark_train.json` that will not parse (a run killed while writing it) is no proof that the
+    model finished: it is trained again, not a JSONDecodeError."""
+    trained = fake_trainings(monkeypatch, 12.34)
     train_file = write_jsonl(tmp_path / "train.jsonl", [nq_line()])
     args = ["--seed", "0"]
     model, secs = runs.train_run("baseline", args, "configs/train/tiny.yaml", str(train_file), tmp_path)
@@ -606,15 +612,7 @@ def test_a_training_marker_cut_short_trains_that_model_again(monkeypatch, tmp_pa
 
 def test_a_model_is_found_whether_its_paths_were_given_from_the_repository_or_whole(monkeypatch, tmp_path):
     """`--out runs/x` and `--out /checkout/runs/x` train the same model: the second finds the first's."""
-    trained = []
-
-    def fake_run(args, stdout=None):
-        model = Path(args[args.index("--output_dir") + 1]) / "model"
-        model.mkdir(parents=True, exist_ok=True)
-        (model / "qa_config.json").write_text("{}")
-        trained.append(args)
-        return 1.0
-    monkeypatch.setattr(runs, "run", fake_run)
+    trained = fake_trainings(monkeypatch, 1.0)
     train_file = write_jsonl(tmp_path / "train.jsonl", [nq_line()])
     relative = ["--seed", "0", "--model_name_or_path", "runs/x/models/warm/model"]
     whole = ["--seed", "0", "--model_name_or_path", str(ROOT / "runs/x/models/warm/model")]
